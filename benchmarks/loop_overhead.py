@@ -1,0 +1,139 @@
+"""Loop overhead: tricklab's training loop vs a bare hand-written PyTorch loop vs Lightning's Trainer.
+
+Same model (a small airbench net), same data path (the same DeviceLoader batches of synthetic
+images), same optimizer and number of steps, on the CPU. Each is timed over its training steps only
+(no evaluation, no setup), repeated, interleaved, and the medians compared.
+
+    python benchmarks/loop_overhead.py [--repeats 5] [--epochs 3]
+
+Needs `pip install -e ".[bench]"` for Lightning. Goal: tricklab <= 1.03x bare and <= 0.9x Lightning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from tricklab.data.augment import channel_stats
+from tricklab.data.loaders import DeviceLoader
+from tricklab.data.sources import load_dataset
+from tricklab.models import build_model
+from tricklab.train.api import train
+from tricklab.train.recipe import load_recipe
+
+WIDTHS = [16, 32, 32]
+BATCH = 128
+LR = 0.05
+
+
+def recipe(epochs: int):
+    return load_recipe(None, [
+        "data.name=synthetic", "data.train_size=5120", "data.test_size=256",
+        "model.name=airbench", f"model.widths={WIDTHS}", "loader.kind=device",
+        f"loader.batch_size={BATCH}", "loader.drop_last=true", f"optim.lr={LR}", "optim.momentum=0.9",
+        f"run.epochs={epochs}", "run.eval_every=0", "run.device=cpu",
+    ])
+
+
+def parts(epochs: int):
+    """Model, optimizer and loader exactly as tricklab builds them for `recipe(epochs)`."""
+    ds = load_dataset("synthetic", train_size=5120, test_size=256)
+    torch.manual_seed(0)
+    model = build_model("airbench", num_classes=10, widths=WIDTHS)
+    mean, std = channel_stats(ds.train.images)
+    model.init_from_data(((ds.train.images[:5000].float() / 255) - torch.tensor(mean)[:, None, None])
+                         / torch.tensor(std)[:, None, None])
+    loader = DeviceLoader(ds.train.images, ds.train.labels, BATCH, mean=mean, std=std, drop_last=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    return model, optimizer, loader
+
+
+def time_tricklab(epochs: int) -> float:
+    return train(recipe(epochs)).train_seconds
+
+
+def time_bare(epochs: int) -> float:
+    model, optimizer, loader = parts(epochs)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for images, labels in loader:
+            loss = loss_fn(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return time.perf_counter() - start
+
+
+def time_lightning(epochs: int) -> float:
+    import lightning as L
+
+    model, optimizer, loader = parts(epochs)
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+            self.loss_fn = nn.CrossEntropyLoss()
+
+        def training_step(self, batch, batch_idx):
+            images, labels = batch
+            return self.loss_fn(self.net(images), labels)
+
+        def configure_optimizers(self):
+            return optimizer
+
+    class EpochTimer(L.Callback):
+        seconds = 0.0
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            EpochTimer.seconds += time.perf_counter() - self.start
+
+    class Batches:  # the same DeviceLoader batches, re-iterable per epoch
+        def __iter__(self):
+            return iter(loader)
+
+        def __len__(self):
+            return len(loader)
+
+    EpochTimer.seconds = 0.0
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(Module(), train_dataloaders=Batches())
+    return EpochTimer.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    runners = {"bare PyTorch loop": time_bare, "tricklab": time_tricklab, "Lightning Trainer": time_lightning}
+    times = {name: [] for name in runners}
+    for _ in range(args.repeats):  # interleaved, so drifts in machine load hit all three alike
+        for name, run in runners.items():
+            times[name].append(run(args.epochs))
+    steps = args.epochs * (5120 // BATCH)
+    bare = statistics.median(times["bare PyTorch loop"])
+    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, {steps} steps of batch "
+          f"{BATCH}, median of {args.repeats}")
+    print("| loop | median s | ms/step | vs bare | vs Lightning |")
+    print("|---|---|---|---|---|")
+    lightning = statistics.median(times["Lightning Trainer"])
+    for name, values in times.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med:.3f} | {1000 * med / steps:.2f} | {med / bare:.3f}x | {med / lightning:.3f}x |")
+
+
+if __name__ == "__main__":
+    main()

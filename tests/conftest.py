@@ -1,0 +1,35 @@
+"""Shared fixtures: the real CIFAR-10 JPEG copy (skipped cleanly when ../shared is absent)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CIFAR10_JPEG_DIR = REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg"
+
+# One intra-op thread: on a loaded 2-core machine, two OpenMP threads spin-wait on each other and
+# a small net's step runs ~10x slower (measured 37 ms vs 315 ms); tests check behaviour, not speed.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def cifar10_jpeg_dir() -> Path:
+    """The folder holding train.tar.gz / test.tar.gz of real CIFAR-10; skips when absent."""
+    if not (CIFAR10_JPEG_DIR / "train.tar.gz").is_file():
+        pytest.skip("../shared/data/cifar10-jpeg is absent (only on the project's own machines)")
+    return CIFAR10_JPEG_DIR
+
+
+@pytest.fixture(scope="session")
+def tricklab_cache_dir(tmp_path_factory) -> Path:
+    """One decode cache for the whole test session, so the JPEG set is decoded at most once."""
+    return tmp_path_factory.mktemp("tricklab-cache")
+
+
+@pytest.fixture(scope="session")
+def cifar10_jpeg(cifar10_jpeg_dir, tricklab_cache_dir):
+    """The real CIFAR-10 JPEG copy as a loaded Dataset, decoded once per session (then cached)."""
+    from tricklab.data.sources import load_dataset
+
+    return load_dataset("imagefolder", cifar10_jpeg_dir, cache_dir=tricklab_cache_dir)

@@ -1,0 +1,92 @@
+"""The command line: listings, train, data show, and one clear line with exit code 2 for mistakes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tricklab.cli import main
+
+TINY = ["data.name=synthetic", "data.train_size=200", "data.test_size=100", "model.name=airbench",
+        "model.widths=[8, 16, 16]", "loader.kind=device", "loader.batch_size=50", "run.epochs=1",
+        "run.device=cpu"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tricklab", *args], capture_output=True, text=True)
+
+
+def test_version_and_help():
+    out = run_cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("tricklab ")
+    assert "train" in run_cli("--help").stdout
+
+
+def test_train_json_prints_result_last(tmp_path, capsys):
+    assert main(["train", *TINY, "--out", str(tmp_path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["status"] == "complete"
+    assert (tmp_path / "result.json").is_file()
+
+
+def test_train_live_view_renders(tmp_path, capsys):
+    assert main(["train", *TINY, "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "val acc" in captured.out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "optim.lrr=0.1"], "did you mean 'optim.lr'"),
+        (["train", "tricks.precision=fp8"], "choose one of"),
+        (["train", "no-such-recipe"], "unknown recipe"),
+        (["train", "synthetic", "oops"], "key=value"),
+        (["data", "show", "imagefolder", "--data-dir", "/no/such/dir"], "/no/such/dir"),
+        (["data", "show", "nosuchset"], "unknown dataset"),
+    ],
+)
+def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert message in lines[0]
+
+
+def test_mistake_through_the_console_script_has_no_traceback():
+    out = run_cli("train", "optim.lrr=0.1")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: override: unknown recipe key 'optim.lrr'; did you mean 'optim.lr'?"
+    ]
+
+
+def test_tricks_lists_every_field(capsys):
+    assert main(["tricks", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    keys = {r["key"] for r in rows}
+    assert {"tricks.precision", "optim.lr_scaling", "run.early_stopping_patience"} <= keys
+
+
+def test_recipes_lists_builtins(capsys):
+    assert main(["recipes", "--json"]) == 0
+    assert "speedrun94" in json.loads(capsys.readouterr().out)
+
+
+def test_data_show_json(capsys):
+    assert main(["data", "show", "synthetic", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert set(info) >= {"name", "classes", "image_shape", "train", "test"}
+    assert info["train"]["size"] == sum(info["train"]["per_class"])
+
+
+def test_data_show_real_cifar10(cifar10_jpeg_dir, tricklab_cache_dir, capsys):
+    args = ["data", "show", "imagefolder", "--data-dir", str(cifar10_jpeg_dir),
+            "--cache-dir", str(tricklab_cache_dir), "--json"]
+    assert main(args) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["image_shape"] == [3, 32, 32]
+    assert info["train"] == {"size": 50000, "per_class": [5000] * 10}
+    assert info["test"] == {"size": 10000, "per_class": [1000] * 10}

@@ -1,0 +1,141 @@
+"""The decoded-dataset cache: bit-identical round trips, no decode on a hit, safe and atomic files."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tricklab.data import cache, imagefolder
+from tricklab.data.sources import load_dataset
+from tricklab.errors import TrickLabError
+
+
+def make_tree(root: Path, classes=("ant", "bee"), per_split=None, size=8, seed=0) -> None:
+    rng = np.random.default_rng(seed)
+    for split, count in (per_split or {"train": 3, "test": 2}).items():
+        for name in classes:
+            for i in range(count):
+                path = root / split / name / f"{i:04d}.jpg"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(path)
+
+
+def cache_files(cache_dir: Path) -> list[Path]:
+    return sorted(p for p in cache_dir.rglob("*") if p.is_file()) if cache_dir.exists() else []
+
+
+def refuse_to_decode(monkeypatch) -> None:
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded an image although the cache holds the dataset")
+
+    monkeypatch.setattr(imagefolder, "decode_image", no_decoding)
+
+
+def test_second_load_is_bit_identical_to_the_first(tmp_path):
+    make_tree(tmp_path / "data")
+    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert torch.equal(first.train.images, second.train.images) and torch.equal(
+        first.test.images, second.test.images
+    )
+    assert torch.equal(first.train.labels, second.train.labels) and second.classes == first.classes
+
+
+def test_second_load_does_not_decode(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+    load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    refuse_to_decode(monkeypatch)
+    assert (
+        len(load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache").train) == 6
+    )
+
+
+def test_cache_holds_one_npz_per_split_that_loads_without_pickle(tmp_path):
+    make_tree(tmp_path / "data")
+    load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    files = cache_files(tmp_path / "cache")
+    assert [f.name.rsplit("-", 1)[1] for f in files] == ["test.npz", "train.npz"]
+    for file in files:
+        with np.load(file, allow_pickle=False) as npz:
+            assert npz["images"].dtype == np.uint8 and npz["labels"].dtype == np.int64
+            assert npz["classes"].dtype.kind == "U" and npz["classes"].tolist() == ["ant", "bee"]
+
+
+@pytest.mark.slow
+def test_real_cifar10_jpeg_reloads_from_cache_identically_without_decoding(
+    cifar10_jpeg, cifar10_jpeg_dir, tricklab_cache_dir, monkeypatch
+):
+    refuse_to_decode(monkeypatch)
+    again = load_dataset("imagefolder", cifar10_jpeg_dir, cache_dir=tricklab_cache_dir)
+    assert torch.equal(again.train.images, cifar10_jpeg.train.images)
+    assert torch.equal(again.test.labels, cifar10_jpeg.test.labels)
+
+
+def test_changed_source_file_misses_the_cache(tmp_path):
+    make_tree(tmp_path / "data")
+    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(
+        tmp_path / "data" / "train" / "ant" / "0000.jpg"
+    )
+    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert not torch.equal(first.train.images, second.train.images)
+    assert (second.train.images[0] < 8).all()
+
+
+def test_image_size_is_part_of_the_cache_key(tmp_path):
+    make_tree(tmp_path / "data")
+    load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    resized = load_dataset(
+        "imagefolder", tmp_path / "data", image_size=4, cache_dir=tmp_path / "cache"
+    )
+    assert resized.image_shape == (3, 4, 4) and len(cache_files(tmp_path / "cache")) == 4
+
+
+def test_cache_dir_defaults_to_the_TRICKLAB_CACHE_variable(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+    monkeypatch.setenv("TRICKLAB_CACHE", str(tmp_path / "env-cache"))
+    load_dataset("imagefolder", tmp_path / "data")
+    assert len(cache_files(tmp_path / "env-cache" / "datasets")) == 2
+
+
+def test_unwritable_cache_dir_is_named_with_what_to_do(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "a-file").write_text("a file, not a folder")
+    with pytest.raises(
+        TrickLabError,
+        match=r"cannot write the dataset cache in .*a-file.*TRICKLAB_CACHE.*cache_dir=",
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "a-file" / "cache")
+
+
+def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    def disk_full(file, **arrays):
+        file.write(b"PK\x03\x04 half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", disk_full)
+    with pytest.raises(TrickLabError, match=r"cannot write the dataset cache file .*No space left"):
+        cache.write_split(
+            tmp_path / "x-train.npz", np.zeros((1, 1, 1, 1), np.uint8), np.zeros(1, np.int64), ["a"]
+        )
+    assert cache_files(tmp_path) == []
+
+
+def test_damaged_cache_file_is_rebuilt_from_the_source(tmp_path):
+    make_tree(tmp_path / "data")
+    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    train_file = next(f for f in cache_files(tmp_path / "cache") if f.name.endswith("-train.npz"))
+    train_file.write_bytes(train_file.read_bytes()[:100])
+    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert torch.equal(first.train.images, second.train.images)
+
+
+def test_folder_fingerprint_ignores_listing_order_and_changes_with_a_file(tmp_path):
+    make_tree(tmp_path / "data")
+    files = [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
+    before = cache.fingerprint_tree(files, tmp_path / "data")
+    assert cache.fingerprint_tree(reversed(files), tmp_path / "data") == before
+    files[0].write_bytes(files[0].read_bytes() + b"\0")
+    assert cache.fingerprint_tree(files, tmp_path / "data") != before

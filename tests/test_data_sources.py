@@ -1,0 +1,603 @@
+"""The dataset layer: every source yields uint8 N×C×H×W images, int64 labels and class names."""
+
+import io
+import pickle
+import tarfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from PIL import Image
+
+from tricklab.data.sources import (
+    DATASET_NAMES,
+    Dataset,
+    Split,
+    balanced_subset,
+    describe_dataset,
+    load_dataset,
+    make_synthetic,
+)
+from tricklab.errors import TrickLabError
+
+CIFAR10_CLASSES = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def write_image(path: Path, pixels: np.ndarray, **save_args) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path, **save_args)
+
+
+def make_tree(
+    root: Path, classes=("dog", "ant", "cat"), per_split=None, size=8, grey=False, seed=0
+) -> dict:
+    """Write PNGs root/<split>/<class>/<i>.png with seeded noise; returns {relative path: pixels}."""
+    per_split = per_split or {"train": 4, "test": 2}
+    rng = np.random.default_rng(seed)
+    written = {}
+    for split, count in per_split.items():
+        for name in classes:
+            for i in range(count):
+                shape = (size, size) if grey else (size, size, 3)
+                pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+                rel = f"{split}/{name}/{i:04d}.png"
+                write_image(root / rel, pixels)
+                written[rel] = pixels
+    return written
+
+
+def tar_split(root: Path, split: str, out: Path) -> Path:
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(root / split, arcname=split)
+    return out
+
+
+def cache_files(cache_dir: Path) -> list[Path]:
+    return [p for p in cache_dir.rglob("*") if p.is_file()] if cache_dir.exists() else []
+
+
+def write_fake_cifar(
+    root: Path, kind: str = "cifar10", per_batch: int = 4, bad_label: int | None = None
+) -> dict:
+    """A tiny archive in the official python format (pickled dicts, as the real release is)."""
+    rng = np.random.default_rng(1)
+    if kind == "cifar10":
+        folder, files, label_key = (
+            "cifar-10-batches-py",
+            [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"],
+            b"labels",
+        )
+        meta_name, meta = "batches.meta", {b"label_names": [c.encode() for c in CIFAR10_CLASSES]}
+        num_classes = 10
+    else:
+        folder, files, label_key = "cifar-100-python", ["train", "test"], b"fine_labels"
+        meta_name, meta = (
+            "meta",
+            {b"fine_label_names": [f"class{i:03d}".encode() for i in range(100)]},
+        )
+        num_classes = 100
+    blobs, batches = {meta_name: pickle.dumps(meta, protocol=2)}, {}
+    for file in files:
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        labels = [int(x) for x in rng.integers(0, num_classes, per_batch)]
+        if bad_label is not None and file == files[-1]:
+            labels[0] = bad_label
+        batches[file] = (data, labels)
+        blobs[file] = pickle.dumps({b"data": data, label_key: labels}, protocol=2)
+    archive = root / ("cifar-10-python.tar.gz" if kind == "cifar10" else "cifar-100-python.tar.gz")
+    root.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for file, blob in blobs.items():
+            info = tarfile.TarInfo(f"{folder}/{file}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return batches
+
+
+# ---------------------------------------------------------------- real CIFAR-10 (JPEG copy)
+
+
+@pytest.mark.slow
+def test_cifar10_jpeg_has_50000_train_and_10000_test_images(cifar10_jpeg):
+    assert (len(cifar10_jpeg.train), len(cifar10_jpeg.test)) == (50_000, 10_000)
+
+
+@pytest.mark.slow
+def test_cifar10_jpeg_has_5000_train_and_1000_test_images_per_class(cifar10_jpeg):
+    assert torch.bincount(cifar10_jpeg.train.labels).tolist() == [5000] * 10
+    assert torch.bincount(cifar10_jpeg.test.labels).tolist() == [1000] * 10
+
+
+@pytest.mark.slow
+def test_cifar10_jpeg_images_are_contiguous_uint8_3x32x32(cifar10_jpeg):
+    images = cifar10_jpeg.train.images
+    assert cifar10_jpeg.image_shape == (3, 32, 32)
+    assert images.dtype == torch.uint8 and images.is_contiguous() and images.device.type == "cpu"
+    assert cifar10_jpeg.train.labels.dtype == torch.int64
+
+
+@pytest.mark.slow
+def test_cifar10_jpeg_classes_are_airplane_to_truck(cifar10_jpeg):
+    assert cifar10_jpeg.classes == CIFAR10_CLASSES and cifar10_jpeg.num_classes == 10
+
+
+# ---------------------------------------------------------------- balanced subsets
+
+
+def labelled_split(counts: list[int]) -> Split:
+    labels = torch.cat([torch.full((n,), c, dtype=torch.int64) for c, n in enumerate(counts)])
+    images = (
+        torch.arange(len(labels), dtype=torch.int64)
+        .remainder(256)
+        .to(torch.uint8)
+        .view(-1, 1, 1, 1)
+    )
+    return Split(images.expand(-1, 1, 2, 2).contiguous(), labels)
+
+
+def test_balanced_subset_has_requested_size_and_equal_class_counts():
+    subset = balanced_subset(labelled_split([50] * 10), 200, 10, seed=0)
+    assert len(subset) == 200
+    assert torch.bincount(subset.labels, minlength=10).tolist() == [20] * 10
+
+
+def test_balanced_subset_same_seed_gives_same_subset():
+    split = labelled_split([50] * 10)
+    a, b = balanced_subset(split, 100, 10, seed=3), balanced_subset(split, 100, 10, seed=3)
+    assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels)
+
+
+def test_balanced_subset_different_seed_gives_different_subset():
+    split = Split(
+        torch.arange(500).remainder(256).to(torch.uint8).view(-1, 1, 1, 1), torch.arange(500) % 10
+    )
+    a, b = balanced_subset(split, 100, 10, seed=0), balanced_subset(split, 100, 10, seed=1)
+    assert not torch.equal(a.images, b.images)
+
+
+def test_balanced_subset_spreads_the_remainder_one_image_per_class():
+    counts = torch.bincount(
+        balanced_subset(labelled_split([50] * 10), 103, 10, seed=0).labels
+    ).tolist()
+    assert sum(counts) == 103 and max(counts) - min(counts) == 1
+
+
+def test_balanced_subset_fills_up_from_other_classes_when_one_class_is_short():
+    counts = torch.bincount(
+        balanced_subset(labelled_split([3, 50, 50]), 60, 3, seed=0).labels
+    ).tolist()
+    assert counts[0] == 3 and sorted(counts[1:]) == [28, 29]
+
+
+def test_balanced_subset_larger_than_split_raises():
+    with pytest.raises(TrickLabError, match="cannot take a subset of 11 images from a split of 10"):
+        balanced_subset(labelled_split([5, 5]), 11, 2, seed=0)
+
+
+def test_load_dataset_train_and_test_size_take_balanced_subsets(tmp_path):
+    make_tree(tmp_path / "data", per_split={"train": 6, "test": 4})
+    ds = load_dataset(
+        "imagefolder", tmp_path / "data", train_size=9, test_size=3, cache_dir=tmp_path / "cache"
+    )
+    assert torch.bincount(ds.train.labels).tolist() == [3, 3, 3]
+    assert torch.bincount(ds.test.labels).tolist() == [1, 1, 1]
+
+
+def test_load_dataset_train_size_above_split_size_raises(tmp_path):
+    make_tree(tmp_path / "data")
+    with pytest.raises(
+        TrickLabError, match=r"train_size=100 is more than the 12 images.*use at most 12"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", train_size=100, cache_dir=tmp_path / "cache")
+
+
+# ---------------------------------------------------------------- synthetic
+
+
+def test_synthetic_has_requested_sizes_and_uint8_nchw_images():
+    ds = load_dataset("synthetic", train_size=200, test_size=50, image_size=16)
+    assert ds.train.images.shape == (200, 3, 16, 16) and ds.test.images.shape == (50, 3, 16, 16)
+    assert ds.train.images.dtype == torch.uint8 and ds.train.labels.dtype == torch.int64
+    assert ds.num_classes == 10
+
+
+def test_synthetic_defaults_to_5000_train_1000_test_3x32x32():
+    ds = load_dataset("synthetic")
+    assert (len(ds.train), len(ds.test), ds.image_shape) == (5000, 1000, (3, 32, 32))
+
+
+def test_synthetic_same_seed_gives_identical_images():
+    a, b = make_synthetic(100, 20, 16, seed=5), make_synthetic(100, 20, 16, seed=5)
+    assert torch.equal(a.train.images, b.train.images) and torch.equal(a.test.labels, b.test.labels)
+
+
+def test_synthetic_different_seed_gives_different_images():
+    assert not torch.equal(
+        make_synthetic(100, 20, 16, seed=0).train.images,
+        make_synthetic(100, 20, 16, seed=1).train.images,
+    )
+
+
+def test_synthetic_labels_are_balanced():
+    ds = make_synthetic(300, 100, 16)
+    assert torch.bincount(ds.train.labels).tolist() == [30] * 10
+    assert torch.bincount(ds.test.labels).tolist() == [10] * 10
+
+
+def test_synthetic_channels_are_configurable_for_1x28x28():
+    assert make_synthetic(20, 10, 28, channels=1).image_shape == (1, 28, 28)
+
+
+def test_synthetic_ignores_data_dir(tmp_path):
+    assert load_dataset(
+        "synthetic", tmp_path / "nowhere", train_size=10, test_size=10
+    ).image_shape == (3, 32, 32)
+
+
+def test_synthetic_mean_colour_alone_barely_beats_chance():
+    ds = make_synthetic(2000, 1000, 16)
+    train_colour = ds.train.images.float().mean(dim=(2, 3))
+    centroids = torch.stack([train_colour[ds.train.labels == c].mean(0) for c in range(10)])
+    test_colour = ds.test.images.float().mean(dim=(2, 3))
+    predicted = torch.cdist(test_colour, centroids).argmin(1)
+    assert (predicted == ds.test.labels).float().mean() < 0.3
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny convs on shared cores run several times faster on one thread than on two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_synthetic_is_learned_to_95_percent_by_a_small_conv_net_in_seconds(one_thread):
+    ds = make_synthetic(1000, 500, 16, seed=0)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        net = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+        )  # fmt: skip
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+        x, y = ds.train.images.float() / 255 - 0.5, ds.train.labels
+        for _ in range(7):
+            for batch in torch.randperm(len(x)).split(50):
+                loss = F.cross_entropy(net(x[batch]), y[batch])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        net.eval()
+        with torch.no_grad():
+            accuracy = (
+                (net(ds.test.images.float() / 255 - 0.5).argmax(1) == ds.test.labels).float().mean()
+            )
+    assert accuracy >= 0.95
+
+
+# ---------------------------------------------------------------- image folders
+
+
+def test_imagefolder_classes_are_sorted_folder_names(tmp_path):
+    make_tree(tmp_path / "data", classes=("dog", "ant", "cat"))
+    assert load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache").classes == [
+        "ant",
+        "cat",
+        "dog",
+    ]
+
+
+def test_imagefolder_pixels_and_labels_match_the_written_files(tmp_path):
+    written = make_tree(
+        tmp_path / "data", classes=("dog", "ant"), per_split={"train": 2, "test": 1}
+    )
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    # order: classes sorted, then file names sorted
+    expected = [written[f"train/{c}/{i:04d}.png"] for c in ("ant", "dog") for i in range(2)]
+    assert torch.equal(ds.train.images, torch.from_numpy(np.stack(expected)).permute(0, 3, 1, 2))
+    assert ds.train.labels.tolist() == [0, 0, 1, 1] and ds.test.labels.tolist() == [0, 1]
+
+
+def test_imagefolder_reads_tar_gz_archives_like_the_folder(tmp_path):
+    make_tree(tmp_path / "tree")
+    (tmp_path / "archives").mkdir()
+    for split in ("train", "test"):
+        tar_split(tmp_path / "tree", split, tmp_path / "archives" / f"{split}.tar.gz")
+    from_folder = load_dataset("imagefolder", tmp_path / "tree", cache_dir=tmp_path / "cache")
+    from_archive = load_dataset("imagefolder", tmp_path / "archives", cache_dir=tmp_path / "cache")
+    assert from_archive.classes == from_folder.classes
+    assert torch.equal(from_archive.train.images, from_folder.train.images)
+    assert torch.equal(from_archive.test.labels, from_folder.test.labels)
+
+
+def test_imagefolder_without_test_holds_out_a_stratified_val_fraction(tmp_path):
+    make_tree(tmp_path / "data", per_split={"train": 10})
+    ds = load_dataset(
+        "imagefolder", tmp_path / "data", val_fraction=0.2, cache_dir=tmp_path / "cache"
+    )
+    assert torch.bincount(ds.test.labels).tolist() == [2, 2, 2]
+    assert torch.bincount(ds.train.labels).tolist() == [8, 8, 8]
+
+
+def test_imagefolder_val_split_is_seeded(tmp_path):
+    make_tree(tmp_path / "data", per_split={"train": 10})
+    a, b, c = (
+        load_dataset(
+            "imagefolder", tmp_path / "data", seed=s, cache_dir=tmp_path / "cache"
+        ).test.images
+        for s in (0, 0, 1)
+    )
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_imagefolder_of_grey_images_keeps_one_channel(tmp_path):
+    make_tree(tmp_path / "data", grey=True)
+    assert load_dataset(
+        "imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache"
+    ).image_shape == (1, 8, 8)
+
+
+def test_imagefolder_mixing_grey_and_colour_gives_rgb_with_grey_replicated(tmp_path):
+    make_tree(tmp_path / "data", classes=("a",), per_split={"train": 1, "test": 1})
+    grey = np.full((8, 8), 77, dtype=np.uint8)
+    write_image(tmp_path / "data" / "train" / "a" / "9999.png", grey)
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert ds.image_shape == (3, 8, 8)
+    assert (ds.train.images[-1] == 77).all()
+
+
+def test_imagefolder_image_size_resizes_mixed_sizes(tmp_path):
+    make_tree(tmp_path / "data", size=8)
+    write_image(
+        tmp_path / "data" / "train" / "ant" / "big.png", np.zeros((20, 12, 3), dtype=np.uint8)
+    )
+    ds = load_dataset("imagefolder", tmp_path / "data", image_size=16, cache_dir=tmp_path / "cache")
+    assert ds.image_shape == (3, 16, 16) and ds.test.images.shape[2:] == (16, 16)
+
+
+def test_imagefolder_skips_hidden_files_and_folders(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "ant" / "._0000.png").write_bytes(b"AppleDouble junk")
+    (tmp_path / "data" / "train" / ".ipynb_checkpoints").mkdir()
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert ds.classes == ["ant", "cat", "dog"] and len(ds.train) == 12
+
+
+def test_imagefolder_different_test_classes_raise(tmp_path):
+    make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 1})
+    make_tree(tmp_path / "data", classes=("a", "c"), per_split={"test": 1})
+    with pytest.raises(
+        TrickLabError, match=r"test classes differ.*missing: \['b'\], extra: \['c'\]"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
+# ---------------------------------------------------------------- CIFAR official python format
+
+
+def test_cifar10_reads_the_official_archive(tmp_path):
+    batches = write_fake_cifar(tmp_path / "data")
+    ds = load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert ds.classes == CIFAR10_CLASSES and (len(ds.train), len(ds.test)) == (20, 4)
+    first_data, first_labels = batches["data_batch_1"]
+    assert torch.equal(ds.train.images[:4], torch.from_numpy(first_data).view(4, 3, 32, 32))
+    assert ds.train.labels[:4].tolist() == first_labels
+
+
+def test_cifar10_reads_the_extracted_folder_like_the_archive(tmp_path):
+    write_fake_cifar(tmp_path / "data")
+    from_archive = load_dataset(
+        "cifar10", tmp_path / "data", cache_dir=tmp_path / "cache", download=False
+    )
+    with tarfile.open(tmp_path / "data" / "cifar-10-python.tar.gz") as tar:
+        tar.extractall(tmp_path / "extracted", filter="data")
+    from_folder = load_dataset(
+        "cifar10", tmp_path / "extracted", cache_dir=tmp_path / "cache", download=False
+    )
+    assert torch.equal(from_folder.train.images, from_archive.train.images)
+    assert torch.equal(from_folder.test.labels, from_archive.test.labels)
+
+
+def test_cifar100_reads_fine_labels_and_100_class_names(tmp_path):
+    batches = write_fake_cifar(tmp_path / "data", kind="cifar100")
+    ds = load_dataset("cifar100", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert ds.num_classes == 100 and ds.classes[7] == "class007"
+    assert ds.test.labels.tolist() == batches["test"][1]
+
+
+def test_cifar10_image_size_resizes(tmp_path):
+    write_fake_cifar(tmp_path / "data")
+    ds = load_dataset(
+        "cifar10", tmp_path / "data", image_size=24, cache_dir=tmp_path / "cache", download=False
+    )
+    assert ds.image_shape == (3, 24, 24)
+
+
+def test_cifar10_label_out_of_range_raises(tmp_path):
+    write_fake_cifar(tmp_path / "data", bad_label=12)
+    with pytest.raises(TrickLabError, match=r"label 12 in test_batch .* outside 0\.\.9"):
+        load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_cifar10_pickle_naming_a_foreign_function_is_refused(tmp_path):
+    write_fake_cifar(tmp_path / "data")
+    with tarfile.open(tmp_path / "data" / "cifar-10-python.tar.gz") as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    (tmp_path / "x" / "cifar-10-batches-py" / "test_batch").write_bytes(
+        b"cos\nsystem\n(S'echo pwned'\ntR."
+    )
+    with pytest.raises(TrickLabError, match=r"cannot read test_batch .*refusing to load os.system"):
+        load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
+
+
+def test_cifar10_without_files_and_download_off_names_the_files(tmp_path):
+    with pytest.raises(
+        TrickLabError,
+        match=r"cifar10 not found: looked for .*cifar-10-batches-py, .*cifar-10-python\.tar\.gz.*--data-dir",
+    ):
+        load_dataset("cifar10", tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
+
+
+def test_cifar10_download_failing_offline_names_the_files(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(
+        TrickLabError, match=r"cifar-10-python\.tar\.gz \(downloading failed.*data\.dir="
+    ):
+        load_dataset("cifar10", tmp_path / "empty", cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected_file"),
+    [
+        ("mnist", "train-images-idx3-ubyte"),
+        ("fashion-mnist", "train-images-idx3-ubyte"),
+        ("svhn", "train_32x32.mat"),
+    ],
+)
+def test_torchvision_dataset_without_files_names_the_files(tmp_path, name, expected_file):
+    with pytest.raises(
+        TrickLabError, match=rf"{name} not found: looked for .*{expected_file}.*--data-dir"
+    ):
+        load_dataset(name, tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unknown_dataset_name_lists_the_valid_names():
+    with pytest.raises(
+        TrickLabError, match=r"unknown dataset 'cifar11'; choose one of: cifar10, cifar100, mnist"
+    ):
+        load_dataset("cifar11")
+    assert "synthetic" in DATASET_NAMES
+
+
+def test_missing_image_folder_raises(tmp_path):
+    with pytest.raises(TrickLabError, match=r"image folder .*nowhere does not exist"):
+        load_dataset("imagefolder", tmp_path / "nowhere", cache_dir=tmp_path / "cache")
+
+
+def test_image_folder_without_train_raises(tmp_path):
+    (tmp_path / "data" / "test" / "a").mkdir(parents=True)
+    with pytest.raises(TrickLabError, match=r"holds neither train/ nor train\.tar\.gz"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
+def test_empty_class_folder_is_named(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "zebra").mkdir()
+    with pytest.raises(TrickLabError, match=r"class folder train/zebra .*holds no images"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_corrupt_image_is_named(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "cat" / "0003.png").write_bytes(b"not an image at all")
+    with pytest.raises(TrickLabError, match=r"cannot decode image train/cat/0003\.png"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_truncated_jpeg_is_named(tmp_path):
+    make_tree(tmp_path / "data")
+    noise = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, format="JPEG", quality=95)
+    (tmp_path / "data" / "train" / "cat" / "0003.jpg").write_bytes(
+        buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    )
+    with pytest.raises(TrickLabError, match=r"cannot decode image train/cat/0003\.jpg .*truncated"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_mixed_image_sizes_name_two_files_and_suggest_image_size(tmp_path):
+    make_tree(tmp_path / "data", size=8)
+    write_image(
+        tmp_path / "data" / "train" / "dog" / "big.png", np.zeros((10, 12, 3), dtype=np.uint8)
+    )
+    with pytest.raises(
+        TrickLabError,
+        match=r"train/ant/0000\.png is 8x8 but train/dog/big\.png is 12x10.*image_size=",
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert cache_files(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("member", ["train/../../evil.png", "/abs/train/cat/x.png"])
+def test_tar_member_with_dotdot_or_absolute_path_is_refused(tmp_path, member):
+    make_tree(tmp_path / "tree", per_split={"train": 1})
+    archive = tar_split(tmp_path / "tree", "train", tmp_path / "train.tar.gz")
+    blob = (tmp_path / "tree" / "train" / "ant" / "0000.png").read_bytes()
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo(member)
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
+    with tarfile.open(archive) as tar:
+        assert tar.getnames() == [member]  # tarfile kept the unsafe name as written
+    with pytest.raises(
+        TrickLabError, match=rf"holds member '{member}' with an absolute path or '\.\.'"
+    ):
+        load_dataset("imagefolder", tmp_path, cache_dir=tmp_path / "cache")
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_imagefolder_without_data_dir_asks_for_one():
+    with pytest.raises(TrickLabError, match=r"'imagefolder' needs its folder: pass data_dir="):
+        load_dataset("imagefolder")
+
+
+def test_val_fraction_out_of_range_raises(tmp_path):
+    make_tree(tmp_path / "data", per_split={"train": 4})
+    with pytest.raises(TrickLabError, match=r"val_fraction=1\.5 must be between 0 and 1"):
+        load_dataset(
+            "imagefolder", tmp_path / "data", val_fraction=1.5, cache_dir=tmp_path / "cache"
+        )
+
+
+# ---------------------------------------------------------------- describe_dataset
+
+
+def test_describe_dataset_reports_shape_sizes_counts_and_train_mean_std():
+    ds = make_synthetic(100, 30, 16, seed=0)
+    info = describe_dataset(ds)
+    assert set(info) == {"name", "classes", "image_shape", "train", "test", "mean", "std"}
+    assert info["name"] == "synthetic" and info["classes"] == ds.classes
+    assert info["image_shape"] == [3, 16, 16]
+    assert info["train"] == {"size": 100, "per_class": [10] * 10}
+    assert info["test"] == {"size": 30, "per_class": [3] * 10}
+    pixels = ds.train.images.double() / 255
+    assert info["mean"] == pytest.approx(pixels.mean(dim=(0, 2, 3)).tolist(), abs=1e-5)
+    assert info["std"] == pytest.approx(pixels.std(dim=(0, 2, 3), correction=0).tolist(), abs=1e-5)
+
+
+def test_dataset_image_shape_and_num_classes_come_from_the_data():
+    split = Split(torch.zeros(2, 1, 5, 7, dtype=torch.uint8), torch.tensor([0, 1]))
+    ds = Dataset("toy", ["a", "b", "c"], split, split)
+    assert ds.image_shape == (1, 5, 7) and ds.num_classes == 3

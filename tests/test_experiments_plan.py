@@ -1,0 +1,148 @@
+"""Experiment plans: one change at a time or the grid, seeds, budgets, search spaces."""
+
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from tricklab.errors import TrickLabError
+from tricklab.experiments.plan import (
+    budget_overrides,
+    format_value,
+    normalize_target,
+    parse_vary,
+    plan_configs,
+    plan_units,
+    unit_recipe,
+)
+from tricklab.experiments.space import parse_space
+from tricklab.train.recipe import load_recipe
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return load_recipe(None, ["data.name=synthetic", "optim.lr=0.1", "aug.flip=none"])
+
+
+def ids(configs):
+    return [c.config_id for c in configs]
+
+
+def test_one_at_a_time_is_the_baseline_plus_each_single_change(baseline):
+    vary = parse_vary(["optim.lr=0.2,0.4", "aug.flip=random,alternating", "tricks.ema_decay=0.9"])
+    configs = plan_configs(baseline, vary)
+    assert ids(configs) == [
+        "baseline",
+        "optim.lr=0.2",
+        "optim.lr=0.4",
+        "aug.flip=random",
+        "aug.flip=alternating",
+        "tricks.ema_decay=0.9",
+    ]
+    assert configs[1].overrides == ("optim.lr=0.2",)
+
+
+def test_grid_is_the_full_product_and_includes_the_baseline(baseline):
+    vary = parse_vary(["optim.lr=0.2,0.4", "aug.flip=random,alternating"])
+    configs = plan_configs(baseline, vary, grid=True)
+    assert len(configs) == 1 + 2 * 2
+    assert ids(configs)[0] == "baseline"
+    assert "optim.lr=0.4 aug.flip=alternating" in ids(configs)
+
+
+def test_grid_containing_the_baseline_values_counts_it_once(baseline):
+    vary = parse_vary(["optim.lr=0.1,0.2", "aug.flip=none,random,alternating"])
+    configs = plan_configs(baseline, vary, grid=True)
+    assert len(configs) == 2 * 3
+    assert ids(configs).count("baseline") == 1
+
+
+def test_a_value_equal_to_the_baseline_or_spelt_twice_is_not_a_new_config(baseline):
+    configs = plan_configs(baseline, parse_vary(["optim.lr=0.1,0.10,0.2,0.20"]))
+    assert ids(configs) == ["baseline", "optim.lr=0.2"]
+
+
+def test_units_are_every_config_with_every_seed_seed_major(baseline):
+    configs = plan_configs(baseline, parse_vary(["optim.lr=0.2,0.4"]))
+    units = plan_units(configs, 3)
+    assert len(units) == 3 * 3
+    assert [u.seed for u in units] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert len({u.key for u in units}) == len(units)
+
+
+def test_unit_recipe_applies_the_change_and_the_seed(baseline):
+    configs = plan_configs(baseline, parse_vary(["optim.lr=0.2"]))
+    recipe = unit_recipe(baseline, plan_units(configs, 2)[-1])
+    assert recipe.optim.lr == 0.2 and recipe.run.seed == 1
+    assert recipe.data.name == "synthetic"
+
+
+def test_python_values_are_written_so_the_recipe_reads_them_back(baseline):
+    configs = plan_configs(baseline, {"optim.lr": [1e-5, 0.5], "optim.nesterov": [True]})
+    assert ids(configs) == ["baseline", "optim.lr=1.0e-05", "optim.lr=0.5", "optim.nesterov=true"]
+    assert unit_recipe(baseline, plan_units(configs, 1)[1]).optim.lr == 1e-5
+    assert format_value(None) == "null" and format_value([8, 16]) == "[8, 16]"
+
+
+def test_vary_values_split_at_top_level_commas_only():
+    vary = parse_vary(["model.widths=[8,16,16],[16,32,32]"])
+    assert vary == {"model.widths": ["[8,16,16]", "[16,32,32]"]}
+
+
+@pytest.mark.parametrize("spec", ["optim.lr", "optim.lr=", "=0.1", "optim.lr=0.1,"])
+def test_malformed_vary_is_a_user_error(spec):
+    with pytest.raises(TrickLabError, match="KEY=V1,V2"):
+        parse_vary([spec])
+
+
+def test_unknown_key_or_bad_value_fails_before_anything_runs(baseline):
+    with pytest.raises(TrickLabError, match="unknown recipe key"):
+        plan_configs(baseline, parse_vary(["optim.lrr=0.2"]))
+    with pytest.raises(TrickLabError, match="optim.name"):
+        plan_configs(baseline, parse_vary(["optim.name=sgd,lion"]))
+
+
+def test_budget_turns_early_stopping_off_and_sets_the_fixed_budget():
+    recipe = load_recipe(None, budget_overrides(epochs=3, target=94))
+    assert recipe.run.epochs == 3 and recipe.run.early_stopping_patience == 0
+    assert recipe.run.target_accuracy == 0.94 and recipe.run.stop_at_target is False
+    recipe = load_recipe(None, budget_overrides(seconds=12.5))
+    assert recipe.run.time_budget_seconds == 12.5
+    with pytest.raises(TrickLabError):
+        budget_overrides(epochs=1, seconds=1)
+    with pytest.raises(TrickLabError):
+        normalize_target(0)
+
+
+def test_space_entries_become_optuna_distributions():
+    space = parse_space(
+        {
+            "optim.name": ["sgd", "adam"],
+            "optim.lr": {"low": "1e-3", "high": 1, "log": True},
+            "loader.batch_size": {"low": 64, "high": 256, "step": 64},
+            "schedule.name": {"choices": ["constant", "cosine"]},
+        }
+    )
+    d = space.distributions
+    assert d["optim.name"] == CategoricalDistribution(["sgd", "adam"])
+    assert d["optim.lr"] == FloatDistribution(1e-3, 1.0, log=True)
+    assert d["loader.batch_size"] == IntDistribution(64, 256, step=64)
+    assert d["schedule.name"] == CategoricalDistribution(["constant", "cosine"])
+
+
+def test_grid_of_a_space_enumerates_choices_and_stepped_ranges():
+    space = parse_space({"optim.name": ["sgd", "adam"], "loader.batch_size": {"low": 64, "high": 192, "step": 64}})
+    assert len(space.grid()) == 2 * 3
+    assert {"optim.name": "adam", "loader.batch_size": 192} in space.grid()
+
+
+def test_grid_of_a_continuous_range_says_what_to_add():
+    space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0, "log": True}})
+    with pytest.raises(TrickLabError, match="optim.lr.*step"):
+        space.grid()
+
+
+@pytest.mark.parametrize(
+    "data", [{}, {"optim.lr": []}, {"optim.lr": {"low": 1}}, {"optim.lr": {"low": 2.0, "high": 1.0}}]
+)
+def test_malformed_space_is_a_user_error(data):
+    with pytest.raises(TrickLabError):
+        parse_space(data)

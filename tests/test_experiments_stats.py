@@ -1,0 +1,117 @@
+"""Statistics of the results table against scipy reference values on fixed numbers."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tricklab.experiments.stats import (
+    ConfigStats,
+    config_stats,
+    mean_interval,
+    speedup_interval,
+    welch,
+    write_csv,
+)
+
+BASE_ACC = [0.940, 0.942, 0.938, 0.941, 0.939]
+TRICK_ACC = [0.935, 0.937, 0.936, 0.933, 0.934, 0.932]
+BASE_SECONDS = [10.0, 10.4, 9.8, 10.1, 10.2]
+TRICK_SECONDS = [8.1, 8.0, 8.3, 7.9, 8.2, 8.0]
+
+
+def records(config_id, accuracies, seconds, status="complete", target=0.94):
+    return [
+        {
+            "config_id": config_id,
+            "overrides": [] if config_id == "baseline" else [config_id],
+            "status": status,
+            "accuracy": acc,
+            "train_seconds": secs,
+            "target_accuracy": target,
+            "time_to_target_seconds": None,
+        }
+        for acc, secs in zip(accuracies, seconds)
+    ]
+
+
+def test_mean_interval_is_student_t_around_the_mean():
+    mean, std, low, high = mean_interval(BASE_ACC)
+    ref = stats.t.interval(0.95, len(BASE_ACC) - 1, loc=np.mean(BASE_ACC), scale=stats.sem(BASE_ACC))
+    assert mean == pytest.approx(0.94)
+    assert std == pytest.approx(np.std(BASE_ACC, ddof=1))
+    assert (low, high) == pytest.approx(ref)
+    assert (low, high) == pytest.approx((0.9380367568, 0.9419632432))
+
+
+def test_welch_difference_interval_and_p_value_match_scipy():
+    diff, low, high, p = welch(TRICK_ACC, BASE_ACC)
+    ref = stats.ttest_ind(TRICK_ACC, BASE_ACC, equal_var=False)
+    assert diff == pytest.approx(np.mean(TRICK_ACC) - np.mean(BASE_ACC))
+    assert (low, high) == pytest.approx(tuple(ref.confidence_interval(0.95)))
+    assert p == pytest.approx(ref.pvalue)
+    assert p == pytest.approx(0.000506245006, rel=1e-6)
+    assert (low, high) == pytest.approx((-0.0078549526, -0.0031450474))
+
+
+def test_speedup_is_the_ratio_of_geometric_means_with_a_welch_interval_on_log_times():
+    speedup, low, high, p = speedup_interval(BASE_SECONDS, TRICK_SECONDS)
+    assert speedup == pytest.approx(math.exp(np.mean(np.log(BASE_SECONDS)) - np.mean(np.log(TRICK_SECONDS))))
+    assert speedup == pytest.approx(1.2494115621)
+    assert (low, high) == pytest.approx((1.214099, 1.28575121), rel=1e-6)
+    assert p == pytest.approx(1.2697369709e-07, rel=1e-6)
+
+
+def test_fewer_than_two_runs_give_no_interval():
+    assert mean_interval([0.9]) == (0.9, None, None, None)
+    diff, low, high, p = welch([0.9], BASE_ACC)
+    assert diff == pytest.approx(0.9 - 0.94) and (low, high, p) == (None, None, None)
+
+
+def test_table_compares_each_config_with_the_baseline():
+    rows = config_stats(
+        records("baseline", BASE_ACC, BASE_SECONDS)
+        + records("tricks.fast=true", TRICK_ACC, TRICK_SECONDS)
+        + records("tricks.same=true", [0.941, 0.939, 0.940], [10.0, 10.1, 10.2])
+        + records("tricks.fast=true", [None], [0.0], status="diverged")
+    )
+    base, fast, same = rows
+    assert base.is_reference and base.config_id == "baseline" and base.n == 5
+    assert fast.n == 6 and fast.failures == {"diverged": 1}
+    assert fast.accuracy_p_value == pytest.approx(0.000506245006, rel=1e-6)
+    assert fast.within_noise is False
+    assert fast.speedup == pytest.approx(1.2494115621)
+    assert same.within_noise is True
+
+
+def test_fraction_reaching_the_target_counts_diverged_runs_as_misses():
+    rows = config_stats(
+        records("baseline", [0.941, 0.945, 0.939, 0.940, 0.950], [1.0] * 5)
+        + records("baseline", [None], [0.0], status="diverged")
+    )
+    assert rows[0].reached_target == 4 and rows[0].target_runs == 6
+    assert rows[0].fraction_reached_target == pytest.approx(4 / 6)
+
+
+def test_without_a_baseline_the_best_config_is_the_reference():
+    rows = config_stats(
+        records("optim.lr=0.1", TRICK_ACC, TRICK_SECONDS)
+        + records("optim.lr=0.2", BASE_ACC, BASE_SECONDS),
+        order="accuracy",
+    )
+    assert [r.config_id for r in rows] == ["optim.lr=0.2", "optim.lr=0.1"]
+    assert rows[0].is_reference and rows[1].accuracy_diff < 0
+
+
+def test_rows_round_trip_through_dicts_and_csv(tmp_path):
+    rows = config_stats(
+        records("baseline", BASE_ACC, BASE_SECONDS) + records("tricks.fast=true", TRICK_ACC, TRICK_SECONDS)
+    )
+    assert [ConfigStats.from_dict(r.to_dict()) for r in rows] == rows
+    write_csv(rows, tmp_path / "rows.csv")
+    with open(tmp_path / "rows.csv") as handle:
+        lines = list(csv.DictReader(handle))
+    assert [line["config_id"] for line in lines] == ["baseline", "tricks.fast=true"]
+    assert float(lines[1]["accuracy_p_value"]) == pytest.approx(rows[1].accuracy_p_value)

@@ -1,0 +1,250 @@
+"""The model registry and the networks: every model trains, airbench's tricks do what they claim."""
+
+from __future__ import annotations
+
+import urllib.error
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from tricklab.errors import TrickLabError
+from tricklab.models import MODELS, build_model, list_models
+from tricklab.models.airbench import ConvGroup, PatchWhitening, airbench, dirac_init_
+from tricklab.models.zoo import adapt_input_channels
+
+INPUT_SHAPES = [(3, 32, 32), (1, 28, 28)]
+
+
+def _small_model(name: str, in_channels: int = 3, image_size: int = 32) -> nn.Module:
+    width = 0.25 if "width" in MODELS[name].options else 1.0
+    return build_model(
+        name, num_classes=10, in_channels=in_channels, image_size=image_size, width=width
+    )
+
+
+def _correlated_images(n: int, channels: int = 3, size: int = 16) -> torch.Tensor:
+    """Smoothed noise with a shared component across channels: strongly correlated 2×2 patches."""
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(n, 1, size + 2, size + 2, generator=generator)
+    shared = F.avg_pool2d(noise, 3, stride=1)
+    own = torch.randn(n, channels, size, size, generator=generator)
+    return 2.0 * shared + 0.3 * own + 0.5
+
+
+@pytest.mark.parametrize("shape", INPUT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_model_trains_one_sgd_step(name, shape):
+    torch.manual_seed(0)
+    model = _small_model(name, in_channels=shape[0], image_size=shape[1]).train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in trainable]
+    optimizer = torch.optim.SGD(trainable, lr=0.1)
+    images, labels = torch.randn(4, *shape), torch.tensor([0, 1, 2, 3])
+
+    logits = model(images)
+    loss = F.cross_entropy(logits, labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+    assert logits.shape == (4, 10)
+    assert torch.isfinite(loss)
+    unchanged = [i for i, (b, p) in enumerate(zip(before, trainable)) if torch.equal(b, p)]
+    assert unchanged == []
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_model_accepts_its_smallest_declared_image_size(name):
+    size = MODELS[name].min_image_size
+    model = _small_model(name, image_size=size).eval()
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, size, size)).shape == (1, 10)
+
+
+def test_image_smaller_than_the_model_supports_raises():
+    with pytest.raises(TrickLabError, match="at least 15×15"):
+        build_model("alexnet", num_classes=10, image_size=14)
+
+
+def test_list_models_returns_every_registered_model():
+    assert [info.name for info in list_models()] == list(MODELS)
+
+
+def test_whitening_makes_patch_covariance_identity():
+    images = _correlated_images(64)
+    whiten = PatchWhitening(in_channels=3)
+    whiten.init_from_data(images)
+
+    with torch.no_grad():
+        projections = F.conv2d(images, whiten.weight)  # before the bias
+    half = whiten.out_channels // 2
+    positive = projections[:, :half].permute(0, 2, 3, 1).reshape(-1, half)
+    covariance = torch.cov(positive.T)
+
+    raw = F.unfold(images, kernel_size=2).transpose(1, 2).reshape(-1, 12)
+    raw_eigenvalues = torch.linalg.eigvalsh(torch.cov(raw.T))
+    assert raw_eigenvalues.max() > 10 * raw_eigenvalues.min()  # the input is far from white
+    torch.testing.assert_close(covariance, torch.eye(half), atol=2e-2, rtol=0)
+
+
+def test_whitening_negative_filters_mirror_the_positive_ones():
+    whiten = PatchWhitening(in_channels=1)
+    whiten.init_from_data(_correlated_images(8, channels=1))
+    torch.testing.assert_close(whiten.weight[4:], -whiten.weight[:4])
+
+
+def test_whitening_output_starts_zero_mean():
+    images = _correlated_images(64)
+    whiten = PatchWhitening(in_channels=3)
+    whiten.init_from_data(images)
+    with torch.no_grad():
+        mean = whiten(images).mean(dim=(0, 2, 3))
+    torch.testing.assert_close(mean, torch.zeros_like(mean), atol=1e-4, rtol=0)
+
+
+def test_whitening_weights_are_frozen_and_its_bias_trains():
+    model = build_model("airbench", num_classes=10)
+    model.init_from_data(_correlated_images(8))
+    assert model.whiten.weight.requires_grad is False
+    assert model.whiten.bias.requires_grad is True
+
+
+def test_whitening_rejects_images_with_the_wrong_channel_count():
+    with pytest.raises(TrickLabError, match="N×3×H×W"):
+        PatchWhitening(in_channels=3).init_from_data(torch.randn(4, 1, 8, 8))
+
+
+def test_dirac_init_makes_conv_an_identity_on_its_input_channels():
+    conv = dirac_init_(nn.Conv2d(4, 8, kernel_size=3, padding=1))
+    x = torch.randn(2, 4, 9, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(conv(x)[:, :4], x)
+
+
+def test_airbench_convs_start_dirac_initialised():
+    group_conv = build_model("airbench", num_classes=10).groups[1].convs[1]
+    x = torch.randn(1, group_conv.in_channels, 5, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(group_conv(x)[:, : group_conv.in_channels], x)
+
+
+def test_airbench_batchnorm_scale_is_not_trainable_but_bias_is():
+    model = build_model("airbench", num_classes=10)
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert norms
+    assert all(id(n.weight) not in trainable and id(n.bias) in trainable for n in norms)
+
+
+def test_airbench_logits_are_scaled_by_one_ninth():
+    torch.manual_seed(0)
+    scaled = airbench(num_classes=10, width=0.25).eval()
+    unscaled = airbench(num_classes=10, width=0.25, logit_scale=1.0).eval()
+    unscaled.load_state_dict(scaled.state_dict())
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(scaled(x), unscaled(x) / 9)
+
+
+def test_resnet9_logits_are_scaled_by_one_eighth():
+    model = build_model("resnet9", num_classes=10, width=0.25).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        unscaled = model.head(model.pool(model.features(x)).flatten(1))
+        torch.testing.assert_close(model(x), unscaled * 0.125)
+
+
+def test_residual_group_passes_its_first_block_through_when_the_rest_is_zero():
+    group = ConvGroup(4, 6, depth=3, residual=True).eval()
+    with torch.no_grad():
+        for conv in group.convs[1:]:
+            conv.weight.zero_()
+        x = torch.randn(2, 4, 8, 8)
+        first_block = group.activation(group.norms[0](group.pool(group.convs[0](x))))
+        torch.testing.assert_close(group(x), group.activation(first_block))
+
+
+def test_airbench_residual_has_three_convs_per_group():
+    model = build_model("airbench-residual", num_classes=10)
+    assert [len(group.convs) for group in model.groups] == [3, 3, 3]
+    assert all(group.residual for group in model.groups)
+
+
+def test_width_scales_every_stage():
+    model = build_model("resnet18", num_classes=10, width=0.5)
+    assert model.stem[0].out_channels == 32
+    assert model.head.in_features == 256
+
+
+def test_widths_set_the_stages_outright():
+    model = build_model("airbench", num_classes=10, widths=[8, 16, 24])
+    assert [group.convs[0].out_channels for group in model.groups] == [8, 16, 24]
+
+
+def test_widths_of_the_wrong_length_raise():
+    with pytest.raises(TrickLabError, match="3 positive integers"):
+        build_model("airbench", num_classes=10, widths=[8, 16])
+
+
+def test_width_on_a_model_without_a_multiplier_raises():
+    with pytest.raises(TrickLabError, match="'alexnet' does not take 'width'"):
+        build_model("alexnet", num_classes=10, width=0.5)
+
+
+def test_unknown_model_name_suggests_the_closest_one():
+    with pytest.raises(TrickLabError, match="did you mean 'resnet18'") as info:
+        build_model("resnet-18", num_classes=10)
+    assert all(name in str(info.value) for name in MODELS)
+
+
+def test_pretrained_on_an_own_implementation_raises():
+    with pytest.raises(TrickLabError, match="no pretrained weights exist for 'airbench'"):
+        build_model("airbench", num_classes=10, pretrained=True)
+
+
+def test_pretrained_at_another_width_raises():
+    with pytest.raises(TrickLabError, match="only at width 1.0"):
+        build_model("mobilenetv2", num_classes=10, width=0.5, pretrained=True)
+
+
+def test_pretrained_offline_raises_naming_the_hub_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+
+    def offline(url, *args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
+    with pytest.raises(TrickLabError, match="could not download") as info:
+        build_model("squeezenet", num_classes=10, pretrained=True)
+    assert torch.hub.get_dir() in str(info.value)
+    assert "squeezenet1_1-" in str(info.value)
+
+
+def test_pretrained_loads_cached_weights_and_replaces_only_the_head(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    weights = torchvision.models.MobileNet_V2_Weights.DEFAULT
+    torch.manual_seed(1)
+    imagenet_state = torchvision.models.mobilenet_v2().state_dict()
+    checkpoints = tmp_path / "hub" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    torch.save(imagenet_state, checkpoints / weights.url.rsplit("/", 1)[-1])
+
+    model = build_model("mobilenetv2", num_classes=10, pretrained=True)
+
+    state = model.state_dict()
+    kept = [k for k in imagenet_state if not k.startswith("classifier.")]
+    assert all(torch.equal(state[k], imagenet_state[k]) for k in kept)
+    assert state["classifier.1.weight"].shape == (10, 1280)
+
+
+def test_gray_input_conv_responds_like_the_rgb_conv_on_a_gray_image():
+    rgb = nn.Conv2d(3, 8, kernel_size=3, padding=1)
+    gray = adapt_input_channels(rgb, 1, keep_weights=True)
+    x = torch.randn(2, 1, 6, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(gray(x), rgb(x.expand(-1, 3, -1, -1)))

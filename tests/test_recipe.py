@@ -1,0 +1,120 @@
+"""The recipe: typed fields, YAML round trip, dotted overrides, errors that say what would be valid."""
+
+import pytest
+
+from tricklab.errors import TrickLabError
+from tricklab.train.recipe import Recipe, all_keys, builtin_recipes, field_table, load_recipe
+
+
+def test_defaults_are_plain_pytorch():
+    r = load_recipe()
+    assert r.tricks.precision == "32-true"
+    assert r.tricks.compile == "off"
+    assert r.tricks.label_smoothing == 0.0
+    assert r.tricks.ema_decay == 0.0
+    assert r.aug.flip == "none" and r.aug.cutout == 0
+
+
+def test_dotted_overrides_are_typed():
+    r = load_recipe(None, ["optim.lr=0.2", "tricks.precision=bf16-mixed", "run.epochs=1.5",
+                           "model.widths=[8, 16, 32]", "run.target_accuracy=0.9"])
+    assert r.optim.lr == 0.2
+    assert r.tricks.precision == "bf16-mixed"
+    assert r.run.epochs == 1.5
+    assert r.model.widths == [8, 16, 32]
+    assert r.run.target_accuracy == 0.9
+
+
+def test_int_given_for_float_field_becomes_float():
+    assert isinstance(load_recipe(None, ["optim.lr=1"]).optim.lr, float)
+
+
+def test_override_returns_new_recipe():
+    base = load_recipe()
+    changed = base.override(["optim.lr=0.5"])
+    assert base.optim.lr == 0.1 and changed.optim.lr == 0.5
+
+
+def test_unknown_key_names_closest_valid_key():
+    with pytest.raises(TrickLabError, match="did you mean 'optim.lr'"):
+        load_recipe(None, ["optim.lrr=0.1"])
+
+
+def test_key_without_section_names_its_section():
+    with pytest.raises(TrickLabError, match="did you mean 'tricks.label_smoothing'"):
+        load_recipe(None, ["label_smoothing=0.1"])
+
+
+def test_bad_choice_lists_allowed_values():
+    with pytest.raises(TrickLabError, match="32-true, 16-mixed, bf16-mixed, 16-true-bn32"):
+        load_recipe(None, ["tricks.precision=fp8"])
+
+
+def test_bad_type_names_expected_type():
+    with pytest.raises(TrickLabError, match="expected float"):
+        load_recipe(None, ["run.epochs=ten"])
+    with pytest.raises(TrickLabError, match="expected bool"):
+        load_recipe(None, ["tricks.channels_last=maybe"])
+
+
+def test_value_below_minimum_is_refused():
+    with pytest.raises(TrickLabError, match="must be >= 1"):
+        load_recipe(None, ["loader.batch_size=0"])
+
+
+def test_override_without_equals_is_refused():
+    with pytest.raises(TrickLabError, match="key=value"):
+        load_recipe(None, ["optim.lr"])
+
+
+def test_stop_at_target_needs_a_target():
+    with pytest.raises(TrickLabError, match="target_accuracy"):
+        load_recipe(None, ["run.stop_at_target=true"])
+
+
+def test_yaml_round_trip_is_lossless(tmp_path):
+    r = load_recipe(None, ["optim.name=adamw", "schedule.milestones=[0.3, 0.6]", "data.dir=/x"])
+    path = tmp_path / "r.yaml"
+    r.to_yaml(path)
+    assert load_recipe(path) == r
+    assert Recipe.from_dict(r.to_dict()) == r
+
+
+def test_yaml_file_with_unknown_section_is_refused(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("optimizer:\n  lr: 0.1\n")
+    with pytest.raises(TrickLabError, match="unknown recipe key 'optimizer'"):
+        load_recipe(path)
+
+
+def test_invalid_yaml_is_one_clear_error(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("optim: [unclosed\n")
+    with pytest.raises(TrickLabError, match="not valid YAML"):
+        load_recipe(path)
+
+
+def test_missing_recipe_file_and_unknown_name():
+    with pytest.raises(TrickLabError, match="does not exist"):
+        load_recipe("nope.yaml")
+    with pytest.raises(TrickLabError, match="unknown recipe 'no-such-recipe'"):
+        load_recipe("no-such-recipe")
+
+
+def test_field_table_documents_every_key():
+    rows = field_table()
+    assert [r["key"] for r in rows] == all_keys()
+    assert all(r["doc"] for r in rows)
+    precision = next(r for r in rows if r["key"] == "tricks.precision")
+    assert precision["choices"] == ["32-true", "16-mixed", "bf16-mixed", "16-true-bn32"]
+
+
+def test_every_builtin_recipe_loads_and_validates():
+    names = builtin_recipes()
+    assert names, "the package ships recipes"
+    for name in names:
+        assert isinstance(load_recipe(name), Recipe)
+
+
+def test_exponent_without_dot_is_a_float():
+    assert load_recipe(None, ["optim.lr=1e-3"]).optim.lr == 0.001

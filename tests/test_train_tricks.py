@@ -1,0 +1,147 @@
+"""Each training trick, called alone, does what it claims."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from tricklab.train.averaging import WeightAverage
+from tricklab.train.backend import backend_settings
+from tricklab.train.optim import build_optimizer, scaled_lr, split_norm_and_bias
+from tricklab.train.precision import autocast_for, half_with_fp32_batchnorm
+from tricklab.train.recipe import OptimConfig, ScheduleConfig
+from tricklab.train.schedule import lr_factor
+from tricklab.train.tta import tta_logits
+
+
+def small_net() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+
+
+def test_label_smoothed_loss_equals_formula():
+    torch.manual_seed(0)
+    logits, labels, eps = torch.randn(8, 10), torch.randint(0, 10, (8,)), 0.2
+    logp = logits.log_softmax(1)
+    target = torch.full_like(logp, eps / 10)
+    target[torch.arange(8), labels] += 1 - eps
+    expected = -(target * logp).sum(1).mean()
+    got = nn.CrossEntropyLoss(label_smoothing=eps)(logits, labels)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "cfg, step, expected",
+    [
+        (ScheduleConfig(name="constant"), 37, 1.0),
+        (ScheduleConfig(name="step", milestones=[0.5, 0.75], gamma=0.1), 49, 1.0),
+        (ScheduleConfig(name="step", milestones=[0.5, 0.75], gamma=0.1), 50, 0.1),
+        (ScheduleConfig(name="step", milestones=[0.5, 0.75], gamma=0.1), 80, 0.01),
+        (ScheduleConfig(name="cosine"), 50, 0.5),
+        (ScheduleConfig(name="cosine", final_factor=0.1), 100, 0.1),
+        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 0, 0.2),
+        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 10, 0.6),
+        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 20, 1.0),
+        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 100, 0.07),
+        (ScheduleConfig(name="constant", warmup_fraction=0.1), 5, 0.5),
+        (ScheduleConfig(name="cosine", warmup_fraction=0.1), 10, 0.5 * (1 + math.cos(math.pi * 0.1))),
+    ],
+)
+def test_schedule_value_at_step(cfg, step, expected):
+    assert lr_factor(cfg, step, 100) == pytest.approx(expected)
+
+
+def test_ema_weights_equal_the_recurrence():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    ema = WeightAverage(model, decay=0.9, every=2, warmup_steps=1)
+    expected = None
+    for step in range(7):
+        with torch.no_grad():
+            model.weight.add_(torch.randn_like(model.weight))
+        ema.update(step)
+        if step >= 1 and (step - 1) % 2 == 0:
+            w = model.weight.detach().clone()
+            expected = w if expected is None else 0.9 * expected + 0.1 * w
+    assert torch.allclose(ema.average[0], expected, atol=1e-6)
+    live = model.weight.detach().clone()
+    with ema.swapped_in():
+        assert torch.allclose(model.weight, expected, atol=1e-6)
+    assert torch.equal(model.weight, live)
+
+
+def test_lookahead_copies_average_into_model():
+    model = nn.Linear(3, 2)
+    ema = WeightAverage(model, decay=0.5, lookahead=True)
+    ema.update(0)
+    with torch.no_grad():
+        before = model.weight.clone()
+        model.weight.add_(2.0)
+    ema.update(1)
+    assert torch.allclose(model.weight, before + 1.0)
+
+
+def test_tta_flip_averages_mirrored_logits():
+    model = small_net().eval()
+    x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        expected = 0.5 * (model(x) + model(torch.flip(x, dims=[3])))
+        assert torch.allclose(tta_logits(model, x, "flip"), expected, atol=1e-6)
+        assert torch.equal(tta_logits(model, x, "none"), model(x))
+        assert tta_logits(model, x, "flip-translate").shape == (4, 10)
+
+
+def test_bf16_mixed_runs_forward_in_bfloat16():
+    seen = []
+    model = small_net()
+    model[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    with autocast_for("bf16-mixed", "cpu"):
+        model(torch.randn(2, 3, 8, 8))
+    assert seen == [torch.bfloat16]
+
+
+def test_16_true_bn32_keeps_batchnorm_in_fp32():
+    model = half_with_fp32_batchnorm(small_net())
+    assert model[0].weight.dtype == torch.float16
+    assert model[5].weight.dtype == torch.float16
+    assert model[1].weight.dtype == torch.float32
+    assert model[1].running_mean.dtype == torch.float32
+
+
+def test_lr_scaling_rules():
+    assert scaled_lr(0.1, 256, 128, "none") == 0.1
+    assert scaled_lr(0.1, 192, 128, "linear") == pytest.approx(0.15)
+    assert scaled_lr(0.1, 512, 128, "sqrt") == pytest.approx(0.2)
+
+
+def test_no_decay_and_bias_lr_apply_to_norm_and_bias_params():
+    model = small_net()
+    weights, norm_bias = split_norm_and_bias(model)
+    assert {id(p) for p in weights} == {id(model[0].weight), id(model[5].weight)}
+    cfg = OptimConfig(lr=0.1, weight_decay=5e-4, no_decay_bn_bias=True, bias_lr_mult=64)
+    opt = build_optimizer(model, cfg, batch_size=128)
+    g_w, g_nb = opt.param_groups
+    assert (g_w["lr"], g_w["weight_decay"]) == (0.1, 5e-4)
+    assert (g_nb["lr"], g_nb["weight_decay"]) == (pytest.approx(6.4), 0.0)
+    assert len(g_nb["params"]) == 4  # conv bias, BN weight and bias, linear bias
+
+
+def test_decoupled_weight_decay_divides_by_group_lr():
+    cfg = OptimConfig(lr=0.5, weight_decay=0.01, decoupled_weight_decay=True, bias_lr_mult=2)
+    opt = build_optimizer(small_net(), cfg, batch_size=128)
+    assert [g["lr"] * g["weight_decay"] for g in opt.param_groups] == [pytest.approx(0.01)] * 2
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "rmsprop"])
+def test_every_optimizer_builds(name):
+    opt = build_optimizer(small_net(), OptimConfig(name=name), batch_size=32)
+    assert opt.param_groups[0]["lr"] == 0.1
+
+
+def test_backend_flags_are_restored():
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark)
+    with backend_settings("medium", not before[1]):
+        assert torch.get_float32_matmul_precision() == "medium"
+        assert torch.backends.cudnn.benchmark is (not before[1])
+    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark) == before

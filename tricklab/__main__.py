@@ -1,0 +1,3 @@
+from tricklab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""The `tricklab` command line. Library code returns results; this module renders them with rich.
+
+A user mistake (TrickLabError) becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+import tricklab
+from tricklab.errors import TrickLabError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _recipe_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """Split positional words into an optional recipe (no '=') and key=value overrides."""
+    words = list(args.words)
+    recipe = words.pop(0) if words and "=" not in words[0] else None
+    bad = [w for w in words if "=" not in w]
+    if bad:
+        raise TrickLabError(f"expected key=value overrides after the recipe, got '{bad[0]}'")
+    return recipe, words
+
+
+# ---------------------------------------------------------------- data
+def cmd_data_show(args: argparse.Namespace) -> int:
+    from tricklab.data.sources import describe_dataset, load_dataset
+
+    ds = load_dataset(args.name, args.data_dir, image_size=args.image_size, cache_dir=args.cache_dir)
+    info = describe_dataset(ds)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    table = Table(title=f"{info['name']}: {len(info['classes'])} classes, images {info['image_shape']}")
+    table.add_column("class")
+    table.add_column("train", justify="right")
+    table.add_column("test", justify="right")
+    for name, n_train, n_test in zip(info["classes"], info["train"]["per_class"], info["test"]["per_class"]):
+        table.add_row(name, str(n_train), str(n_test))
+    table.add_row("[b]total", f"[b]{info['train']['size']}", f"[b]{info['test']['size']}")
+    console.print(table)
+    mean = ", ".join(f"{v:.4f}" for v in info["mean"])
+    std = ", ".join(f"{v:.4f}" for v in info["std"])
+    console.print(f"channel mean [{mean}]  std [{std}]")
+    return 0
+
+
+# ---------------------------------------------------------------- train
+class EpochView:
+    """Live view of a run: a table row per epoch and a bar over the epochs."""
+
+    def __init__(self, total_epochs: float) -> None:
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.table = Table()
+        for col in ("epoch", "train loss", "train acc", "val loss", "val acc", "lr", "s", "img/s"):
+            self.table.add_column(col, justify="right")
+        self.progress = Progress(TextColumn("epochs"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[speed]}"))
+        self.task = self.progress.add_task("train", total=max(1, int(-(-total_epochs // 1))), speed="")
+        from rich.console import Group
+
+        self.live = Live(Group(self.table, self.progress), console=err_console, transient=False)
+
+    def __enter__(self) -> EpochView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.__exit__(*exc)
+
+    def __call__(self, row: dict) -> None:
+        def fmt(v, spec):
+            return "-" if v is None else format(v, spec)
+
+        self.table.add_row(
+            str(row["epoch"]), fmt(row["train_loss"], ".4f"), fmt(row["train_acc"], ".4f"),
+            fmt(row["val_loss"], ".4f"), fmt(row["val_acc"], ".4f"), fmt(row["lr"], ".4g"),
+            fmt(row["epoch_seconds"], ".2f"), fmt(row["images_per_second"], ",.0f"),
+        )
+        self.progress.update(self.task, advance=1, speed=f"{fmt(row['images_per_second'], ',.0f')} img/s")
+
+
+def print_result(result) -> None:
+    table = Table(title=f"run {result.status}", show_header=False)
+    rows = [
+        ("val acc", result.val_acc, ".4f"), ("val acc (TTA)", result.val_acc_tta, ".4f"),
+        ("val loss", result.val_loss, ".4f"), ("train seconds", result.train_seconds, ".2f"),
+        ("compile seconds", result.compile_seconds, ".2f"), ("wall seconds", result.wall_seconds, ".2f"),
+        ("time to target s", result.time_to_target_seconds, ".2f"),
+        ("images/s", result.images_per_second, ",.0f"),
+        ("peak memory MiB", result.peak_memory_bytes and result.peak_memory_bytes / 2**20, ",.0f"),
+        ("params", result.params, ","), ("forward MACs", result.forward_macs, ","),
+    ]
+    for name, value, spec in rows:
+        if value is not None:
+            table.add_row(name, format(value, spec))
+    if result.error:
+        table.add_row("error", result.error)
+    if result.stopped_epoch:
+        table.add_row("stopped at epoch", str(result.stopped_epoch))
+    console.print(table)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from tricklab.train.api import train
+    from tricklab.train.recipe import load_recipe
+
+    name, overrides = _recipe_and_overrides(args)
+    recipe = load_recipe(name, overrides)
+    out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name or 'default'}"
+    if args.json:
+        result = train(recipe, out_dir=out)
+    else:
+        err_console.print(f"run directory: {out}")
+        with EpochView(recipe.run.epochs) as view:
+            result = train(recipe, out_dir=out, on_epoch=view)
+        print_result(result)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    return 0 if result.status not in ("diverged", "oom", "failed") else 1
+
+
+# ---------------------------------------------------------------- listings
+def cmd_tricks(args: argparse.Namespace) -> int:
+    from tricklab.train.recipe import field_table
+
+    rows = field_table()
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    table = Table(title="recipe fields (key=value on the command line)")
+    for col in ("key", "default", "allowed", "doc"):
+        table.add_column(col)
+    for r in rows:
+        allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
+        table.add_row(r["key"], str(r["default"]), allowed, r["doc"])
+    console.print(table)
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from tricklab.train.recipe import builtin_recipes
+
+    recipes = builtin_recipes()
+    if args.json:
+        print(json.dumps(recipes))
+        return 0
+    table = Table(title="built-in recipes (tricklab train NAME / tricklab speedrun --recipe NAME)")
+    table.add_column("name")
+    table.add_column("what it is")
+    for name, doc in recipes.items():
+        table.add_row(name, doc)
+    console.print(table)
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from tricklab.measure.flops import count_forward_macs, count_params
+    from tricklab.models import build_model, list_models
+
+    rows = []
+    for info in list_models():
+        model = build_model(info.name, num_classes=args.num_classes, in_channels=3, image_size=32)
+        rows.append({"name": info.name, "params": count_params(model),
+                     "forward_macs": count_forward_macs(model, (1, 3, 32, 32)), "doc": info.doc})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    table = Table(title=f"models ({args.num_classes} classes, 3x32x32 input)")
+    for col, justify in (("name", "left"), ("params", "right"), ("MACs", "right"), ("what it is", "left")):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        table.add_row(r["name"], f"{r['params'] / 1e6:.2f} M", f"{r['forward_macs'] / 1e6:,.0f} M", r["doc"])
+    console.print(table)
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tricklab",
+        description="Train CIFAR-scale image classifiers fast; measure honestly which tricks help.",
+    )
+    parser.add_argument("--version", action="version", version=f"tricklab {tricklab.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    data = sub.add_parser("data", help="inspect datasets").add_subparsers(dest="data_command", metavar="ACTION")
+    show = data.add_parser("show", help="split sizes, classes, per-class counts, shape, mean/std")
+    show.add_argument("name", help="cifar10 | cifar100 | mnist | fashion-mnist | svhn | imagefolder | synthetic")
+    show.add_argument("--data-dir", help="folder holding the dataset files")
+    show.add_argument("--cache-dir", help="decoded-dataset cache (default ~/.cache/tricklab)")
+    show.add_argument("--image-size", type=int, help="resize to this side length")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(func=cmd_data_show)
+
+    tr = sub.add_parser("train", help="train one model from a recipe")
+    tr.add_argument("words", nargs="*", metavar="[RECIPE] [key=value ...]",
+                    help="a built-in recipe name or YAML file, then dotted key=value overrides")
+    tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
+    tr.add_argument("--json", action="store_true", help="print the result object as the last line")
+    tr.set_defaults(func=cmd_train)
+
+    for name, func, text in (("tricks", cmd_tricks, "every recipe field: default, allowed values, doc"),
+                             ("recipes", cmd_recipes, "list the built-in recipes")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=func)
+    models = sub.add_parser("models", help="the model registry with params and forward MACs at 32x32")
+    models.add_argument("--num-classes", type=int, default=10)
+    models.add_argument("--json", action="store_true")
+    models.set_defaults(func=cmd_models)
+
+    for module in ("tricklab.speedrun", "tricklab.experiments.cli"):
+        try:
+            register = __import__(module, fromlist=["register"]).register
+        except ImportError as exc:
+            if exc.name != module:
+                raise
+            continue
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except TrickLabError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("interrupted", highlight=False)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

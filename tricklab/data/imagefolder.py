@@ -1,0 +1,287 @@
+"""Image folders: `DIR/train/<class>/*` and `DIR/test/<class>/*`, or `train.tar.gz` / `test.tar.gz`.
+
+Images are decoded with Pillow, one by one: on two shared cores a thread pool measured slower
+than this plain loop (Pillow's per-image work is mostly Python-side for 32×32 images).
+Archives are read straight from memory, never extracted to disk; a member with an absolute path
+or `..` is refused. Hidden files and folders (`.DS_Store`, `._x.jpg`, `.ipynb_checkpoints`) are
+skipped; so are files whose suffix is not an image suffix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import tarfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+from PIL import Image, ImageFile
+
+from tricklab.data.cache import fingerprint_tree, sha256_file
+from tricklab.errors import TrickLabError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+SPLIT_NAMES = ("train", "test")
+# Pillow modes that hold one grey channel; everything else is converted to RGB.
+_GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"}
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    """One image of a split: where it is (for messages), its class index, its bytes or path."""
+
+    display: str
+    label: int
+    data: bytes | Path
+
+
+@dataclass(frozen=True)
+class SplitListing:
+    classes: list[str]
+    entries: list[ImageEntry]
+
+
+# ---------------------------------------------------------------- locating the splits
+
+
+def find_split_sources(root: Path) -> dict[str, Path]:
+    """{"train": folder-or-archive, "test": folder-or-archive}; "test" is absent when neither exists.
+
+    An extracted folder wins over an archive of the same split.
+    """
+    if not root.is_dir():
+        problem = "is a file, not a folder" if root.exists() else "does not exist"
+        raise TrickLabError(
+            f"image folder {root} {problem}; pass data_dir= (--data-dir / data.dir=) "
+            "pointing at a folder holding train/<class>/<image> or train.tar.gz"
+        )
+    sources = {}
+    for split in SPLIT_NAMES:
+        candidates = [root / split] + [root / f"{split}{suffix}" for suffix in ARCHIVE_SUFFIXES]
+        found = next((c for c in candidates if c.is_dir() or (c.suffix and c.is_file())), None)
+        if found is not None:
+            sources[split] = found
+    if "train" not in sources:
+        raise TrickLabError(
+            f"image folder {root} holds neither train/ nor train.tar.gz; expected "
+            "train/<class>/<image> (and optionally test/<class>/<image>)"
+        )
+    return sources
+
+
+def source_fingerprint(source: Path) -> str:
+    """sha256 of an archive's bytes, or of (relative path, size, mtime_ns) of a folder's files."""
+    if source.is_file():
+        return sha256_file(source)
+    return fingerprint_tree((p for p in source.rglob("*") if p.is_file()), source)
+
+
+# ---------------------------------------------------------------- listing images
+
+
+def list_split(source: Path, split: str) -> SplitListing:
+    """The classes (sorted folder names) and images of one split, in (class, path) order."""
+    files = _archive_files(source, split) if source.is_file() else _folder_files(source, split)
+    return _index_classes(files, source, split)
+
+
+def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
+    by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if path.is_dir() and len(rel.parts) == 1:
+            by_class.setdefault(rel.parts[0], [])
+        elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+            display = f"{split}/{rel.as_posix()}"
+            if len(rel.parts) == 1:
+                raise _outside_class_folder(display, split)
+            by_class.setdefault(rel.parts[0], []).append((display, path))
+    return _sorted_by_name(by_class)
+
+
+def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
+    raw = archive.read_bytes()
+    try:
+        # Decompressing once up front is ~3× faster than letting tarfile seek in a gzip stream.
+        data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        tar = tarfile.open(fileobj=io.BytesIO(data))
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as err:
+        raise TrickLabError(
+            f"cannot read archive {archive} ({err}); it is corrupt or not a tar archive"
+        ) from err
+    by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
+    with tar:
+        members = tar.getmembers()
+        for member in members:
+            _refuse_unsafe_member(member.name, archive)
+        for member in members:
+            parts = [p for p in PurePosixPath(member.name).parts if p != "."]
+            if parts and parts[0] == split:
+                parts = parts[1:]
+            if not parts or any(part.startswith(".") for part in parts):
+                continue
+            if member.isdir() and len(parts) == 1:
+                by_class.setdefault(parts[0], [])
+            elif not member.isdir() and PurePosixPath(parts[-1]).suffix.lower() in IMAGE_SUFFIXES:
+                display = f"{member.name} (in {archive.name})"
+                if len(parts) == 1:
+                    raise _outside_class_folder(display, split)
+                by_class.setdefault(parts[0], []).append(
+                    (display, _read_member(tar, member, archive))
+                )
+    return _sorted_by_name(by_class)
+
+
+def _sorted_by_name(by_class: dict[str, list[tuple[str, bytes | Path]]]):
+    """Files in name order (as strings), so a folder and its archive list images alike."""
+    return {name: sorted(files, key=lambda item: item[0]) for name, files in by_class.items()}
+
+
+def _refuse_unsafe_member(name: str, archive: Path) -> None:
+    if (
+        name.startswith(("/", "\\"))
+        or re.match(r"^[A-Za-z]:", name)
+        or ".." in re.split(r"[/\\]", name)
+    ):
+        raise TrickLabError(
+            f"archive {archive} holds member {name!r} with an absolute path or '..'; refusing to "
+            "read it: rebuild the archive with relative paths like train/<class>/<image>"
+        )
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> bytes:
+    try:
+        f = tar.extractfile(member)
+        if f is None:
+            raise KeyError(member.name)
+        return f.read()
+    except (KeyError, OSError, tarfile.TarError) as err:
+        raise TrickLabError(
+            f"cannot read member {member.name} of archive {archive} ({err})"
+        ) from err
+
+
+def _outside_class_folder(display: str, split: str) -> TrickLabError:
+    return TrickLabError(
+        f"image {display} is not inside a class folder; expected {split}/<class>/<image>"
+    )
+
+
+def _index_classes(
+    by_class: dict[str, list[tuple[str, bytes | Path]]], source: Path, split: str
+) -> SplitListing:
+    if not by_class:
+        raise TrickLabError(f"{source} holds no class folders; expected {split}/<class>/<image>")
+    classes = sorted(by_class)
+    for name in classes:
+        if not by_class[name]:
+            raise TrickLabError(
+                f"class folder {split}/{name} (in {source}) holds no images "
+                f"({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder"
+            )
+    entries = [
+        ImageEntry(display, label, data)
+        for label, name in enumerate(classes)
+        for display, data in by_class[name]
+    ]
+    return SplitListing(classes, entries)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+@contextmanager
+def _refuse_truncated_images() -> Iterator[None]:
+    """Make Pillow raise on truncated files (a global flag, so it is restored afterwards)."""
+    previous = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        yield
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
+def decode_image(data: bytes | Path, display: str) -> Image.Image:
+    """Decode one image fully, as mode "L" (grey sources) or "RGB" (everything else)."""
+    try:
+        with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
+            img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
+            mode = "L" if img.mode in _GRAY_MODES else "RGB"
+            return img if img.mode == mode else img.convert(mode)
+    except (
+        Exception
+    ) as err:  # Pillow raises many types for bad files (OSError, SyntaxError, EOFError…)
+        raise TrickLabError(
+            f"cannot decode image {display} ({err}): it is corrupt or truncated; replace or delete it"
+        ) from err
+
+
+def decode_imagefolder(
+    sources: dict[str, Path], image_size: int | None
+) -> tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Decode every split: class names and {split: (uint8 N×C×H×W images, int64 labels)}.
+
+    All splits share one size (else `image_size` must be given) and one channel count: 1 when
+    every image is grey, else 3 (grey images are replicated into RGB, as Pillow's convert does).
+    """
+    listings = {split: list_split(source, split) for split, source in sources.items()}
+    classes = listings["train"].classes
+    for split, listing in listings.items():
+        if listing.classes != classes:
+            missing = sorted(set(classes) - set(listing.classes))
+            extra = sorted(set(listing.classes) - set(classes))
+            raise TrickLabError(
+                f"the {split} classes differ from the train classes (missing: {missing}, extra: {extra}); "
+                "both splits need the same class folders"
+            )
+
+    first: tuple[tuple[int, int], str] | None = None  # (width, height), display of the first image
+    all_gray = True
+    decoded = {}
+    with _refuse_truncated_images():
+        for split, listing in listings.items():
+            out = None
+            for i, entry in enumerate(listing.entries):
+                img = decode_image(entry.data, entry.display)
+                if image_size is not None and img.size != (image_size, image_size):
+                    img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
+                if first is None:
+                    first = (img.size, entry.display)
+                elif img.size != first[0]:
+                    raise _mixed_sizes(first, (img.size, entry.display))
+                if out is None:
+                    width, height = img.size
+                    out = np.empty((len(listing.entries), height, width, 3), dtype=np.uint8)
+                pixels = np.asarray(img)
+                if pixels.ndim == 2:
+                    out[i] = pixels[:, :, None]  # broadcast grey into all three channels
+                else:
+                    out[i] = pixels
+                    all_gray = False
+            labels = np.fromiter(
+                (e.label for e in listing.entries), dtype=np.int64, count=len(listing.entries)
+            )
+            decoded[split] = (out, labels)
+
+    channels = 1 if all_gray else 3
+    return classes, {
+        split: (np.ascontiguousarray(hwc[..., :channels].transpose(0, 3, 1, 2)), labels)
+        for split, (hwc, labels) in decoded.items()
+    }
+
+
+def _mixed_sizes(a: tuple[tuple[int, int], str], b: tuple[tuple[int, int], str]) -> TrickLabError:
+    (wa, ha), name_a = a
+    (wb, hb), name_b = b
+    return TrickLabError(
+        f"images differ in size: {name_a} is {wa}x{ha} but {name_b} is {wb}x{hb} (width x height); "
+        "pass image_size= (data.image_size=) to resize all images to one size"
+    )

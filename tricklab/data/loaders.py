@@ -1,0 +1,524 @@
+"""Two loaders with one meaning: `DeviceLoader` (the fast path) and `TorchLoader` (the baseline).
+
+Both take a whole split as uint8 N×C×H×W images and int64 labels, and yield
+`(images float dtype on device, normalized and augmented; labels int64 on device)`.
+
+Epochs: each `__iter__` is one epoch. The sample order of epoch e is a permutation drawn from
+(seed, e) (identity when `train=False`), identical on every rank; rank r takes
+`order[r::world_size]` cut to `len(images) // world_size` samples, so every rank runs the same
+number of steps and the last `len(images) % world_size` samples of each epoch's order are
+dropped (with `world_size=1` nothing is dropped). `__iter__` advances `epoch` by one after a full
+pass; `set_epoch` sets it, as with `DistributedSampler`. Augmentations apply only when
+`train=True`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+from torchvision.transforms import v2
+
+from tricklab.data.augment import PAD_MODES, cutout_at, normalize, pad, window_view
+from tricklab.errors import TrickLabError
+
+FLIPS = ("none", "random", "alternating")
+STORAGE_DTYPES = {
+    "uint8": torch.uint8,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+}
+
+# Independent random streams derived from the one user seed.
+_ORDER_STREAM, _AUGMENT_STREAM, _FLIP_BASE_STREAM = 0, 1, 2
+
+
+@dataclass
+class AugmentSpec:
+    """Which training augmentations to apply; the same meaning in both loaders.
+
+    flip: none | random (mirror with prob. 0.5) | alternating (airbench: mirror every other epoch)
+    translate: random crop of the original size from images padded by this many pixels
+    pad_mode: reflect | zeros (zeros = black pixels, i.e. uint8 value 0 before normalization)
+    cutout: side of the square zeroed after normalization (DeVries & Taylor 2017), 0 = off
+    """
+
+    flip: str = "none"
+    translate: int = 0
+    pad_mode: str = "reflect"
+    cutout: int = 0
+
+    def validate(self, image_size: tuple[int, int] | None = None) -> None:
+        """Raise TrickLabError on values no loader can apply."""
+        if self.flip not in FLIPS:
+            raise TrickLabError(f"flip must be one of {', '.join(FLIPS)} (got {self.flip!r})")
+        if self.pad_mode not in PAD_MODES:
+            raise TrickLabError(
+                f"pad_mode must be one of {', '.join(PAD_MODES)} (got {self.pad_mode!r})"
+            )
+        for name in ("translate", "cutout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TrickLabError(f"{name} must be an int >= 0 pixels (got {value!r})")
+        if (
+            image_size is not None
+            and self.pad_mode == "reflect"
+            and self.translate >= min(image_size)
+        ):
+            raise TrickLabError(
+                f"translate with reflect padding must be < image side {min(image_size)} (got {self.translate})"
+            )
+
+
+# ---------------------------------------------------------------- seeds and epoch order
+
+
+def derived_seed(*parts: int) -> int:
+    """A 63-bit seed mixed from non-negative ints (seed, epoch, stream, ...) by numpy's SeedSequence."""
+    return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def epoch_order(
+    num_images: int, *, seed: int, epoch: int, shuffle: bool, rank: int = 0, world_size: int = 1
+) -> Tensor:
+    """This rank's dataset indices for one epoch (CPU int64): its shard of the seeded order.
+
+    The permutation is drawn on the CPU so it is the same on every rank and every device.
+    """
+    if shuffle:
+        generator = torch.Generator().manual_seed(derived_seed(seed, epoch, _ORDER_STREAM))
+        order = torch.randperm(num_images, generator=generator)
+    else:
+        order = torch.arange(num_images)
+    return order[rank::world_size][: num_images // world_size]
+
+
+def alternating_flip_bits(num_images: int, seed: int) -> Tensor:
+    """One fixed random bit per image (bool, CPU): mirrored on even epochs under alternating flip."""
+    generator = torch.Generator().manual_seed(derived_seed(seed, _FLIP_BASE_STREAM))
+    return torch.randint(0, 2, (num_images,), generator=generator).bool()
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _check_common(
+    images, labels, batch_size, *, augment, mean, std, dtype, seed, rank, world_size, drop_last
+) -> AugmentSpec:
+    if not isinstance(images, Tensor) or images.ndim != 4 or images.dtype != torch.uint8:
+        raise TrickLabError("images must be a uint8 tensor of shape N×C×H×W")
+    if not isinstance(labels, Tensor) or labels.ndim != 1 or labels.shape[0] != images.shape[0]:
+        raise TrickLabError(
+            f"labels must be a 1-D tensor with one entry per image ({images.shape[0]})"
+        )
+    if labels.is_floating_point() or labels.is_complex():
+        raise TrickLabError(f"labels must be integers (got {labels.dtype})")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise TrickLabError(f"batch_size must be an int >= 1 (got {batch_size!r})")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise TrickLabError(
+            f"rank must be in 0..world_size-1 and world_size >= 1 (got rank {rank}, world_size {world_size})"
+        )
+    if seed < 0:
+        raise TrickLabError(f"seed must be >= 0 (got {seed})")
+    if not dtype.is_floating_point:
+        raise TrickLabError(f"dtype must be a floating dtype such as torch.float32 (got {dtype})")
+    if (mean is None) != (std is None):
+        raise TrickLabError(
+            "give both mean and std for normalization, or neither (0..1 scaling only)"
+        )
+    channels = images.shape[1]
+    if mean is not None and (len(mean) != channels or len(std) != channels):
+        raise TrickLabError(f"mean and std need one value per channel ({channels})")
+    if std is not None and min(std) <= 0:
+        raise TrickLabError(f"std values must be > 0 (got {list(std)})")
+    num_samples = images.shape[0] // world_size
+    if num_samples == 0:
+        raise TrickLabError(f"{images.shape[0]} images cannot be shared by {world_size} ranks")
+    if drop_last and num_samples < batch_size:
+        raise TrickLabError(
+            f"drop_last with batch_size {batch_size} > {num_samples} samples per rank gives no batches"
+        )
+    augment = augment if augment is not None else AugmentSpec()
+    augment.validate(tuple(images.shape[-2:]))
+    return augment
+
+
+def _steps(num_samples: int, batch_size: int, drop_last: bool) -> int:
+    return num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
+
+
+# ---------------------------------------------------------------- DeviceLoader
+
+
+class DeviceLoader:
+    """The whole split lives on the device; each batch is a few indexing ops (airbench's loader).
+
+    Static work is done once at construction (seed report 4): the images are padded for
+    `translate` and, for a float `storage_dtype`, normalized; with a flip a mirrored copy is kept
+    next to them (twice the memory) so that flip + crop + gather of a batch is one `index_select`
+    on an overlapping window view (`augment.window_view`). Per batch there remain that gather,
+    the uint8 → float normalization (uint8 storage only) and cutout. Random draws (flips,
+    offsets, cutout centres) are made once per epoch on the device from a generator seeded by
+    (seed, epoch, rank).
+    """
+
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        batch_size: int,
+        *,
+        train: bool = True,
+        augment: AugmentSpec | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        storage_dtype: torch.dtype = torch.uint8,
+        drop_last: bool = False,
+        channels_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        augment = _check_common(
+            images, labels, batch_size, augment=augment, mean=mean, std=std, dtype=dtype,
+            seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
+        )  # fmt: skip
+        if storage_dtype not in STORAGE_DTYPES.values():
+            raise TrickLabError(
+                f"storage_dtype must be one of {', '.join(STORAGE_DTYPES)} (got {storage_dtype})"
+            )
+        self.batch_size = batch_size
+        self.train = train
+        self.augment = augment if train else AugmentSpec()
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.storage_dtype = storage_dtype
+        self.drop_last = drop_last
+        self.channels_last = channels_last
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.num_images = images.shape[0]
+        self.num_samples = self.num_images // world_size
+        self.image_shape = tuple(images.shape[1:])
+
+        channels = images.shape[1]
+        self._mean = torch.as_tensor(
+            mean if mean is not None else [0.0] * channels, dtype=torch.float32, device=self.device
+        )
+        self._std = torch.as_tensor(
+            std if std is not None else [1.0] * channels, dtype=torch.float32, device=self.device
+        )
+        self.labels = labels.to(self.device, torch.int64)
+        self._mirrored = self.augment.flip != "none"
+        self._stored = self._build_storage(images)  # copies × N × C × (H+2t) × (W+2t)
+        self._windows = window_view(self._stored, *self.image_shape[1:])
+        self._base_flip = (
+            alternating_flip_bits(self.num_images, seed).to(self.device)
+            if self.augment.flip == "alternating"
+            else None
+        )
+
+    def _build_storage(self, images: Tensor, chunk: int = 4096) -> Tensor:
+        """Pad (and normalize for float storage) once, chunk by chunk to bound temporaries."""
+        t = self.augment.translate
+        n, c, h, w = images.shape
+        copies = 2 if self._mirrored else 1
+        if copies == 1 and t == 0 and self.storage_dtype == torch.uint8:
+            return images.to(self.device)[None]  # nothing to precompute: no second copy
+        stored = torch.empty(
+            (copies, n, c, h + 2 * t, w + 2 * t), dtype=self.storage_dtype, device=self.device
+        )
+        for start in range(0, n, chunk):
+            part = pad(images[start : start + chunk].to(self.device), t, self.augment.pad_mode)
+            if self.storage_dtype != torch.uint8:
+                part = normalize(part, self._mean, self._std, self.storage_dtype)
+            stored[0, start : start + chunk] = part
+            if self._mirrored:
+                stored[1, start : start + chunk] = part.flip(-1)
+        return stored
+
+    def __len__(self) -> int:
+        return _steps(self.num_samples, self.batch_size, self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order and augmentations the next `__iter__` yields."""
+        if epoch < 0:
+            raise TrickLabError(f"epoch must be >= 0 (got {epoch})")
+        self.epoch = epoch
+
+    def _draws(self, epoch: int, order: Tensor) -> dict[str, Tensor]:
+        """All random augmentation choices of one epoch, one entry per sample of this rank."""
+        spec, n, device = self.augment, order.shape[0], self.device
+        generator = torch.Generator(device=device)
+        generator.manual_seed(derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank))
+        draws = {}
+        if spec.flip == "random":
+            draws["flip"] = torch.randint(0, 2, (n,), generator=generator, device=device)
+        elif spec.flip == "alternating":
+            draws["flip"] = (self._base_flip[order] ^ bool(epoch % 2)).long()
+        if spec.translate:
+            span = 2 * spec.translate + 1
+            draws["top"] = torch.randint(0, span, (n,), generator=generator, device=device)
+            draws["left"] = torch.randint(0, span, (n,), generator=generator, device=device)
+        if spec.cutout:
+            height, width = self.image_shape[1:]
+            draws["cy"] = torch.randint(0, height, (n,), generator=generator, device=device)
+            draws["cx"] = torch.randint(0, width, (n,), generator=generator, device=device)
+        return draws
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        epoch = self.epoch
+        order = epoch_order(
+            self.num_images, seed=self.seed, epoch=epoch, shuffle=self.train,
+            rank=self.rank, world_size=self.world_size,
+        ).to(self.device)  # fmt: skip
+        draws = self._draws(epoch, order)
+        for step in range(len(self)):
+            batch = slice(step * self.batch_size, (step + 1) * self.batch_size)
+            index = order[batch]
+            # Flip, crop and gather in one index_select: the window of image `index` in copy
+            # `flip` at (top, left); equals crop_at(flip_at(pad(x), flip), H, top, left).
+            offsets = index * self._stored.stride(1)
+            if self._mirrored:
+                offsets += draws["flip"][batch] * self._stored.stride(0)
+            if self.augment.translate:
+                offsets += draws["top"][batch] * self._stored.stride(3)
+                offsets += draws["left"][batch] * self._stored.stride(4)
+            images = self._windows.index_select(0, offsets)
+            if self.storage_dtype == torch.uint8:
+                images = normalize(images, self._mean, self._std, self.dtype)
+            else:
+                images = images.to(self.dtype)
+            if self.augment.cutout:
+                cutout_at(
+                    images,
+                    self.augment.cutout,
+                    draws["cy"][batch],
+                    draws["cx"][batch],
+                    inplace=True,
+                )
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            yield images, self.labels[index]
+        self.epoch = epoch + 1
+
+
+# ---------------------------------------------------------------- TorchLoader (baseline)
+
+
+class _Cutout:
+    """Per-sample cutout for a torchvision pipeline, same semantics as `augment.cutout_at`:
+    a size×size square at a uniformly random centre, clipped at the borders, zeroed in place."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image: Tensor) -> Tensor:
+        height, width = image.shape[-2:]
+        top = int(torch.randint(0, height, ())) - self.size // 2
+        left = int(torch.randint(0, width, ())) - self.size // 2
+        image[..., max(top, 0) : top + self.size, max(left, 0) : left + self.size] = 0
+        return image
+
+
+class _SampleDataset(torch.utils.data.Dataset):
+    """Map-style dataset over uint8 tensors; keys are (index, epoch) so workers know the epoch."""
+
+    def __init__(self, images: Tensor, labels: Tensor, transform, base_flip: Tensor | None) -> None:
+        self.images = images
+        self.labels = labels
+        self.transform = transform
+        self.base_flip = base_flip
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[Tensor, Tensor]:
+        index, epoch = key
+        image = self.images[index]
+        if self.base_flip is not None and bool(self.base_flip[index]) != bool(epoch % 2):
+            image = v2.functional.horizontal_flip(image)
+        return self.transform(image), self.labels[index]
+
+
+class _EpochSampler(torch.utils.data.Sampler):
+    """This rank's share of the seeded epoch order, yielded as (index, epoch) keys."""
+
+    def __init__(self, loader: TorchLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return self.loader.num_samples
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        loader = self.loader
+        order = epoch_order(
+            loader.num_images, seed=loader.seed, epoch=loader._iter_epoch, shuffle=loader.train,
+            rank=loader.rank, world_size=loader.world_size,
+        )  # fmt: skip
+        return iter([(index, loader._iter_epoch) for index in order.tolist()])
+
+
+class _PrivateRng:
+    """Holds a CPU RNG state that per-sample transforms use instead of the caller's global one."""
+
+    def __init__(self, seed: int) -> None:
+        self.state = torch.Generator().manual_seed(seed).get_state()
+
+    @contextlib.contextmanager
+    def active(self):
+        saved = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+        try:
+            yield
+        finally:
+            self.state = torch.get_rng_state()
+            torch.set_rng_state(saved)
+
+
+class TorchLoader:
+    """The classic baseline: `torch.utils.data.DataLoader` with per-sample torchvision v2 transforms.
+
+    Same augmentations as `DeviceLoader` (RandomHorizontalFlip, alternating flip per sample from
+    index and epoch, RandomCrop with padding, ToDtype + Normalize, per-sample cutout), same epoch
+    order and sharding, same `__len__`/`__iter__`/`set_epoch`. Augmentation draws are reproducible
+    from (seed, epoch, rank): worker processes are seeded through the DataLoader's generator
+    (with persistent workers: once, then their streams continue), and with `num_workers=0` the
+    transforms run on a private RNG state so the caller's global RNG is neither used nor changed.
+    """
+
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        batch_size: int,
+        *,
+        train: bool = True,
+        augment: AugmentSpec | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        drop_last: bool = False,
+        channels_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+    ) -> None:
+        augment = _check_common(
+            images, labels, batch_size, augment=augment, mean=mean, std=std, dtype=dtype,
+            seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
+        )  # fmt: skip
+        if num_workers < 0:
+            raise TrickLabError(f"num_workers must be >= 0 (got {num_workers})")
+        if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
+            raise TrickLabError("persistent_workers and prefetch_factor need num_workers >= 1")
+        self.batch_size = batch_size
+        self.train = train
+        self.augment = augment if train else AugmentSpec()
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.drop_last = drop_last
+        self.channels_last = channels_last
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.num_workers = num_workers
+        self.epoch = 0
+        self._iter_epoch = 0
+        self.num_images = images.shape[0]
+        self.num_samples = self.num_images // world_size
+
+        base_flip = (
+            alternating_flip_bits(self.num_images, seed)
+            if self.augment.flip == "alternating"
+            else None
+        )
+        self._dataset = _SampleDataset(
+            images.cpu(),
+            labels.cpu().to(torch.int64),
+            self._transform(images, mean, std),
+            base_flip,
+        )
+        self._loader_kwargs = dict(
+            batch_size=batch_size,
+            sampler=_EpochSampler(self),
+            drop_last=drop_last,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor,
+        )
+        self._persistent = self._make_loader(0) if persistent_workers else None
+
+    def _transform(self, images: Tensor, mean, std) -> v2.Compose:
+        spec = self.augment
+        steps = []
+        if spec.flip == "random":
+            steps.append(v2.RandomHorizontalFlip(p=0.5))
+        if spec.translate:
+            steps.append(
+                v2.RandomCrop(
+                    tuple(images.shape[-2:]),
+                    padding=spec.translate,
+                    padding_mode="reflect" if spec.pad_mode == "reflect" else "constant",
+                    fill=0,
+                )
+            )
+        steps.append(v2.ToDtype(torch.float32, scale=True))
+        if mean is not None:
+            steps.append(v2.Normalize([float(m) for m in mean], [float(s) for s in std]))
+        if spec.cutout:
+            steps.append(_Cutout(spec.cutout))
+        return v2.Compose(steps)
+
+    def _make_loader(self, epoch: int) -> torch.utils.data.DataLoader:
+        generator = torch.Generator().manual_seed(
+            derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank)
+        )
+        return torch.utils.data.DataLoader(
+            self._dataset, generator=generator, **self._loader_kwargs
+        )
+
+    def __len__(self) -> int:
+        return _steps(self.num_samples, self.batch_size, self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order and augmentations the next `__iter__` yields."""
+        if epoch < 0:
+            raise TrickLabError(f"epoch must be >= 0 (got {epoch})")
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        epoch = self.epoch
+        self._iter_epoch = epoch
+        loader = self._persistent if self._persistent is not None else self._make_loader(epoch)
+        batches = iter(loader)
+        rng = _PrivateRng(derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank))
+        non_blocking = self._loader_kwargs["pin_memory"]
+        while True:
+            with rng.active() if self.num_workers == 0 else contextlib.nullcontext():
+                batch = next(batches, None)
+            if batch is None:
+                break
+            images, labels = batch
+            images = images.to(self.device, non_blocking=non_blocking).to(self.dtype)
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            yield images, labels.to(self.device, non_blocking=non_blocking)
+        self.epoch = epoch + 1

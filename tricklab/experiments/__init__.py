@@ -1,0 +1,44 @@
+"""Experiments: ablations and sweeps over many seeds, stored in Optuna, resumable, with statistics.
+
+- `plan.py`: which configurations and seeds an ablation runs (one change at a time, or the grid);
+- `space.py`: sweep search spaces (SPACE.yaml) as Optuna distributions;
+- `storage.py`: Optuna storages and studies, trial statuses, worker heartbeats;
+- `runner.py`: the workers: each (configuration, seed) exactly once, across processes and reruns;
+- `stats.py`: the results table (means, Student t intervals, Welch tests, speedups);
+- `cli.py`: `tricklab ablate | sweep | results`.
+
+Names are imported on first use, so the CLI can register its commands without loading Optuna.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Config": "plan",
+    "Unit": "plan",
+    "budget_overrides": "plan",
+    "parse_vary": "plan",
+    "plan_configs": "plan",
+    "plan_units": "plan",
+    "SearchSpace": "space",
+    "load_space": "space",
+    "parse_space": "space",
+    "ConfigStats": "stats",
+    "ExperimentSummary": "runner",
+    "Liveness": "runner",
+    "RunEvent": "runner",
+    "ablate": "runner",
+    "results": "runner",
+    "study_results": "runner",
+    "sweep": "runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tricklab.experiments' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"tricklab.experiments.{_EXPORTS[name]}"), name)

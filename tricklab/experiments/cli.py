@@ -1,0 +1,472 @@
+"""`tricklab ablate | sweep | results`: argument parsing and rich rendering of experiments.
+
+The main CLI calls `register(subparsers)`; each command's `func(args)` returns the exit code.
+User mistakes raise TrickLabError (the main CLI prints it as one line, exit 2); Ctrl-C (or
+SIGTERM) marks the running trial interrupted and exits 130 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tricklab.experiments.plan import PRUNERS, SAMPLERS
+
+if TYPE_CHECKING:
+    from tricklab.experiments.runner import ExperimentSummary, Liveness, RunEvent
+    from tricklab.experiments.stats import ConfigStats
+
+# The same as storage.py's (kept here so that registering the commands does not import Optuna).
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+DEFAULT_GRACE_SECONDS = 120.0
+INTERRUPTED_EXIT_CODE = 130
+
+
+def register(subparsers: Any) -> None:
+    """Add the `ablate`, `sweep` and `results` commands to the main CLI's subparsers."""
+    ablate_p = subparsers.add_parser(
+        "ablate",
+        help="baseline plus one trick at a time (or the grid), many seeds, resumable",
+        description=(
+            "Run the baseline and every single change from it (--grid: the full product), each "
+            "with seeds 0..N-1, under one fixed budget (early stopping off). Results go to an "
+            "Optuna study; rerun the same command to resume, or start it several times on one "
+            "storage to share the work."
+        ),
+    )
+    _add_recipe_args(ablate_p)
+    ablate_p.add_argument(
+        "--vary",
+        action="append",
+        required=True,
+        metavar="KEY=V1,V2,...",
+        help="a recipe key and the values to try (repeat for more keys)",
+    )
+    ablate_p.add_argument(
+        "--seeds", type=int, default=3, help="seeds per configuration, 0..N-1 (default 3)"
+    )
+    ablate_p.add_argument(
+        "--grid", action="store_true", help="the full product of the --vary values (plus baseline)"
+    )
+    _add_run_args(ablate_p)
+    ablate_p.set_defaults(func=run_ablate)
+
+    sweep_p = subparsers.add_parser(
+        "sweep",
+        help="search recipe keys with Optuna's samplers (grid, random, TPE) and pruners",
+        description=(
+            "Sweep the recipe keys of SPACE.yaml (key: [choices] or {low, high, log, step}). "
+            "grid: each point once per seed; random/tpe: --trials configurations, each trained "
+            "with --seeds seeds and scored by their mean accuracy. --pruner median stops trials "
+            "whose per-epoch validation accuracy trails the median (stored as pruned)."
+        ),
+    )
+    _add_recipe_args(sweep_p)
+    sweep_p.add_argument("--space", required=True, metavar="SPACE.yaml", help="the search space")
+    sweep_p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="configurations to try (required for random/tpe; grid: a seeded subset of the grid)",
+    )
+    sweep_p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe")
+    sweep_p.add_argument("--pruner", choices=PRUNERS, default="none", help="default none")
+    sweep_p.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
+    sweep_p.add_argument(
+        "--sampler-seed",
+        type=int,
+        default=None,
+        help="seed of the sampler (leave unset when several workers share the study)",
+    )
+    _add_run_args(sweep_p)
+    sweep_p.set_defaults(func=run_sweep)
+
+    results_p = subparsers.add_parser(
+        "results",
+        help="statistics of an ablation or sweep: means, 95%% CIs, Welch tests, speedups",
+        description=(
+            "One row per configuration: complete runs, accuracy mean ± std with its 95%% Student t "
+            "interval, train seconds, the accuracy difference and speedup against the reference "
+            "(baseline) with Welch intervals and p-values, runs reaching the target, failures."
+        ),
+    )
+    results_p.add_argument("study", help="the study name (ablate/sweep print it)")
+    results_p.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
+    results_p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="experiment folder (default runs/experiments/STUDY)",
+    )
+    results_p.add_argument(
+        "--reference", default=None, metavar="CONFIG", help="compare against this configuration"
+    )
+    results_p.add_argument(
+        "--target", type=float, default=None, help="target accuracy (fraction or %%)"
+    )
+    results_p.add_argument(
+        "--json", action="store_true", help="print one JSON object (meta + rows) as the last line"
+    )
+    results_p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
+    results_p.set_defaults(func=run_results)
+
+
+_STORAGE_HELP = (
+    "Optuna storage: sqlite:///file.db, postgresql://..., or journal:PATH / PATH.journal for "
+    "several worker processes (default: sqlite in the experiment folder)"
+)
+
+
+def _add_recipe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--baseline",
+        nargs="+",
+        default=[],
+        metavar=("RECIPE", "KEY=VALUE"),
+        help="recipe name or YAML file, then overrides (a first KEY=VALUE starts from defaults)",
+    )
+
+
+def _add_run_args(parser: argparse.ArgumentParser) -> None:
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--budget-epochs", type=float, default=None, help="train every run this many epochs"
+    )
+    budget.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=None,
+        help="stop every run after this many train seconds (or at run.epochs)",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="record each run's time to this accuracy (fraction or %%); runs are not stopped",
+    )
+    parser.add_argument("--study", default=None, help="study name (default: derived from the plan)")
+    parser.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="experiment folder (default runs/experiments/STUDY)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object (last line)"
+    )
+    parser.add_argument(
+        "--heartbeat-seconds",
+        type=float,
+        default=DEFAULT_HEARTBEAT_SECONDS,
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        help="silence after which another machine's worker counts as dead (default %(default)s)",
+    )
+
+
+def _baseline(args: argparse.Namespace) -> Any:
+    from tricklab.experiments.plan import budget_overrides, normalize_target
+    from tricklab.train.recipe import load_recipe
+
+    tokens = list(args.baseline)
+    name = tokens.pop(0) if tokens and "=" not in tokens[0] else None
+    target = normalize_target(args.target) if args.target is not None else None
+    budget = budget_overrides(args.budget_epochs, args.budget_seconds, target)
+    return load_recipe(name, [*budget, *tokens])
+
+
+def _liveness(args: argparse.Namespace) -> Liveness:
+    from tricklab.experiments.runner import Liveness
+
+    return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
+
+
+@contextlib.contextmanager
+def _quiet_optuna_and_sigterm() -> Iterator[None]:
+    """Optuna logs every trial at INFO; keep it to warnings. SIGTERM stops like Ctrl-C."""
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _consoles(as_json: bool) -> tuple[Console, Console]:
+    """(progress console, stdout): with --json, progress goes to stderr so stdout is the JSON."""
+    out = console()
+    return (console(stderr=True) if as_json else out), out
+
+
+def _run_line(console: Console) -> Any:
+    def show(event: RunEvent) -> None:
+        acc = f"{event.accuracy * 100:6.2f}%" if event.accuracy is not None else "     -"
+        secs = f"{event.train_seconds:7.1f}s" if event.train_seconds is not None else ""
+        colour = (
+            "green" if event.status in ("complete", "stopped-early", "reached-target") else "red"
+        )
+        error = f"  [dim]{event.error}[/dim]" if event.error and colour == "red" else ""
+        console.print(
+            f"trial {event.trial:>4}  {event.config_id}  seed {event.seed}  "
+            f"[{colour}]{event.status}[/{colour}]  {acc} {secs}{error}",
+            highlight=False,
+            markup=True,
+        )
+
+    return show
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from tricklab.experiments.plan import default_study_name, parse_vary, plan_configs, plan_units
+    from tricklab.experiments.runner import ablate
+    from tricklab.experiments.storage import experiment_dir, storage_url
+
+    baseline = _baseline(args)
+    vary = parse_vary(args.vary)
+    progress, out = _consoles(args.json)
+    if args.dry_run:
+        configs = plan_configs(baseline, vary, args.grid)
+        units = plan_units(configs, args.seeds)
+        name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
+        url = storage_url(args.storage, experiment_dir(name, args.out))
+        plan = {
+            "study": name,
+            "storage": url,
+            "seeds": args.seeds,
+            "units": len(units),
+            "configs": [
+                {"config_id": c.config_id, "overrides": list(c.overrides)} for c in configs
+            ],
+        }
+        _print_plan(out, plan, args.json)
+        return 0
+    with _quiet_optuna_and_sigterm():
+        try:
+            summary = ablate(
+                baseline,
+                vary,
+                args.seeds,
+                grid=args.grid,
+                study=args.study,
+                storage=args.storage,
+                out_dir=args.out,
+                on_run_end=_run_line(progress),
+                liveness=_liveness(args),
+            )
+        except KeyboardInterrupt:
+            return _interrupted()
+    _print_summary(progress, out, summary, args.json)
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from tricklab.experiments.plan import default_study_name
+    from tricklab.experiments.runner import grid_configs, sweep
+    from tricklab.experiments.space import load_space
+    from tricklab.experiments.storage import experiment_dir, storage_url
+
+    base = _baseline(args)
+    space = load_space(args.space)
+    progress, out = _consoles(args.json)
+    if args.dry_run:
+        name = args.study or default_study_name(
+            "sweep",
+            base,
+            space.to_dict(),
+            args.sampler,
+            args.trials if args.sampler == "grid" else None,
+        )
+        plan: dict[str, Any] = {
+            "study": name,
+            "storage": storage_url(args.storage, experiment_dir(name, args.out)),
+            "sampler": args.sampler,
+            "pruner": args.pruner,
+            "seeds": args.seeds,
+            "space": {k: repr(d) for k, d in space.distributions.items()},
+        }
+        if args.sampler == "grid":
+            points = grid_configs(space, args.trials, args.sampler_seed)
+            plan["configs"] = [
+                {"config_id": c.config_id, "overrides": list(c.overrides)} for c, _ in points
+            ]
+            plan["units"] = len(points) * args.seeds
+        else:
+            plan["trials"] = args.trials
+        _print_plan(out, plan, args.json)
+        return 0
+    with _quiet_optuna_and_sigterm():
+        try:
+            summary = sweep(
+                base,
+                space,
+                args.trials,
+                sampler=args.sampler,
+                pruner=args.pruner,
+                seeds=args.seeds,
+                sampler_seed=args.sampler_seed,
+                study=args.study,
+                storage=args.storage,
+                out_dir=args.out,
+                on_run_end=_run_line(progress),
+                liveness=_liveness(args),
+            )
+        except KeyboardInterrupt:
+            return _interrupted()
+    _print_summary(progress, out, summary, args.json)
+    return 0
+
+
+def run_results(args: argparse.Namespace) -> int:
+    from tricklab.experiments.plan import normalize_target
+    from tricklab.experiments.runner import study_results
+    from tricklab.experiments.stats import write_csv
+
+    target = normalize_target(args.target) if args.target is not None else None
+    meta, rows = study_results(
+        args.study, args.storage, out_dir=args.out, reference=args.reference, target=target
+    )
+    if args.csv:
+        write_csv(rows, args.csv)
+    out = console()
+    if args.json:
+        print(json.dumps({**meta, "configs": [r.to_dict() for r in rows]}))
+        return 0
+    if not rows:
+        out.print(f"study {meta['study']} has no runs yet")
+        return 0
+    out.print(stats_table(rows, title=f"{meta['kind']} {meta['study']}"))
+    if args.csv:
+        out.print(f"rows written to {args.csv}")
+    return 0
+
+
+def _interrupted() -> int:
+    print(
+        "interrupted: the running trial is marked interrupted; rerun the same command to resume",
+        file=sys.stderr,
+    )
+    return INTERRUPTED_EXIT_CODE
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _print_plan(out: Console, plan: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(plan))
+        return
+    configs = plan.get("configs")
+    if configs is not None:
+        table = Table(
+            title=f"plan: {len(configs)} configs × {plan['seeds']} seeds = {plan['units']} runs"
+        )
+        table.add_column("config")
+        for c in configs:
+            table.add_row(c["config_id"])
+        out.print(table)
+    else:
+        out.print(f"{plan['trials']} trials × {plan['seeds']} seeds, sampler {plan['sampler']}")
+        for key, dist in plan["space"].items():
+            out.print(f"  {key}: {dist}", highlight=False)
+    out.print(f"study {plan['study']}  storage {plan['storage']}", highlight=False)
+
+
+def _print_summary(
+    progress: Console, out: Console, summary: ExperimentSummary, as_json: bool
+) -> None:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
+    line = (
+        f"{summary.kind} {summary.study}: {summary.planned} planned, {summary.already_done} done "
+        f"before, {summary.ran} run now; final: {counts}"
+    )
+    if as_json:
+        progress.print(line, highlight=False)
+        print(json.dumps(summary.to_dict()))
+        return
+    if summary.stats:
+        out.print(stats_table(summary.stats, title=f"{summary.kind} {summary.study}"))
+    out.print(line, highlight=False)
+    out.print(f"storage {summary.storage}", highlight=False)
+
+
+def _pct(x: float | None, sign: bool = False) -> str:
+    return "-" if x is None else (f"{x * 100:+.2f}" if sign else f"{x * 100:.2f}")
+
+
+def _interval(low: float | None, high: float | None, fmt: Any) -> str:
+    return "" if low is None or high is None else f"[{fmt(low)}, {fmt(high)}]"
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.3g}"
+
+
+def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
+    """The results table as rich renders it (accuracy in %, times in seconds, 95% intervals)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("config", overflow="fold")
+    table.add_column("n", justify="right")
+    table.add_column("acc % mean ± std [95% CI]", justify="right")
+    table.add_column("Δacc vs ref [95% CI], p", justify="right")
+    table.add_column("train s", justify="right")
+    table.add_column("speedup [95% CI], p", justify="right")
+    table.add_column("≥ target", justify="right")
+    table.add_column("failures")
+    table.add_column("note")
+    for r in rows:
+        acc = "-" if r.accuracy_mean is None else _pct(r.accuracy_mean)
+        if r.accuracy_std is not None:
+            acc += f" ± {_pct(r.accuracy_std)} {_interval(r.accuracy_ci_low, r.accuracy_ci_high, _pct)}"
+        secs = "-" if r.train_seconds_mean is None else f"{r.train_seconds_mean:.1f}"
+        if r.train_seconds_std is not None:
+            secs += f" ± {r.train_seconds_std:.1f}"
+        diff = speed = ""
+        if r.accuracy_diff is not None:
+            signed = lambda v: _pct(v, sign=True)  # noqa: E731
+            ci = _interval(r.accuracy_diff_ci_low, r.accuracy_diff_ci_high, signed)
+            diff = " ".join(filter(None, [signed(r.accuracy_diff), ci]))
+            diff += f", p {_p(r.accuracy_p_value)}" if r.accuracy_p_value is not None else ""
+        if r.speedup is not None:
+            ci = _interval(r.speedup_ci_low, r.speedup_ci_high, lambda v: f"{v:.3g}")
+            speed = " ".join(filter(None, [f"{r.speedup:.2f}×", ci]))
+            speed += f", p {_p(r.time_p_value)}" if r.time_p_value is not None else ""
+        reached = f"{r.reached_target}/{r.target_runs}" if r.target is not None else "-"
+        failures = ", ".join(f"{k} {v}" for k, v in r.failures.items())
+        if r.pending:
+            failures = (failures + ", " if failures else "") + f"{r.pending} pending"
+        if r.is_reference:
+            note = "reference"
+        elif r.within_noise is None:
+            note = "too few runs" if r.accuracy_diff is not None else ""
+        else:
+            note = "within noise" if r.within_noise else "significant"
+        table.add_row(r.config_id, str(r.n), acc, diff, secs, speed, reached, failures, note)
+    return table
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console; when not a terminal (a log, a pipe), wide enough not to wrap tables."""
+    made = Console(stderr=stderr, soft_wrap=True)
+    return made if made.is_terminal else Console(stderr=stderr, soft_wrap=True, width=200)

@@ -1,0 +1,307 @@
+"""Statistics of an experiment: one row per configuration, compared with the reference.
+
+Per configuration (complete runs only):
+- accuracy mean ± std (ddof=1) and its confidence interval (Student t, `scipy.stats.t.interval`);
+  accuracy is the TTA accuracy when the run used TTA, else the plain validation accuracy;
+- train seconds mean ± std;
+- against the reference (the `baseline` configuration of an ablation; for a sweep, the config with
+  the best mean accuracy unless one is named): the accuracy difference with Welch's confidence
+  interval and p-value (`scipy.stats.ttest_ind(equal_var=False)`); the row is "within noise" when
+  that interval contains 0;
+- speedup = reference time / config time, as the ratio of geometric means: Welch's test on the
+  log train seconds gives its point estimate exp(mean log t_ref - mean log t), its interval
+  (exponentiated) and the time p-value, so the interval and p-value agree;
+- runs reaching the target accuracy, out of the runs that trained to the end or diverged
+  (Page's "4/5 runs reached 94%"); failures by kind.
+Statistics that need two runs on each side are None with fewer.
+
+Each (unit, seed) counts once: a unit run again after a failure counts by its final outcome.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from tricklab.errors import TrickLabError
+from tricklab.experiments.plan import BASELINE
+from tricklab.experiments.storage import COMPLETE_STATUSES, DONE_STATUSES, trial_status
+
+FAILURE_KINDS = ("diverged", "oom", "failed", "pruned", "interrupted")
+CONFIDENCE = 0.95
+
+
+@dataclass
+class ConfigStats:
+    """One configuration's row of the results table (None where there is too little data)."""
+
+    config_id: str
+    overrides: list[str]
+    is_reference: bool = False
+    n: int = 0  # complete runs
+    accuracy_mean: float | None = None
+    accuracy_std: float | None = None
+    accuracy_ci_low: float | None = None
+    accuracy_ci_high: float | None = None
+    train_seconds_mean: float | None = None
+    train_seconds_std: float | None = None
+    accuracy_diff: float | None = None  # config - reference
+    accuracy_diff_ci_low: float | None = None
+    accuracy_diff_ci_high: float | None = None
+    accuracy_p_value: float | None = None
+    speedup: float | None = None  # > 1: faster than the reference
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    time_p_value: float | None = None
+    within_noise: bool | None = None
+    target: float | None = None
+    reached_target: int = 0
+    target_runs: int = 0
+    fraction_reached_target: float | None = None
+    time_to_target_seconds_mean: float | None = None
+    failures: dict[str, int] = field(default_factory=dict)
+    pending: int = 0  # runs waiting or running now
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConfigStats:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# ---------------------------------------------------------------- pure statistics
+
+
+def _finite(x: float) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def mean_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(mean, std, ci_low, ci_high) of a sample; the interval is Student t around the mean."""
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return None, None, None, None
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, None, None, None
+    from scipy import stats as scipy_stats  # imported here: it takes seconds, --help should not
+
+    std = float(x.std(ddof=1))
+    sem = float(scipy_stats.sem(x))
+    if sem == 0:
+        return mean, std, mean, mean
+    low, high = scipy_stats.t.interval(confidence, len(x) - 1, loc=mean, scale=sem)
+    return mean, std, float(low), float(high)
+
+
+def welch(
+    a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(mean(a) - mean(b), ci_low, ci_high, p-value) by Welch's unequal-variance t-test."""
+    if len(a) < 2 or len(b) < 2:
+        diff = float(np.mean(a) - np.mean(b)) if len(a) and len(b) else None
+        return diff, None, None, None
+    from scipy import stats as scipy_stats
+
+    result = scipy_stats.ttest_ind(a, b, equal_var=False)
+    interval = result.confidence_interval(confidence)
+    diff = float(np.mean(a) - np.mean(b))
+    return diff, _finite(interval.low), _finite(interval.high), _finite(result.pvalue)
+
+
+def speedup_interval(
+    reference_seconds: Sequence[float], seconds: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(speedup, ci_low, ci_high, p-value): Welch on log seconds, exponentiated (see module doc)."""
+    if not len(reference_seconds) or not len(seconds):
+        return None, None, None, None
+    if min(min(reference_seconds), min(seconds)) <= 0:
+        return None, None, None, None
+    diff, low, high, p = welch(np.log(reference_seconds), np.log(seconds), confidence)
+    exp = lambda v: None if v is None else math.exp(v)  # noqa: E731
+    return exp(diff), exp(low), exp(high), p
+
+
+# ---------------------------------------------------------------- runs of a study
+
+
+def headline_accuracy(record: dict[str, Any]) -> float | None:
+    """The run's accuracy: with TTA when it used TTA."""
+    value = record.get("val_acc_tta")
+    if value is None:
+        value = record.get("val_acc")
+    return None if value is None else float(value)
+
+
+def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
+    """One record per (unit, seed): its final outcome (a done run if any, else the latest try).
+
+    Records hold config_id, overrides, seed, status, error, accuracy, train_seconds,
+    time_to_target_seconds, target_accuracy, trial (number) and what the run stored.
+    """
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for trial in study.get_trials(deepcopy=False):
+        status = trial_status(trial)
+        if status == "skipped":
+            continue
+        unit = trial.user_attrs.get("unit", f"sample-{trial.number}")
+        runs = trial.user_attrs.get("runs") or [
+            {
+                "seed": trial.user_attrs.get("seed", 0),
+                "status": status,
+                "error": trial.user_attrs.get("error")
+                or ("the worker stopped without reporting" if status == "interrupted" else None),
+            }
+        ]
+        for run in runs:
+            record = {
+                "config_id": trial.user_attrs.get("config_id"),
+                "overrides": trial.user_attrs.get("overrides", []),
+                **run,
+                "trial": trial.number,
+            }
+            if record["config_id"] is None:
+                continue  # killed before its parameters were drawn: nothing to attribute
+            if status in ("running", "waiting"):
+                record["status"] = status
+            key = (unit, int(record.get("seed", 0)))
+            previous = latest.get(key)
+            if previous is None or previous["status"] not in DONE_STATUSES:
+                latest[key] = record
+    return sorted(latest.values(), key=lambda r: (r["trial"], r.get("seed", 0)))
+
+
+def config_stats(
+    records: Iterable[dict[str, Any]],
+    *,
+    reference: str | None = None,
+    target: float | None = None,
+    confidence: float = CONFIDENCE,
+    order: str = "appearance",
+) -> list[ConfigStats]:
+    """The results table from run records (see `collect_runs`).
+
+    The reference is `reference` if given, else `baseline` when present, else the configuration
+    with the best mean accuracy. `order`: "appearance" (reference first, then as first run) or
+    "accuracy" (reference first, then best mean accuracy first).
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(record["config_id"], []).append(record)
+    rows = {cid: _describe(cid, recs, target, confidence) for cid, recs in groups.items()}
+    if not rows:
+        return []
+    if reference is None:
+        if BASELINE in rows:
+            reference = BASELINE
+        else:
+            scored = [r for r in rows.values() if r.accuracy_mean is not None]
+            reference = max(scored, key=lambda r: r.accuracy_mean).config_id if scored else None
+    elif reference not in rows:
+        raise TrickLabError(
+            f"no configuration '{reference}' in this study; have: {', '.join(rows)}"
+        )
+    if reference is not None:
+        ref = rows[reference]
+        ref.is_reference = True
+        ref_acc, ref_time = _samples(groups[reference])
+        for cid, row in rows.items():
+            if cid != reference:
+                _compare(row, groups[cid], ref_acc, ref_time, confidence)
+    ordered = list(rows.values())
+    if order == "accuracy":
+        ordered.sort(key=lambda r: -(r.accuracy_mean if r.accuracy_mean is not None else -1))
+    ordered.sort(key=lambda r: not r.is_reference)
+    return ordered
+
+
+def _samples(records: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    done = [
+        r for r in records if r["status"] in COMPLETE_STATUSES and r.get("accuracy") is not None
+    ]
+    return [float(r["accuracy"]) for r in done], [float(r["train_seconds"]) for r in done]
+
+
+def _describe(
+    config_id: str, records: list[dict[str, Any]], target: float | None, confidence: float
+) -> ConfigStats:
+    accuracies, seconds = _samples(records)
+    row = ConfigStats(config_id=config_id, overrides=list(records[0].get("overrides", [])))
+    row.n = len(accuracies)
+    row.accuracy_mean, row.accuracy_std, row.accuracy_ci_low, row.accuracy_ci_high = mean_interval(
+        accuracies, confidence
+    )
+    row.train_seconds_mean, row.train_seconds_std, _, _ = mean_interval(seconds, confidence)
+    statuses = Counter(r["status"] for r in records)
+    row.failures = {kind: statuses[kind] for kind in FAILURE_KINDS if statuses[kind]}
+    row.pending = statuses["running"] + statuses["waiting"]
+    targets = [r.get("target_accuracy") for r in records if r.get("target_accuracy") is not None]
+    row.target = (
+        target
+        if target is not None
+        else (Counter(targets).most_common(1)[0][0] if targets else None)
+    )
+    if row.target is not None:
+        row.target_runs = row.n + statuses["diverged"]
+        row.reached_target = sum(a >= row.target for a in accuracies)
+        if row.target_runs:
+            row.fraction_reached_target = row.reached_target / row.target_runs
+    times = [
+        float(r["time_to_target_seconds"])
+        for r in records
+        if r["status"] in COMPLETE_STATUSES and r.get("time_to_target_seconds") is not None
+    ]
+    row.time_to_target_seconds_mean = float(np.mean(times)) if times else None
+    return row
+
+
+def _compare(
+    row: ConfigStats,
+    records: list[dict[str, Any]],
+    ref_acc: list[float],
+    ref_time: list[float],
+    confidence: float,
+) -> None:
+    accuracies, seconds = _samples(records)
+    if not accuracies or not ref_acc:
+        return
+    row.accuracy_diff, row.accuracy_diff_ci_low, row.accuracy_diff_ci_high, row.accuracy_p_value = (
+        welch(accuracies, ref_acc, confidence)
+    )
+    if row.accuracy_diff_ci_low is not None and row.accuracy_diff_ci_high is not None:
+        row.within_noise = row.accuracy_diff_ci_low <= 0 <= row.accuracy_diff_ci_high
+    row.speedup, row.speedup_ci_low, row.speedup_ci_high, row.time_p_value = speedup_interval(
+        ref_time, seconds, confidence
+    )
+
+
+# ---------------------------------------------------------------- output
+
+
+def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
+    """One line per configuration; overrides space-joined, failures one column per kind."""
+    names = [f.name for f in fields(ConfigStats) if f.name != "failures"]
+    header = names + [f"failures_{kind}" for kind in FAILURE_KINDS]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for row in rows:
+            data = row.to_dict()
+            data["overrides"] = " ".join(row.overrides)
+            cells = ["" if data[n] is None else data[n] for n in names]
+            writer.writerow(cells + [row.failures.get(kind, 0) for kind in FAILURE_KINDS])

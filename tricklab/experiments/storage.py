@@ -1,0 +1,322 @@
+"""Where experiments live: Optuna storages, studies, trial states and worker liveness.
+
+One Optuna study per experiment. `--storage` takes
+- nothing: an SQLite file `<experiment dir>/study.db` (embedded, nothing to start; one worker at a
+  time is what SQLite does well);
+- `journal:PATH`, or a path ending in `.journal`/`.log`: Optuna's journal file storage, for several
+  worker processes on one machine (or on a shared file system with working locks);
+- any SQLAlchemy URL Optuna accepts (`postgresql://user@host/db`, `sqlite:///file.db`): for several
+  machines use PostgreSQL;
+- a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
+
+Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
+FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
+A FAIL trial without a `status` was left RUNNING by a worker that died and was failed later: it
+reads as `interrupted`. `skipped` marks a trial that a worker claimed and gave up at once because
+its unit was already taken (see runner.py); it is no run and statistics ignore it.
+
+Liveness: a running worker writes a heartbeat (system attr `tricklab:heartbeat`, unix seconds)
+every few seconds and names itself (`tricklab:worker`: host and pid). A RUNNING trial is stale when
+its worker's process is gone (same host: checked at once) or its heartbeat is older than the grace
+period (any host); `fail_stale_trials` marks such trials FAIL so their units can run again.
+Optuna's own heartbeat exists only for RDB storages; this one works for journal files too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from tricklab.errors import TrickLabError
+
+try:
+    import fcntl
+except ImportError:  # Windows: SQLite claims are then not serialised across processes
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+EXPERIMENTS_ROOT = Path("runs") / "experiments"
+HEARTBEAT_ATTR = "tricklab:heartbeat"
+WORKER_ATTR = "tricklab:worker"
+SCHEMA_RETRIES = 5
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+DEFAULT_GRACE_SECONDS = 120.0
+
+COMPLETE_STATUSES = ("complete", "stopped-early", "reached-target")
+# Final outcomes of a unit: rerunning would only repeat them (a seeded divergence diverges again).
+DONE_STATUSES = (*COMPLETE_STATUSES, "diverged", "pruned")
+# Outcomes a rerun of the command tries again: they say little about the configuration.
+RETRY_STATUSES = ("failed", "oom", "interrupted")
+FAIL_STATUSES = ("diverged", "oom", "failed", "interrupted", "skipped")
+
+
+def experiment_dir(study: str, root: str | Path | None = None) -> Path:
+    """The folder of an experiment: `runs/experiments/<study>` unless told otherwise."""
+    return Path(root) if root is not None else EXPERIMENTS_ROOT / study
+
+
+def storage_url(spec: str | None, exp_dir: Path) -> str:
+    """The storage as one string (journal files as `journal:PATH`), for messages and summaries."""
+    if spec is None:
+        return f"sqlite:///{(exp_dir / 'study.db').resolve()}"
+    if spec.startswith("journal:"):
+        return spec
+    if "://" in spec:
+        return spec
+    path = Path(spec)
+    if path.suffix in (".journal", ".log"):
+        return f"journal:{path}"
+    if path.suffix in (".db", ".sqlite", ".sqlite3"):
+        return f"sqlite:///{path.resolve()}"
+    raise TrickLabError(
+        f"--storage '{spec}' is neither a database URL (sqlite:///x.db, postgresql://...) "
+        "nor a journal file (journal:PATH or a path ending in .journal)"
+    )
+
+
+def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
+    """An Optuna storage for a URL from `storage_url`; with `must_exist`, never creates a file."""
+    if url.startswith("journal:"):
+        path = Path(url[len("journal:") :])
+        if must_exist and not path.is_file():
+            raise TrickLabError(f"journal file {path} does not exist")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(_journal_backend(str(path)))
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if must_exist and not path.is_file():
+            raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A heartbeat thread and readers share the file: wait for its lock rather than fail.
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    for attempt in range(SCHEMA_RETRIES):
+        try:
+            return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
+        except ImportError as exc:
+            raise TrickLabError(f"storage {url} needs a database driver: {exc}") from None
+        except Exception as exc:  # SQLAlchemy raises many kinds for a bad URL or a lost server
+            # Workers starting together race to create the tables; the loser finds them made.
+            racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
+            if attempt + 1 == SCHEMA_RETRIES or not racing:
+                raise TrickLabError(
+                    f"cannot open storage {url}: {type(exc).__name__}: {exc}"
+                ) from None
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _journal_backend(path: str) -> Any:
+    journal = optuna.storages.journal
+    backend = getattr(journal, "JournalFileBackend", None)
+    if backend is None:  # Optuna < 4.0 names it JournalFileStorage
+        backend = optuna.storages.JournalFileStorage
+    return backend(path)
+
+
+def open_study(
+    storage: optuna.storages.BaseStorage,
+    name: str,
+    *,
+    attrs: dict[str, Any] | None = None,
+    must_match: tuple[str, ...] = (),
+    sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
+) -> optuna.Study:
+    """Create the study or load it (several workers may race to create it: Optuna settles that).
+
+    `attrs` are stored as study user attrs when missing; those named in `must_match` must equal the
+    stored ones, or TrickLabError says that the name belongs to another experiment.
+    """
+    study = optuna.create_study(
+        storage=storage,
+        study_name=name,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=sampler,
+        pruner=pruner,
+    )
+    stored = study.user_attrs
+    for key, value in (attrs or {}).items():
+        if key not in stored:
+            study.set_user_attr(key, value)
+        elif key in must_match and stored[key] != value:
+            raise TrickLabError(
+                f"study '{name}' already holds another experiment (its {key} differs); "
+                "give a new --study name or the original command"
+            )
+    return study
+
+
+def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
+    """An existing study; TrickLabError lists the ones the storage has when it is not there."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        have = ", ".join(names) if names else "none"
+        raise TrickLabError(f"no study '{name}' in this storage (it has: {have})") from None
+
+
+def trial_status(trial: FrozenTrial) -> str:
+    """complete | stopped-early | reached-target | diverged | oom | failed | pruned | interrupted |
+    skipped, or running | waiting for unfinished trials."""
+    status = trial.user_attrs.get("status")
+    if trial.state == TrialState.WAITING:
+        return "waiting"
+    if trial.state == TrialState.RUNNING:
+        return "running"
+    if trial.state == TrialState.COMPLETE:
+        return status if status in COMPLETE_STATUSES else "complete"
+    if trial.state == TrialState.PRUNED:
+        return "pruned"
+    return status if status in FAIL_STATUSES else "interrupted"
+
+
+# ---------------------------------------------------------------- liveness
+
+
+def worker_identity() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _process_gone(pid: int) -> bool:
+    """True when no live process has this pid (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def is_stale(trial: FrozenTrial, grace_seconds: float, now: float | None = None) -> bool:
+    """Whether a RUNNING trial's worker is gone: its process is dead, or it has gone silent."""
+    if trial.state != TrialState.RUNNING:
+        return False
+    worker = trial.system_attrs.get(WORKER_ATTR)
+    me = worker_identity()
+    if isinstance(worker, dict) and worker.get("host") == me["host"]:
+        if worker.get("pid") == me["pid"]:
+            return False  # this process's own trial
+        if _process_gone(int(worker.get("pid", -1))):
+            return True
+    beat = trial.system_attrs.get(HEARTBEAT_ATTR)
+    if beat is None and trial.datetime_start is not None:
+        beat = trial.datetime_start.timestamp()  # naive local time, as Optuna stores it
+    if beat is None:
+        return False
+    return (time.time() if now is None else now) - float(beat) > grace_seconds
+
+
+def fail_stale_trials(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, grace_seconds: float
+) -> list[int]:
+    """Mark RUNNING trials whose worker is gone as FAIL (read as `interrupted`); their numbers."""
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not is_stale(trial, grace_seconds):
+            continue
+        try:
+            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            continue  # it finished meanwhile, or another worker got there first
+        log.warning("trial %d: its worker is gone; marked interrupted", trial.number)
+        failed.append(trial.number)
+    return failed
+
+
+@contextlib.contextmanager
+def heartbeat(
+    storage: optuna.storages.BaseStorage, trial_id: int, interval_seconds: float
+) -> Iterator[None]:
+    """Name this worker on the trial and beat every `interval_seconds` until the block ends."""
+    stop = threading.Event()
+
+    def beat() -> bool:
+        try:
+            storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
+            return True
+        except UpdateFinishedTrialError:
+            return False  # another worker took the trial for dead; the runner will hear of it
+        except Exception as exc:  # a transient storage error must not kill the run
+            log.warning("heartbeat of trial %d failed: %s", trial_id, exc)
+            return True
+
+    def loop() -> None:
+        while not stop.wait(interval_seconds) and beat():
+            pass
+
+    storage.set_trial_system_attr(trial_id, WORKER_ATTR, worker_identity())
+    beat()
+    thread = threading.Thread(target=loop, name=f"tricklab-heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def claim_lock(url: str) -> Iterator[None]:
+    """Serialise trial claims where the storage cannot: SQLite.
+
+    Optuna claims a WAITING trial with a row lock (SELECT ... FOR UPDATE) that PostgreSQL and MySQL
+    honour and SQLite ignores, so two processes may both claim one trial; the journal storage
+    settles claims by the order of its log. An SQLite file is local, so an advisory lock on a file
+    beside it makes the claim atomic for every process using it.
+    """
+    if not url.startswith("sqlite:///") or fcntl is None:
+        yield
+        return
+    path = Path(url[len("sqlite:///") :] + ".claim-lock")
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def pop_waiting_trial(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, units: set[str] | None = None
+) -> int | None:
+    """Claim the lowest-numbered WAITING trial (of `units`, when given) and return its trial id.
+
+    WAITING -> RUNNING is an atomic state change in Optuna's journal and server-database storages
+    (hold `claim_lock` for SQLite), so two workers never claim the same trial. This is what
+    `Study.ask` does, minus creating a fresh trial when nothing waits.
+    """
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if units is not None and trial.user_attrs.get("unit") not in units:
+            continue
+        try:
+            if storage.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
+                return trial._trial_id
+        except UpdateFinishedTrialError:
+            continue
+    return None
+
+
+def started_since(trial: FrozenTrial, since: datetime) -> bool:
+    """Whether the trial was claimed at or after `since` (naive local time, as Optuna's)."""
+    return trial.datetime_start is not None and trial.datetime_start >= since

@@ -1,0 +1,1 @@
+"""Measuring runs and models: timing, memory, FLOPs, hardware."""

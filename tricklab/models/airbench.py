@@ -1,0 +1,256 @@
+"""airbench-style networks from Keller Jordan's CIFAR-10 speedruns (airbench94 / airbench96).
+
+The net: a frozen 2×2 patch-whitening conv computed from training images, GELU, three conv groups
+(conv → max-pool → BatchNorm → GELU, then more conv → BatchNorm → GELU), a global max-pool and a
+bias-free linear head whose logits are scaled down. Convs start as Dirac (identity) filters and the
+BatchNorms train only their bias. Written for tricklab from the published design, not copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tricklab.errors import TrickLabError
+
+DEFAULT_WIDTHS = (64, 256, 256)
+# airbench94 divides the logits by 9: a fixed temperature that suits its label-smoothed loss.
+DEFAULT_LOGIT_SCALE = 1 / 9
+# airbench writes its BatchNorm momentum as 0.6 for the *old* statistics; torch's momentum weighs
+# the *new* batch, so the same running average is torch momentum 1 - 0.6 = 0.4.
+DEFAULT_BN_MOMENTUM = 0.4
+# airbench uses eps=1e-12 (practically none); torch's 1e-5 is invisible next to the per-channel
+# variances here but keeps an all-constant channel (e.g. a blank image batch) from blowing up.
+DEFAULT_BN_EPS = 1e-5
+# Added to the patch-covariance eigenvalues so near-zero directions are not amplified to noise.
+DEFAULT_WHITEN_EPS = 5e-4
+
+
+def dirac_init_(conv: nn.Conv2d) -> nn.Conv2d:
+    """Make the first `in_channels` filters of `conv` identities (airbench's init); returns `conv`.
+
+    With 'same' padding the conv then copies its input to output channels [:in_channels]; the other
+    filters keep their random init. Zeroes the bias if there is one.
+    """
+    with torch.no_grad():
+        nn.init.dirac_(conv.weight[: conv.in_channels])
+        if conv.bias is not None:
+            conv.bias.zero_()
+    return conv
+
+
+class PatchWhitening(nn.Conv2d):
+    """A 2×2 conv (no padding) whose frozen filters whiten the 2×2 patches of the training images.
+
+    `init_from_data` sets the filters to the eigenvectors of the patch covariance scaled by
+    1/sqrt(eigenvalue + eps), each followed by its negation (so after a GELU both signs of every
+    whitened direction survive): out_channels = 2 × (in_channels × 4). The filters never train;
+    the bias does, until the training loop freezes it (`whiten.bias.requires_grad_(False)`).
+    """
+
+    def __init__(self, in_channels: int, eps: float = DEFAULT_WHITEN_EPS):
+        patch_dim = in_channels * 2 * 2
+        super().__init__(in_channels, 2 * patch_dim, kernel_size=2, padding=0, bias=True)
+        self.eps = eps
+        self.weight.requires_grad_(False)
+
+    @torch.no_grad()
+    def init_from_data(self, images: Tensor, chunk_size: int = 256) -> None:
+        """Compute the whitening filters from `images` (N×C×H×W, normalized like training input).
+
+        The covariance is centred, and the bias is set to minus the projected patch mean, so the
+        layer's output starts zero-mean with identity covariance on the first half of the filters.
+        """
+        if images.ndim != 4 or images.shape[1] != self.in_channels:
+            raise TrickLabError(
+                f"whitening needs images shaped N×{self.in_channels}×H×W, got {tuple(images.shape)}"
+            )
+        patch_dim = self.in_channels * 4
+        total = torch.zeros(patch_dim, dtype=torch.float64, device=images.device)
+        outer = torch.zeros(patch_dim, patch_dim, dtype=torch.float64, device=images.device)
+        count = 0
+        # Chunked so a few thousand images never materialise all their patches in float64 at once.
+        for chunk in images.split(chunk_size):
+            # unfold orders each patch as (channel, row, col), the same layout as the conv weight.
+            patches = F.unfold(chunk.double(), kernel_size=2).transpose(1, 2).reshape(-1, patch_dim)
+            total += patches.sum(0)
+            outer += patches.T @ patches
+            count += patches.shape[0]
+        if count < 2:
+            raise TrickLabError("whitening needs at least two 2×2 patches of training images")
+        mean = total / count
+        covariance = (outer - count * torch.outer(mean, mean)) / (count - 1)
+        eigenvalues, eigenvectors = torch.linalg.eigh(covariance)
+        filters = eigenvectors.T / torch.sqrt(eigenvalues.clamp_min(0) + self.eps)[:, None]
+        weight = torch.cat([filters, -filters]).reshape_as(self.weight)
+        self.weight.copy_(weight.to(self.weight.dtype))
+        self.bias.copy_(-(weight.reshape(weight.shape[0], -1) @ mean).to(self.bias.dtype))
+
+
+class FixedScaleBatchNorm(nn.BatchNorm2d):
+    """BatchNorm whose scale stays 1 (requires_grad=False) and whose bias trains, as in airbench."""
+
+    def __init__(
+        self, num_features: int, momentum: float = DEFAULT_BN_MOMENTUM, eps: float = DEFAULT_BN_EPS
+    ):
+        super().__init__(num_features, eps=eps, momentum=momentum)
+        self.weight.requires_grad_(False)
+
+
+class ConvGroup(nn.Module):
+    """conv3×3 → MaxPool2d(2) → BN → GELU, then (depth − 1) × (conv3×3 → BN → GELU).
+
+    With `residual`, the output of the first block is added back just before the last GELU
+    (post-activation ResNet style, as airbench96 does with its three-conv groups).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        depth: int = 2,
+        residual: bool = False,
+        bn_momentum: float = DEFAULT_BN_MOMENTUM,
+        bn_eps: float = DEFAULT_BN_EPS,
+    ):
+        super().__init__()
+        channels = [in_channels] + [out_channels] * depth
+        self.convs = nn.ModuleList(
+            dirac_init_(nn.Conv2d(c_in, c_out, kernel_size=3, padding=1, bias=False))
+            for c_in, c_out in zip(channels, channels[1:])
+        )
+        self.norms = nn.ModuleList(
+            FixedScaleBatchNorm(out_channels, bn_momentum, bn_eps) for _ in range(depth)
+        )
+        self.pool = nn.MaxPool2d(2)
+        self.activation = nn.GELU()
+        self.residual = residual
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.activation(self.norms[0](self.pool(self.convs[0](x))))
+        shortcut = x
+        last = len(self.convs) - 1
+        for i in range(1, len(self.convs)):
+            x = self.norms[i](self.convs[i](x))
+            if self.residual and i == last:
+                x = x + shortcut
+            x = self.activation(x)
+        return x
+
+
+class AirbenchNet(nn.Module):
+    """Patch whitening → GELU → three ConvGroups → global max-pool → bias-free linear × logit_scale.
+
+    Call `init_from_data(images)` before training to compute the whitening filters.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        in_channels: int = 3,
+        widths: Sequence[int] = DEFAULT_WIDTHS,
+        *,
+        depth: int = 2,
+        residual: bool = False,
+        logit_scale: float = DEFAULT_LOGIT_SCALE,
+        bn_momentum: float = DEFAULT_BN_MOMENTUM,
+        bn_eps: float = DEFAULT_BN_EPS,
+        whiten_eps: float = DEFAULT_WHITEN_EPS,
+    ):
+        super().__init__()
+        if depth < 1 or (residual and depth < 2):
+            raise TrickLabError(
+                f"airbench depth must be >= 1 (>= 2 with residual groups), got {depth}"
+            )
+        self.whiten = PatchWhitening(in_channels, eps=whiten_eps)
+        group_inputs = [self.whiten.out_channels, *widths[:-1]]
+        self.groups = nn.Sequential(
+            *(
+                ConvGroup(
+                    c_in,
+                    c_out,
+                    depth=depth,
+                    residual=residual,
+                    bn_momentum=bn_momentum,
+                    bn_eps=bn_eps,
+                )
+                for c_in, c_out in zip(group_inputs, widths)
+            )
+        )
+        self.pool = nn.AdaptiveMaxPool2d(1)
+        self.head = nn.Linear(widths[-1], num_classes, bias=False)
+        self.logit_scale = logit_scale
+
+    def init_from_data(self, images: Tensor) -> None:
+        """Data-dependent init: compute the whitening filters from a few thousand training images."""
+        self.whiten.init_from_data(images)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.groups(F.gelu(self.whiten(x)))
+        return self.head(self.pool(x).flatten(1)) * self.logit_scale
+
+
+def resolve_widths(
+    model_name: str, default: Sequence[int], width: float, widths: Sequence[int] | None
+) -> tuple[int, ...]:
+    """Per-stage channel counts: `widths` as given, else `default` scaled by `width` (at least 1)."""
+    if widths is None:
+        return tuple(max(1, round(c * width)) for c in default)
+    if len(widths) != len(default) or any(int(c) != c or c < 1 for c in widths):
+        raise TrickLabError(
+            f"{model_name} needs widths as {len(default)} positive integers "
+            f"(default {list(default)}), got {list(widths)}"
+        )
+    return tuple(int(c) for c in widths)
+
+
+def airbench(
+    *,
+    num_classes: int,
+    in_channels: int = 3,
+    width: float = 1.0,
+    widths: Sequence[int] | None = None,
+    depth: int = 2,
+    residual: bool = False,
+    logit_scale: float = DEFAULT_LOGIT_SCALE,
+) -> AirbenchNet:
+    """airbench94's net: whitening + three two-conv groups of widths (64, 256, 256) × `width`.
+
+    Differences from airbench94: BatchNorm eps 1e-5 instead of 1e-12 (see DEFAULT_BN_EPS); the final
+    pool is a global (adaptive) max-pool so 28×28 inputs work; the whitening covariance is centred
+    and its bias starts at minus the patch mean (airbench leaves the bias at its random init).
+    """
+    return AirbenchNet(
+        num_classes,
+        in_channels,
+        resolve_widths("airbench", DEFAULT_WIDTHS, width, widths),
+        depth=depth,
+        residual=residual,
+        logit_scale=logit_scale,
+    )
+
+
+def airbench_residual(
+    *,
+    num_classes: int,
+    in_channels: int = 3,
+    width: float = 1.0,
+    widths: Sequence[int] | None = None,
+) -> AirbenchNet:
+    """airbench with three convs per group and a residual connection around the last two.
+
+    The airbench96 layout at airbench94's widths (64, 256, 256) × `width`; airbench96 itself uses
+    widths (128, 384, 512), which a recipe passes as `widths`.
+    """
+    return airbench(
+        num_classes=num_classes,
+        in_channels=in_channels,
+        width=width,
+        widths=widths,
+        depth=3,
+        residual=True,
+    )

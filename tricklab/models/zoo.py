@@ -1,0 +1,279 @@
+"""torchvision model families, adapted to 28×28 / 32×32 inputs, any channel count and class count.
+
+Each builder creates the torchvision model (with its ImageNet weights when `pretrained`), then swaps
+the layers that would shrink a small image to nothing (stem, pools) and the first conv / the head
+when the channel or class count differs. A swapped layer with a new shape starts from a fresh init;
+one that only changes stride or pooling keeps its pretrained weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+from torchvision.models import (
+    AlexNet_Weights,
+    DenseNet121_Weights,
+    MobileNet_V2_Weights,
+    ResNet18_Weights,
+    SqueezeNet1_1_Weights,
+    VGG16_BN_Weights,
+)
+
+from tricklab.errors import TrickLabError
+
+VGG16_LAYOUT = (
+    64,
+    64,
+    "M",
+    128,
+    128,
+    "M",
+    256,
+    256,
+    256,
+    "M",
+    512,
+    512,
+    512,
+    "M",
+    512,
+    512,
+    512,
+    "M",
+)
+
+
+def load_torchvision_model(
+    name: str, constructor: Callable[..., nn.Module], weights: Any, **kwargs: Any
+) -> nn.Module:
+    """`constructor(weights=weights, **kwargs)`; a failed weight download becomes a TrickLabError."""
+    try:
+        return constructor(weights=weights, progress=False, **kwargs)
+    except OSError as err:  # URLError, HTTPError, socket and SSL errors are all OSErrors
+        checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
+        raise TrickLabError(
+            f"could not download the ImageNet weights of {name} from {weights.url} ({err}); "
+            f"put {weights.url.rsplit('/', 1)[-1]} in the torch hub cache {checkpoints} "
+            f"(torch.hub.get_dir() = {torch.hub.get_dir()}) or build it with pretrained=False"
+        ) from err
+
+
+def adapt_input_channels(conv: nn.Conv2d, in_channels: int, keep_weights: bool) -> nn.Conv2d:
+    """`conv` itself if it already takes `in_channels`, else a copy of it that does.
+
+    With `keep_weights` the new filters are the old ones averaged over input channels and scaled by
+    old/new channel count, so a gray image gives the response the RGB filters gave its RGB copy.
+    """
+    if conv.in_channels == in_channels:
+        return conv
+    new = nn.Conv2d(
+        in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        stride=conv.stride,
+        padding=conv.padding,
+        dilation=conv.dilation,
+        bias=conv.bias is not None,
+    )
+    if keep_weights:
+        with torch.no_grad():
+            mean = conv.weight.mean(dim=1, keepdim=True)
+            new.weight.copy_(mean.expand_as(new.weight) * (conv.in_channels / in_channels))
+            if conv.bias is not None:
+                new.bias.copy_(conv.bias)
+    return new
+
+
+def _new_head(old: nn.Linear, num_classes: int) -> nn.Linear:
+    """`old` when it already has `num_classes` outputs (a pretrained ImageNet head), else a fresh one."""
+    if old.out_features == num_classes:
+        return old
+    return nn.Linear(old.in_features, num_classes, bias=old.bias is not None)
+
+
+def _require_unit_width(name: str, width: float, pretrained: bool) -> None:
+    if pretrained and width != 1.0:
+        raise TrickLabError(
+            f"{name}: ImageNet weights exist only at width 1.0, got width={width}; "
+            "drop the width or set pretrained=False"
+        )
+
+
+def resnet18_tv(*, num_classes: int, in_channels: int = 3, pretrained: bool = False) -> nn.Module:
+    """torchvision's ResNet-18 unchanged, ImageNet stem included (7×7 stride-2 conv + max-pool).
+
+    A 32×32 image reaches the last stage at 1×1. Only the first conv (other channel counts; keeps
+    channel-averaged pretrained filters) and the fc head (other class counts; fresh) are swapped.
+    """
+    weights = ResNet18_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model("resnet18-tv", torchvision.models.resnet18, weights)
+    model.conv1 = adapt_input_channels(model.conv1, in_channels, keep_weights=pretrained)
+    model.fc = _new_head(model.fc, num_classes)
+    return model
+
+
+def _vgg16_features(width: float) -> nn.Sequential:
+    """VGG-16's conv stack (conv-BN-ReLU, max-pools) with channels × `width`, initialised as
+    torchvision does; the same layer order, so torchvision's `features` weights fit at width 1."""
+    layers: list[nn.Module] = []
+    channels = 3
+    for item in VGG16_LAYOUT:
+        if item == "M":
+            layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+        else:
+            out = max(1, round(item * width))
+            conv = nn.Conv2d(channels, out, 3, padding=1)
+            nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+            nn.init.zeros_(conv.bias)
+            layers += [conv, nn.BatchNorm2d(out), nn.ReLU(inplace=True)]
+            channels = out
+    return nn.Sequential(*layers)
+
+
+class SmallImageVGG(nn.Module):
+    """VGG conv stack → global average pool → one linear layer (torchvision's attribute names)."""
+
+    def __init__(self, features: nn.Sequential, num_classes: int):
+        super().__init__()
+        self.features = features
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        last_conv = [m for m in features if isinstance(m, nn.Conv2d)][-1]
+        self.classifier = nn.Linear(last_conv.out_channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.avgpool(self.features(x)).flatten(1))
+
+
+def vgg16_bn(
+    *, num_classes: int, in_channels: int = 3, width: float = 1.0, pretrained: bool = False
+) -> nn.Module:
+    """torchvision's VGG-16 with BatchNorm, channels × `width`, with a small-image head.
+
+    Adaptations: the five max-pools use ceil_mode so 28×28 survives (28→14→7→4→2→1; 32 ends at 1×1);
+    the 7×7 avg-pool and 4096-wide classifier become a global average pool and one linear layer
+    (fresh, also when pretrained). Conv layers keep their ImageNet weights when pretrained; without
+    them the conv stack is built here in torchvision's layout, so the 120M-parameter ImageNet
+    classifier is never allocated.
+    """
+    _require_unit_width("vgg16-bn", width, pretrained)
+    if pretrained:
+        weights = VGG16_BN_Weights.DEFAULT
+        features = load_torchvision_model("vgg16-bn", torchvision.models.vgg16_bn, weights).features
+    else:
+        features = _vgg16_features(width)
+    for module in features:
+        if isinstance(module, nn.MaxPool2d):
+            module.ceil_mode = True
+    features[0] = adapt_input_channels(features[0], in_channels, keep_weights=pretrained)
+    return SmallImageVGG(features, num_classes)
+
+
+def alexnet(*, num_classes: int, in_channels: int = 3, pretrained: bool = False) -> nn.Module:
+    """torchvision's AlexNet with a small-image stem.
+
+    The 11×11 stride-4 first conv becomes a 3×3 stride-1 conv (64 filters; fresh, also when
+    pretrained), so the three 3×3 stride-2 max-pools leave 3×3 of a 32×32 image and 2×2 of a
+    28×28 one. The 6×6 adaptive avg-pool and the classifier are kept (pretrained FC layers load);
+    only the last linear layer is replaced for other class counts.
+    """
+    weights = AlexNet_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model("alexnet", torchvision.models.alexnet, weights)
+    model.features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1)
+    model.classifier[-1] = _new_head(model.classifier[-1], num_classes)
+    return model
+
+
+def squeezenet(*, num_classes: int, in_channels: int = 3, pretrained: bool = False) -> nn.Module:
+    """torchvision's SqueezeNet 1.1 (the cheaper of the two versions, same ImageNet accuracy).
+
+    Adaptations: the 3×3 stem conv runs at stride 1 with padding 1 instead of stride 2 (keeps its
+    pretrained weights), so its three ceil-mode max-pools take 32×32 to 4×4 and 28×28 to 3×3. The
+    final 1×1 classifier conv is replaced (init normal(0, 0.01) as torchvision's) for other class
+    counts; torchvision's ReLU before the global average pool stays, so logits are non-negative.
+    """
+    weights = SqueezeNet1_1_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model("squeezenet", torchvision.models.squeezenet1_1, weights)
+    stem = adapt_input_channels(model.features[0], in_channels, keep_weights=pretrained)
+    stem.stride, stem.padding = (1, 1), (1, 1)
+    model.features[0] = stem
+    old = model.classifier[1]
+    if old.out_channels != num_classes:
+        new = nn.Conv2d(old.in_channels, num_classes, kernel_size=1)
+        nn.init.normal_(new.weight, std=0.01)
+        nn.init.zeros_(new.bias)
+        model.classifier[1] = new
+    return model
+
+
+def densenet121(
+    *, num_classes: int, in_channels: int = 3, width: float = 1.0, pretrained: bool = False
+) -> nn.Module:
+    """torchvision's DenseNet-121 (blocks 6, 12, 24, 16) with a CIFAR stem.
+
+    Adaptations: the 7×7 stride-2 stem conv becomes 3×3 stride 1 (fresh, also when pretrained) and
+    the stem max-pool is removed, so the three transitions take 32×32 to 4×4. `width` scales the
+    growth rate (32) and the stem channels (64). The classifier is replaced for other class counts.
+    """
+    _require_unit_width("densenet121", width, pretrained)
+    if pretrained:
+        model = load_torchvision_model(
+            "densenet121", torchvision.models.densenet121, DenseNet121_Weights.DEFAULT
+        )
+    else:
+        model = torchvision.models.DenseNet(
+            growth_rate=max(1, round(32 * width)),
+            block_config=(6, 12, 24, 16),
+            num_init_features=max(1, round(64 * width)),
+        )
+    stem_channels = model.features.conv0.out_channels
+    model.features.conv0 = nn.Conv2d(in_channels, stem_channels, 3, padding=1, bias=False)
+    nn.init.kaiming_normal_(model.features.conv0.weight)
+    model.features.pool0 = nn.Identity()
+    model.classifier = _new_head(model.classifier, num_classes)
+    return model
+
+
+def mobilenetv2(
+    *, num_classes: int, in_channels: int = 3, width: float = 1.0, pretrained: bool = False
+) -> nn.Module:
+    """torchvision's MobileNetV2 (inverted residuals, linear bottlenecks); `width` = width_mult.
+
+    Adaptations, as common CIFAR ports do: the stem conv and the first 24-channel stage run at
+    stride 1 instead of 2, so the total stride is 8 (32×32 → 4×4, 28×28 → 4×4). Strides do not
+    change weight shapes, so pretrained weights load everywhere except a replaced first conv (other
+    channel counts: channel-averaged filters) and the classifier (other class counts: fresh).
+    """
+    _require_unit_width("mobilenetv2", width, pretrained)
+    # (expansion t, channels c, repeats n, stride s) per stage; torchvision's second stage has s=2.
+    stages = [
+        [1, 16, 1, 1],
+        [6, 24, 2, 1],
+        [6, 32, 3, 2],
+        [6, 64, 4, 2],
+        [6, 96, 3, 1],
+        [6, 160, 3, 2],
+        [6, 320, 1, 1],
+    ]
+    weights = MobileNet_V2_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model(
+        "mobilenetv2",
+        torchvision.models.mobilenet_v2,
+        weights,
+        width_mult=width,
+        inverted_residual_setting=stages,
+    )
+    stem = adapt_input_channels(model.features[0][0], in_channels, keep_weights=pretrained)
+    stem.stride = (1, 1)
+    model.features[0][0] = stem
+    old = model.classifier[-1]
+    if old.out_features != num_classes:
+        new = nn.Linear(old.in_features, num_classes)
+        nn.init.normal_(new.weight, std=0.01)
+        nn.init.zeros_(new.bias)
+        model.classifier[-1] = new
+    return model

@@ -1,0 +1,451 @@
+"""`tricklab speedrun`: repeat a record-class recipe over seeds and report time and accuracy honestly.
+
+One warm-up run that is not counted (cuDNN autotuning, compilation, allocator growth, the data
+cache), then N runs with seeds 0..N-1. The summary: mean ± std accuracy with a 95 % t-interval,
+the fraction of runs at or above the target, mean/median train seconds (optimizer steps only,
+device-synchronised; evaluation, data loading and compilation excluded), compile seconds, peak
+memory and MFU. The accuracy counted is the test-time-augmented one when the recipe has TTA, as
+airbench reports it.
+
+`speedrun(recipe, runs)` is the library call; `register(subparsers)` adds the CLI command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tricklab.errors import TrickLabError
+from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.train.recipe import Recipe
+
+DEFAULT_RECIPE = "speedrun94"
+DEFAULT_RUNS = 10
+# The warm-up's seed lies outside the counted seeds 0..N-1, so it never duplicates a counted run.
+WARMUP_SEED = 1_000_000
+FAILED = ("diverged", "oom", "failed")
+
+
+@dataclass
+class SpeedrunRun:
+    """One run of a speedrun: its seed and what it measured."""
+
+    seed: int
+    status: str
+    # The counted accuracy: val_acc_tta when the recipe has TTA, else val_acc.
+    accuracy: float | None
+    val_acc: float | None
+    val_acc_tta: float | None
+    train_seconds: float
+    compile_seconds: float
+    time_to_target_seconds: float | None
+    images_per_second: float | None
+    peak_memory_bytes: int | None
+    achieved_tflops: float | None
+    mfu: float | None
+    warmup: bool = False
+    error: str | None = None
+    out_dir: str | None = None
+
+
+@dataclass
+class SpeedrunSummary:
+    """The runs of a speedrun (warm-up apart) and their statistics. `to_dict()` is the JSON form."""
+
+    recipe_name: str
+    runs: list[SpeedrunRun]
+    warmup: SpeedrunRun | None
+    target_accuracy: float | None
+    accuracy_mean: float | None
+    accuracy_std: float | None
+    accuracy_ci95: tuple[float, float] | None
+    accuracy_min: float | None
+    accuracy_max: float | None
+    fraction_at_target: float | None
+    train_seconds_mean: float | None
+    train_seconds_median: float | None
+    compile_seconds_mean: float
+    warmup_compile_seconds: float | None
+    mfu_mean: float | None
+    achieved_tflops_mean: float | None
+    peak_tflops: float | None
+    peak_tflops_source: str | None
+    peak_memory_bytes: int | None
+    peak_memory_pct: float | None
+    forward_macs: int | None
+    params: int | None
+    device_name: str | None
+    hardware: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)
+    date: str = ""
+    recipe: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def failed(self) -> int:
+        return sum(run.status in FAILED for run in self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["n"], data["failed"] = self.n, self.failed
+        return data
+
+
+def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
+    """Two-sided 95 % Student-t confidence interval of the mean; None for fewer than two values."""
+    if len(values) < 2:
+        return None
+    from scipy import stats
+
+    mean, sem = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * sem
+    return mean - half, mean + half
+
+
+def _resolve_peak(
+    hardware: dict, precision: str, override: float | None
+) -> tuple[float | None, str | None]:
+    if override is not None:
+        return override, "--peak-tflops"
+    if hardware.get("device_type") != "cuda":
+        return None, None
+    found = peak_tflops(hardware.get("device_name", ""), precision)
+    return (found[0], found[1]) if found else (None, None)
+
+
+def _run_record(
+    result, seed: int, peak: float | None, warmup: bool, out: Path | None
+) -> SpeedrunRun:
+    accuracy = result.val_acc_tta if result.val_acc_tta is not None else result.val_acc
+    return SpeedrunRun(
+        seed=seed,
+        status=result.status,
+        accuracy=accuracy,
+        val_acc=result.val_acc,
+        val_acc_tta=result.val_acc_tta,
+        train_seconds=result.train_seconds,
+        compile_seconds=result.compile_seconds,
+        time_to_target_seconds=result.time_to_target_seconds,
+        images_per_second=result.images_per_second,
+        peak_memory_bytes=result.peak_memory_bytes,
+        achieved_tflops=achieved_tflops(result.forward_macs, result.images_per_second),
+        mfu=mfu(result.forward_macs, result.images_per_second, peak),
+        warmup=warmup,
+        error=result.error,
+        out_dir=str(out) if out is not None else None,
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def speedrun(
+    recipe: Recipe,
+    runs: int = DEFAULT_RUNS,
+    *,
+    peak_tflops: float | None = None,
+    out_dir: str | Path | None = None,
+    on_run: Callable[[SpeedrunRun], None] | None = None,
+    target_accuracy: float | None = None,
+    warmup_epochs: float | None = None,
+    recipe_name: str = "recipe",
+) -> SpeedrunSummary:
+    """Train `recipe` once to warm up (not counted), then `runs` times with seeds 0..runs-1.
+
+    `peak_tflops` overrides the device's peak from the table in `tricklab.measure.mfu` (needed for
+    MFU on a device the table lacks, the CPU included). `target_accuracy` defaults to the recipe's
+    run.target_accuracy. `warmup_epochs`: None trains the warm-up for the recipe's full length,
+    0 skips it, a number shortens it (one epoch already autotunes every shape). With `out_dir`,
+    each run writes its directory (warmup/, seed-0/, ...) and summary.json goes beside them.
+    `on_run` is called with each finished run, the warm-up included (its `warmup` is True)."""
+    from tricklab.train.api import train
+
+    if runs < 1:
+        raise TrickLabError(f"--runs must be at least 1, got {runs}")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise TrickLabError(
+            f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
+        )
+    target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
+    if target is not None and not 0 < target <= 1:
+        raise TrickLabError(f"--target must be an accuracy in (0, 1], got {target}")
+    if warmup_epochs is not None and warmup_epochs < 0:
+        raise TrickLabError(f"--warmup-epochs must be >= 0, got {warmup_epochs}")
+    out = Path(out_dir) if out_dir is not None else None
+    peak, peak_source = peak_tflops, None
+
+    warmup = None
+    if warmup_epochs is None or warmup_epochs > 0:
+        changes = [f"run.seed={WARMUP_SEED}"]
+        if warmup_epochs is not None and warmup_epochs < recipe.run.epochs:
+            changes.append(f"run.epochs={warmup_epochs}")
+        run_out = out / "warmup" if out is not None else None
+        result = train(recipe.override(changes), out_dir=run_out)
+        peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
+        warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
+        if on_run is not None:
+            on_run(warmup)
+
+    records, results = [], []
+    for seed in range(runs):
+        run_out = out / f"seed-{seed}" if out is not None else None
+        result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out)
+        if warmup is None and seed == 0:
+            peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
+        record = _run_record(result, seed, peak, False, run_out)
+        records.append(record)
+        results.append(result)
+        if on_run is not None:
+            on_run(record)
+
+    summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
+    if out is not None:
+        (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+    return summary
+
+
+def summarize(
+    records: list[SpeedrunRun],
+    results: list,
+    recipe: Recipe,
+    recipe_name: str,
+    target: float | None,
+    peak: float | None,
+    peak_source: str | None,
+    warmup: SpeedrunRun | None,
+) -> SpeedrunSummary:
+    """Statistics over the counted runs; a failed run counts as below target and has no accuracy."""
+    accs = [r.accuracy for r in records if r.accuracy is not None]
+    seconds = [r.train_seconds for r in records if r.status not in FAILED]
+    memories = [r.peak_memory_bytes for r in records if r.peak_memory_bytes is not None]
+    first = results[0]
+    memory_pcts = [res.peak_memory.get("peak_memory_pct") for res in results]
+    memory_pcts = [p for p in memory_pcts if p is not None]
+    hardware = first.hardware
+    return SpeedrunSummary(
+        recipe_name=recipe_name,
+        runs=records,
+        warmup=warmup,
+        target_accuracy=target,
+        accuracy_mean=statistics.fmean(accs) if accs else None,
+        accuracy_std=statistics.stdev(accs) if len(accs) > 1 else None,
+        accuracy_ci95=accuracy_ci95(accs),
+        accuracy_min=min(accs) if accs else None,
+        accuracy_max=max(accs) if accs else None,
+        fraction_at_target=(
+            sum(r.accuracy is not None and r.accuracy >= target for r in records) / len(records)
+            if target is not None
+            else None
+        ),
+        train_seconds_mean=statistics.fmean(seconds) if seconds else None,
+        train_seconds_median=statistics.median(seconds) if seconds else None,
+        compile_seconds_mean=statistics.fmean(r.compile_seconds for r in records),
+        warmup_compile_seconds=warmup.compile_seconds if warmup is not None else None,
+        mfu_mean=_mean([r.mfu for r in records]),
+        achieved_tflops_mean=_mean([r.achieved_tflops for r in records]),
+        peak_tflops=peak,
+        peak_tflops_source=peak_source,
+        peak_memory_bytes=max(memories) if memories else None,
+        peak_memory_pct=max(memory_pcts) if memory_pcts else None,
+        forward_macs=first.forward_macs,
+        params=first.params,
+        device_name=hardware.get("device_name"),
+        hardware=hardware,
+        dataset={
+            "name": recipe.data.name,
+            "dir": recipe.data.dir,
+            "train_size": recipe.data.train_size,
+            "test_size": recipe.data.test_size,
+        },
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        recipe=recipe.to_dict(),
+    )
+
+
+# ---------------------------------------------------------------- CLI
+def _pct(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+RUN_COLUMNS = (
+    ("seed", 22),
+    ("status", 14),
+    ("val acc", 8),
+    ("TTA acc", 8),
+    ("train s", 8),
+    ("compile s", 9),
+    ("img/s", 10),
+    ("MFU", 6),
+)
+
+
+def run_line(run: SpeedrunRun | None) -> str:
+    """One fixed-width line per run (None: the header), printed as each run finishes."""
+    if run is None:
+        cells = [name for name, _ in RUN_COLUMNS]
+    else:
+        cells = [
+            "warm-up (not counted)" if run.warmup else str(run.seed),
+            run.status,
+            _pct(run.val_acc),
+            _pct(run.val_acc_tta),
+            _num(run.train_seconds, ".2f"),
+            _num(run.compile_seconds, ".2f"),
+            _num(run.images_per_second, ",.0f"),
+            _pct(run.mfu, 1),
+        ]
+    return "  ".join(cell.rjust(width) for cell, (_, width) in zip(cells, RUN_COLUMNS))
+
+
+def render_summary(summary: SpeedrunSummary) -> Any:
+    """A rich table of the summary statistics."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}",
+        show_header=False,
+    )
+    ci = summary.accuracy_ci95
+    target = summary.target_accuracy
+    memory = summary.peak_memory_bytes
+    rows = [
+        ("accuracy mean ± std", f"{_pct(summary.accuracy_mean)} ± {_pct(summary.accuracy_std)}"),
+        ("95% CI of the mean", f"[{_pct(ci[0])}, {_pct(ci[1])}]" if ci else "- (needs 2+ runs)"),
+        ("min / max", f"{_pct(summary.accuracy_min)} / {_pct(summary.accuracy_max)}"),
+        (
+            f"runs ≥ target {_pct(target)}" if target else "runs ≥ target",
+            _pct(summary.fraction_at_target, 0),
+        ),
+        (
+            "train seconds mean / median",
+            f"{_num(summary.train_seconds_mean, '.3f')} / {_num(summary.train_seconds_median, '.3f')}",
+        ),
+        (
+            "compile seconds (warm-up / runs)",
+            f"{_num(summary.warmup_compile_seconds, '.2f')} / {_num(summary.compile_seconds_mean, '.2f')}",
+        ),
+        (
+            "MFU",
+            f"{_pct(summary.mfu_mean, 1)} of {_num(summary.peak_tflops, '.1f')} TFLOP/s"
+            f" ({summary.peak_tflops_source or 'device peak unknown: --peak-tflops'})",
+        ),
+        ("achieved TFLOP/s", _num(summary.achieved_tflops_mean, ".2f")),
+        (
+            "peak memory",
+            "-"
+            if memory is None
+            else f"{memory / 2**30:.2f} GiB"
+            + (f" ({summary.peak_memory_pct:.1f}% of device)" if summary.peak_memory_pct else ""),
+        ),
+        (
+            "forward MACs / params",
+            f"{_num(summary.forward_macs, ',')} / {_num(summary.params, ',')}",
+        ),
+        ("failed runs", str(summary.failed)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def cmd_speedrun(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tricklab.train.recipe import load_recipe
+
+    bad = [w for w in args.overrides if "=" not in w]
+    if bad:
+        raise TrickLabError(
+            f"expected key=value overrides, got '{bad[0]}' (the recipe goes after --recipe)"
+        )
+    if args.runs < 1:
+        raise TrickLabError(f"--runs must be at least 1, got {args.runs}")
+    recipe = load_recipe(args.recipe, args.overrides)
+    # With --json, stdout carries only the summary object; progress goes to stderr.
+    out_console = Console(stderr=args.json)
+    err = Console(stderr=True)
+    err.print(
+        f"speedrun {args.recipe}: 1 warm-up run (not counted) + {args.runs} runs, seeds 0..{args.runs - 1}"
+        if args.warmup_epochs != 0
+        else f"speedrun {args.recipe}: {args.runs} runs (no warm-up)",
+        highlight=False,
+    )
+
+    out_console.print(run_line(None), highlight=False, style="bold")
+
+    def show(run: SpeedrunRun) -> None:
+        style = "red" if run.status in FAILED else ("dim" if run.warmup else None)
+        out_console.print(run_line(run), highlight=False, style=style)
+
+    summary = speedrun(
+        recipe,
+        args.runs,
+        peak_tflops=args.peak_tflops,
+        out_dir=args.out,
+        on_run=show,
+        target_accuracy=args.target,
+        warmup_epochs=args.warmup_epochs,
+        recipe_name=args.recipe,
+    )
+    out_console.print(render_summary(summary))
+    if args.json:
+        print(json.dumps(summary.to_dict()))
+    return 1 if summary.failed else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `tricklab speedrun` to the main CLI."""
+    p = subparsers.add_parser(
+        "speedrun",
+        help="repeat a record recipe over seeds: accuracy mean ± std, train seconds, MFU",
+        description="One warm-up run (not counted), then N runs with seeds 0..N-1 of a recipe; "
+        "prints each run and the summary (mean ± std accuracy, 95%% CI, fraction ≥ target, "
+        "train seconds, compile seconds, MFU).",
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. data.dir=..."
+    )
+    p.add_argument(
+        "--recipe",
+        default=DEFAULT_RECIPE,
+        help=f"built-in recipe or YAML file (default {DEFAULT_RECIPE})",
+    )
+    p.add_argument(
+        "--runs", type=int, default=DEFAULT_RUNS, help=f"counted runs (default {DEFAULT_RUNS})"
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        help="accuracy target, 0..1 (default: the recipe's run.target_accuracy)",
+    )
+    p.add_argument(
+        "--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: table of GPUs)"
+    )
+    p.add_argument(
+        "--warmup-epochs",
+        type=float,
+        default=None,
+        help="epochs of the warm-up run (default: the recipe's; 0 = no warm-up)",
+    )
+    p.add_argument("--out", help="write each run's directory and summary.json under this folder")
+    p.add_argument(
+        "--json", action="store_true", help="print the summary object as the last line of stdout"
+    )
+    p.set_defaults(func=cmd_speedrun)

@@ -1,0 +1,301 @@
+"""`train(recipe) -> RunResult`: build data, model and tricks from a recipe, run the loop, measure."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import gc
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import tricklab
+from tricklab.data.augment import channel_stats, normalize
+from tricklab.data.loaders import AugmentSpec, DeviceLoader, TorchLoader
+from tricklab.data.sources import Dataset, load_dataset
+from tricklab.errors import TrickLabError
+from tricklab.measure.flops import count_forward_macs, count_params
+from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.memory import peak_memory, reset_peak_memory
+from tricklab.models import build_model
+from tricklab.train import precision
+from tricklab.train.averaging import WeightAverage
+from tricklab.train.backend import backend_settings
+from tricklab.train.loop import Parts, evaluate, run_loop, sync, train_step
+from tricklab.train.optim import build_optimizer
+from tricklab.train.recipe import Recipe
+from tricklab.train.schedule import build_scheduler
+
+# Images used to compute data-dependent initialisations (airbench's whitening layer).
+INIT_FROM_DATA_IMAGES = 5000
+STORAGE_DTYPES = {"uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class RunResult:
+    """What one training run measured. `to_dict()` is what result.json holds."""
+
+    status: str  # complete | stopped-early | reached-target | diverged | oom | failed
+    val_acc: float | None = None
+    val_loss: float | None = None
+    val_acc_tta: float | None = None
+    val_loss_tta: float | None = None
+    train_seconds: float = 0.0  # optimizer steps only, device-synchronised; no eval, no compile
+    compile_seconds: float = 0.0  # torch.compile warm-up, measured apart
+    wall_seconds: float = 0.0  # everything, data loading included
+    time_to_target_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory: dict = field(default_factory=dict)
+    images_per_second: float | None = None
+    epochs_completed: int = 0
+    stopped_epoch: int | None = None
+    diverged_step: int | None = None
+    error: str | None = None
+    params: int | None = None
+    forward_macs: int | None = None
+    epochs: list[dict] = field(default_factory=list)
+    hardware: dict = field(default_factory=dict)
+    tricklab_version: str = tricklab.__version__
+    recipe: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto picks cuda, then mps, then cpu; asking for a missing device is an error."""
+    has = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if name == "auto":
+        name = next(d for d in ("cuda", "mps", "cpu") if has[d])
+    if not has[name]:
+        raise TrickLabError(f"run.device={name} but no {name} device is available; use run.device=auto")
+    return torch.device(name)
+
+
+def load_data(recipe: Recipe) -> Dataset:
+    d = recipe.data
+    return load_dataset(
+        d.name, d.dir, train_size=d.train_size, test_size=d.test_size, image_size=d.image_size,
+        val_fraction=d.val_fraction, seed=recipe.run.seed, cache_dir=d.cache_dir,
+    )
+
+
+def build_loaders(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Any, Any]:
+    """Train and eval loaders of the recipe's kind, normalized with the train split's statistics."""
+    lc, a = recipe.loader, recipe.aug
+    mean, std = channel_stats(dataset.train.images)
+    common = dict(
+        mean=mean, std=std, device=device, dtype=precision.input_dtype(recipe.tricks.precision),
+        channels_last=recipe.tricks.channels_last, seed=recipe.run.seed,
+    )
+    if lc.kind == "device":
+        cls = functools.partial(DeviceLoader, storage_dtype=STORAGE_DTYPES[lc.storage_dtype])
+    else:
+        cls = functools.partial(
+            TorchLoader, num_workers=lc.num_workers, pin_memory=lc.pin_memory,
+            persistent_workers=lc.persistent_workers and lc.num_workers > 0,
+            prefetch_factor=lc.prefetch_factor if lc.num_workers > 0 else None,
+        )
+    spec = AugmentSpec(flip=a.flip, translate=a.translate, pad_mode=a.pad_mode, cutout=a.cutout)
+    train = cls(dataset.train.images, dataset.train.labels, lc.batch_size, train=True,
+                augment=spec, drop_last=lc.drop_last, **common)
+    evaluation = cls(dataset.test.images, dataset.test.labels, lc.eval_batch_size, train=False, **common)
+    return train, evaluation
+
+
+def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Parts, dict]:
+    """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`."""
+    t, m = recipe.tricks, recipe.model
+    torch.manual_seed(recipe.run.seed)
+    c, h, w = dataset.image_shape
+    model = build_model(m.name, num_classes=dataset.num_classes, in_channels=c, image_size=h,
+                        width=m.width, widths=m.widths, pretrained=m.pretrained).to(device)
+    info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
+    train_loader, eval_loader = build_loaders(recipe, dataset, device)
+    init = getattr(model, "init_from_data", None)
+    if init is not None:
+        mean, std = channel_stats(dataset.train.images)
+        init(normalize(dataset.train.images[:INIT_FROM_DATA_IMAGES].to(device), mean, std))
+    freeze = {}
+    if m.whiten_bias_epochs > 0:
+        if not hasattr(model, "whiten"):
+            raise TrickLabError(f"model.whiten_bias_epochs needs a model with a whitening layer, not {m.name}")
+        freeze["whiten.bias"] = m.whiten_bias_epochs
+    if t.precision == "16-true-bn32":
+        precision.half_with_fp32_batchnorm(model)
+    if t.channels_last:
+        precision.apply_channels_last(model)
+    total_steps = math.ceil(recipe.run.epochs * len(train_loader))
+    if total_steps < 1:
+        raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
+    optimizer = build_optimizer(model, recipe.optim, recipe.loader.batch_size)
+    forward = model if t.compile == "off" else torch.compile(model, mode=t.compile)
+    ema = None
+    if t.ema_decay > 0:
+        ema = WeightAverage(model, t.ema_decay, t.ema_every, t.ema_warmup_steps, t.lookahead,
+                            t.ema_decay_power, total_steps)
+    elif t.lookahead:
+        raise TrickLabError("tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)")
+    parts = Parts(
+        model=model, forward=forward, optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, recipe.schedule, total_steps),
+        scaler=precision.grad_scaler_for(t.precision, device.type),
+        autocast=functools.partial(precision.autocast_for, t.precision, device.type),
+        loss_fn=nn.CrossEntropyLoss(label_smoothing=t.label_smoothing),
+        train_loader=train_loader, eval_loader=eval_loader, device=device,
+        total_steps=total_steps, ema=ema, freeze_after_epochs=freeze,
+    )
+    return parts, info
+
+
+def warm_up(p: Parts) -> float:
+    """Run one train step and one eval batch (compilation, autotuning), then restore every state.
+
+    Returns its seconds, so compilation stays out of train_seconds."""
+    saved = copy.deepcopy((p.model.state_dict(), p.optimizer.state_dict(),
+                           p.scheduler.state_dict(), p.scaler.state_dict()))
+    sync(p.device)
+    start = time.perf_counter()
+    p.model.train()
+    images, labels = next(iter(p.train_loader))
+    train_step(p, images, labels)
+    p.model.eval()
+    with torch.inference_mode(), p.autocast():
+        p.forward(next(iter(p.eval_loader))[0])
+    sync(p.device)
+    seconds = time.perf_counter() - start
+    p.model.load_state_dict(saved[0])
+    p.optimizer.load_state_dict(saved[1])
+    p.scheduler.load_state_dict(saved[2])
+    p.scaler.load_state_dict(saved[3])
+    p.train_loader.set_epoch(0)
+    return seconds
+
+
+def train(recipe: Recipe, *, out_dir: str | Path | None = None,
+          on_epoch: Callable[[dict], None] | None = None) -> RunResult:
+    """Train one model as the recipe says and return what was measured.
+
+    With `out_dir`, writes recipe.yaml (resolved), metrics.jsonl (a line per epoch), result.json and,
+    with run.checkpoint, checkpoint.pt. NaN loss gives status "diverged", CUDA out-of-memory "oom";
+    exceptions raised by `on_epoch` (e.g. optuna.TrialPruned) and other errors propagate."""
+    wall_start = time.perf_counter()
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        _make_run_dir(out)
+        recipe.to_yaml(out / "recipe.yaml")
+        (out / "metrics.jsonl").write_text("")
+    device = resolve_device(recipe.run.device)
+    result = RunResult(status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device))
+
+    def record_epoch(row: dict) -> None:
+        if out is not None:
+            with open(out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if on_epoch is not None:
+            on_epoch(row)
+
+    try:
+        dataset = load_data(recipe)
+        reset_peak_memory(device)
+        with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
+            parts, info = prepare(recipe, dataset, device)
+            result.params, result.forward_macs = info["params"], info["forward_macs"]
+            if recipe.tricks.compile != "off":
+                result.compile_seconds = warm_up(parts)
+            outcome = run_loop(parts, recipe.run, record_epoch)
+            _finish(result, parts, outcome, recipe)
+            if recipe.run.checkpoint and out is not None and outcome.status != "diverged":
+                save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
+        result.peak_memory = peak_memory(device)
+        result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
+    except torch.cuda.OutOfMemoryError as exc:
+        result.status, result.error = "oom", str(exc).splitlines()[0]
+    except BaseException as exc:
+        result.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.wall_seconds = time.perf_counter() - wall_start
+        if out is not None:
+            _write_json_atomic(out / "result.json", result.to_dict())
+        raise
+    if result.status == "oom":  # free what the failed run held, so the next run can go on
+        parts = None
+        gc.collect()
+        torch.cuda.empty_cache()
+    result.wall_seconds = time.perf_counter() - wall_start
+    if out is not None:
+        _write_json_atomic(out / "result.json", result.to_dict())
+    return result
+
+
+def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
+    """Fill the result from the loop's outcome; the final TTA evaluation happens here."""
+    result.status = outcome.status
+    result.epochs = outcome.epochs
+    result.epochs_completed = len(outcome.epochs)
+    result.train_seconds = outcome.train_seconds
+    result.images_per_second = (
+        outcome.images_seen / outcome.train_seconds if outcome.train_seconds > 0 else None
+    )
+    result.stopped_epoch, result.diverged_step = outcome.stopped_epoch, outcome.diverged_step
+    result.time_to_target_seconds = outcome.time_to_target_seconds
+    if outcome.status == "diverged":
+        result.error = f"loss became NaN/Inf at step {outcome.diverged_step}"
+        return
+    evaluated = [row for row in outcome.epochs if row["val_acc"] is not None]
+    if evaluated:
+        result.val_acc, result.val_loss = evaluated[-1]["val_acc"], evaluated[-1]["val_loss"]
+    if p.ema is not None:
+        p.ema.copy_to_model()
+        p.ema = None
+    if recipe.tricks.tta != "none":
+        result.val_acc_tta, result.val_loss_tta = evaluate(p, recipe.tricks.tta)
+
+
+def _make_run_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def save_checkpoint(model: nn.Module, recipe: Recipe, path: str | Path) -> None:
+    """Weights and the resolved recipe, written atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """A checkpoint written by `save_checkpoint`, loaded with weights_only=True (no code runs)."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise TrickLabError(f"checkpoint {path} does not exist") from None
+    except Exception as exc:  # torch raises several kinds for a corrupt file
+        raise TrickLabError(f"checkpoint {path} cannot be loaded: {type(exc).__name__}") from None
+

@@ -1,0 +1,169 @@
+"""The training loop: one screen, no callbacks. Tricks are prepared around it (see api.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from tricklab.train.averaging import WeightAverage
+from tricklab.train.tta import tta_logits
+
+# How often the loop syncs to check for a NaN loss and the time budget. A per-step check would
+# stall the GPU's queue; the step a NaN first appeared is still recorded exactly.
+CHECK_EVERY_STEPS = 25
+
+
+@dataclass
+class Parts:
+    """Everything the loop touches, built from the recipe by `api.prepare`."""
+
+    model: nn.Module  # the weights
+    forward: Callable[[torch.Tensor], torch.Tensor]  # model, or torch.compile(model)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    autocast: Callable[[], object]  # returns a fresh autocast context
+    loss_fn: nn.Module
+    train_loader: object
+    eval_loader: object
+    device: torch.device
+    total_steps: int
+    ema: WeightAverage | None = None
+    freeze_after_epochs: dict[str, float] = field(default_factory=dict)  # param name -> epochs
+
+
+@dataclass
+class Outcome:
+    status: str = "complete"
+    epochs: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    images_seen: int = 0
+    diverged_step: int | None = None
+    stopped_epoch: int | None = None
+    time_to_target_seconds: float | None = None
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step(p: Parts, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step; returns (loss, logits) without syncing."""
+    with p.autocast():
+        logits = p.forward(images)
+        loss = p.loss_fn(logits, labels)
+    p.optimizer.zero_grad(set_to_none=True)
+    p.scaler.scale(loss).backward()
+    p.scaler.step(p.optimizer)
+    p.scaler.update()
+    p.scheduler.step()
+    return loss.detach(), logits.detach()
+
+
+@torch.inference_mode()
+def evaluate(p: Parts, tta: str = "none") -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) over the eval loader, with the EMA weights when there are any."""
+    p.model.eval()
+    loss_sum = torch.zeros((), device=p.device)
+    correct = torch.zeros((), device=p.device, dtype=torch.long)
+    count = 0
+    with p.ema.swapped_in() if p.ema else contextlib.nullcontext():
+        for images, labels in p.eval_loader:
+            with p.autocast():
+                logits = tta_logits(p.forward, images, tta).float()
+            loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum")
+            correct += (logits.argmax(1) == labels).sum()
+            count += len(labels)
+    return correct.item() / count, loss_sum.item() / count
+
+
+def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> Outcome:
+    """Train for run.epochs (fractional allowed); evaluate every run.eval_every epochs and at the end."""
+    out = Outcome()
+    steps_per_epoch = len(p.train_loader)
+    num_epochs = math.ceil(p.total_steps / steps_per_epoch)
+    step, best, evals_since_best = 0, None, 0
+    first_bad = torch.full((), -1, device=p.device, dtype=torch.long)
+    for epoch in range(num_epochs):
+        for name, param in p.model.named_parameters():
+            if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]:
+                param.requires_grad_(False)
+        p.model.train()
+        loss_sum = torch.zeros((), device=p.device)
+        correct = torch.zeros((), device=p.device, dtype=torch.long)
+        seen = 0
+        sync(p.device)
+        start = time.perf_counter()
+        for images, labels in p.train_loader:
+            loss, logits = train_step(p, images, labels)
+            if p.ema:
+                p.ema.update(step)
+            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step, first_bad)
+            loss_sum += loss.float() * len(labels)
+            correct += (logits.argmax(1) == labels).sum()
+            seen += len(labels)
+            step += 1
+            if step % CHECK_EVERY_STEPS == 0 or step == p.total_steps:
+                if first_bad.item() >= 0:
+                    break
+                sync(p.device)
+                if _over_budget(run, out.train_seconds + time.perf_counter() - start):
+                    break
+            if step >= p.total_steps:
+                break
+        sync(p.device)
+        epoch_seconds = time.perf_counter() - start
+        out.train_seconds += epoch_seconds
+        out.images_seen += seen
+        if first_bad.item() >= 0:
+            out.status, out.diverged_step, out.stopped_epoch = "diverged", first_bad.item() + 1, epoch + 1
+            break
+        over_budget = _over_budget(run, out.train_seconds)
+        last = step >= p.total_steps or over_budget
+        row = {
+            "epoch": epoch + 1,
+            "step": step,
+            "train_loss": loss_sum.item() / max(seen, 1),
+            "train_acc": correct.item() / max(seen, 1),
+            "val_loss": None,
+            "val_acc": None,
+            "lr": p.optimizer.param_groups[0]["lr"],
+            "epoch_seconds": epoch_seconds,
+            "images_per_second": seen / epoch_seconds if epoch_seconds > 0 else None,
+            "train_seconds": out.train_seconds,
+        }
+        if last or (run.eval_every > 0 and (epoch + 1) % run.eval_every == 0):
+            row["val_acc"], row["val_loss"] = evaluate(p)
+        out.epochs.append(row)
+        if on_epoch:
+            on_epoch(row)
+        if row["val_acc"] is not None:
+            target = run.target_accuracy
+            if target is not None and out.time_to_target_seconds is None and row["val_acc"] >= target:
+                out.time_to_target_seconds = out.train_seconds
+                if run.stop_at_target:
+                    out.status, out.stopped_epoch = "reached-target", epoch + 1
+                    break
+            if run.early_stopping_patience > 0:
+                score = row["val_acc"] if run.early_stopping_monitor == "val_acc" else -row["val_loss"]
+                if best is None or score > best + run.early_stopping_min_delta:
+                    best, evals_since_best = score, 0
+                else:
+                    evals_since_best += 1
+                if evals_since_best >= run.early_stopping_patience and not last:
+                    out.status, out.stopped_epoch = "stopped-early", epoch + 1
+                    break
+        if last:
+            break
+    return out
+
+
+def _over_budget(run, train_seconds: float) -> bool:
+    return run.time_budget_seconds is not None and train_seconds >= run.time_budget_seconds

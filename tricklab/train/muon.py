@@ -1,0 +1,301 @@
+"""Muon for conv filters and Nesterov SGD for everything else, stepped as one optimizer.
+
+Muon (Keller Jordan, 2024; the optimizer of the airbench94_muon CIFAR-10 record): the momentum of
+each weight matrix is orthogonalised by a few Newton–Schulz iterations before the step, so every
+direction of the update has about the same size. A conv filter (out, in, kh, kw) is treated as the
+(out, in·kh·kw) matrix it multiplies patches with. Biases, normalization parameters and the
+classifier head are not hidden-layer matrices; they take plain Nesterov SGD, as in the record.
+
+Where the installed torch has `torch.optim.Muon` (2.9 and later) it does the filter updates, fed
+2-D views that share the filters' storage; on older torch the small implementation below does the
+same arithmetic (tests check the two agree).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tricklab.errors import TrickLabError
+from tricklab.train.recipe import OptimConfig
+
+# Quintic Newton–Schulz coefficients from Jordan's Muon (also torch.optim.Muon's defaults).
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+# torch.optim.Muon's default; airbench94_muon runs 3 for speed, which leaves small singular values
+# further from 1. Five steps cost a few hundred microseconds per training step for these shapes.
+NS_STEPS = 5
+NS_EPS = 1e-7
+
+
+def has_torch_muon() -> bool:
+    """True when the installed torch ships `torch.optim.Muon`."""
+    return hasattr(torch.optim, "Muon")
+
+
+def newton_schulz(matrix: Tensor, steps: int = NS_STEPS, eps: float = NS_EPS) -> Tensor:
+    """Approximately orthogonalise a 2-D matrix: for G = U S Vᵀ, return about U Vᵀ.
+
+    The matrix is scaled to Frobenius norm 1 (so every singular value is at most 1), then the quintic
+    X ← aX + (bA + cA²)X with A = XXᵀ pushes each singular value towards 1. The coefficients favour
+    speed over exact convergence: after 5 steps the singular values lie roughly in [0.7, 1.2] rather
+    than at 1, which Jordan found trains as well. Computed in bfloat16, like torch.optim.Muon.
+    """
+    if matrix.ndim != 2:
+        raise ValueError(f"newton_schulz needs a 2-D matrix, got shape {tuple(matrix.shape)}")
+    a, b, c = NS_COEFFICIENTS
+    x = matrix.bfloat16()
+    tall = x.size(0) > x.size(1)
+    if tall:  # iterate on the smaller Gram matrix
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        # addmm rounds once per line in bfloat16 (and matches torch.optim.Muon bit for bit)
+        polynomial = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.addmm(x, polynomial, x, beta=a)
+    return x.T if tall else x
+
+
+def matrix_view(tensor: Tensor) -> Tensor:
+    """`tensor` as a 2-D (out, rest) view sharing its storage; conv filters in NCHW or channels_last.
+
+    In channels_last the columns come in (kh, kw, in) order rather than (in, kh, kw). Orthogonalising
+    commutes with permuting columns, so the order does not change the update as long as the weight and
+    its gradient use the same one (`matrix_like`).
+    """
+    if tensor.ndim == 2:
+        return tensor
+    if tensor.is_contiguous():
+        return tensor.view(tensor.shape[0], -1)
+    if tensor.ndim == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return tensor.permute(0, 2, 3, 1).view(tensor.shape[0], -1)
+    raise ValueError(
+        f"no 2-D view of a tensor with shape {tuple(tensor.shape)} and strides {tensor.stride()}"
+    )
+
+
+def matrix_like(tensor: Tensor, weight: Tensor) -> Tensor:
+    """`tensor` (e.g. a gradient) as a 2-D matrix whose columns follow `matrix_view(weight)`."""
+    if tensor.ndim == 2:
+        return tensor
+    if weight.ndim == 4 and not weight.is_contiguous():  # channels_last weight: (out, kh, kw, in)
+        return tensor.permute(0, 2, 3, 1).reshape(tensor.shape[0], -1)
+    return tensor.reshape(tensor.shape[0], -1)
+
+
+def shape_lr_factor(rows: int, cols: int) -> float:
+    """Jordan's lr adjustment for a rows×cols update, sqrt(max(1, rows/cols)) (torch's "original")."""
+    return math.sqrt(max(1.0, rows / cols))
+
+
+class MuonSGD(torch.optim.Optimizer):
+    """Muon on the groups marked `muon=True`, Nesterov/plain SGD (PyTorch semantics) on the others.
+
+    One optimizer, so one lr schedule, one GradScaler and one state_dict cover every parameter.
+    Group keys: lr, momentum, nesterov, weight_decay and muon. For Muon groups:
+    - with `normalize_filters`, each weight is first rescaled to Frobenius norm sqrt(rows), as
+      airbench94_muon does: the filters feed BatchNorm, so their scale does not change the function,
+      and fixing it keeps the relative step size equal to the lr;
+    - momentum is an EMA (torch.optim.Muon's form; the orthogonalisation removes its scale);
+    - weight_decay is decoupled, p ← p·(1 − lr·wd);
+    - the step is lr·sqrt(max(1, rows/cols)) times the orthogonalised (Nesterov) momentum.
+    `backend`: "torch" (torch.optim.Muon), "own" (`newton_schulz` here) or "auto" (torch when present).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[dict[str, Any]],
+        *,
+        lr: float,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        weight_decay: float = 0.0,
+        ns_steps: int = NS_STEPS,
+        normalize_filters: bool = True,
+        backend: str = "auto",
+    ) -> None:
+        defaults = dict(
+            lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, muon=False
+        )
+        super().__init__(params, defaults)
+        if backend not in ("auto", "torch", "own"):
+            raise ValueError(f"backend must be auto, torch or own, not {backend!r}")
+        if backend == "torch" and not has_torch_muon():
+            raise ValueError(
+                f"torch {torch.__version__} has no torch.optim.Muon; use backend='own'"
+            )
+        for group in self.param_groups:
+            if group["nesterov"] and group["momentum"] <= 0:
+                raise ValueError("Nesterov momentum needs momentum > 0")
+            if group["muon"] and any(p.ndim < 2 for p in group["params"]):
+                raise ValueError("Muon groups hold matrices and conv filters only (ndim >= 2)")
+        self.ns_steps = ns_steps
+        self.normalize_filters = normalize_filters
+        self._torch_muon: torch.optim.Optimizer | None = None
+        self._matrices: dict[Tensor, nn.Parameter] = {}
+        if backend == "torch" or (backend == "auto" and has_torch_muon()):
+            muon_groups = []
+            for group in self._muon_groups():
+                views = [self._matrix_param(p) for p in group["params"]]
+                muon_groups.append(
+                    {"params": views, "lr": group["lr"], "momentum": group["momentum"]}
+                )
+            if muon_groups:
+                self._torch_muon = torch.optim.Muon(
+                    muon_groups,
+                    weight_decay=0.0,
+                    nesterov=True,
+                    ns_coefficients=NS_COEFFICIENTS,
+                    eps=NS_EPS,
+                    ns_steps=ns_steps,
+                )  # adjust_lr_fn left at its default, Jordan's "original" sqrt(max(1, rows/cols))
+
+    @property
+    def backend(self) -> str:
+        """Which code orthogonalises the filter updates: "torch" or "own"."""
+        return "torch" if self._torch_muon is not None else "own"
+
+    def _muon_groups(self) -> list[dict[str, Any]]:
+        return [g for g in self.param_groups if g["muon"]]
+
+    def _matrix_param(self, p: Tensor) -> nn.Parameter:
+        """A 2-D Parameter sharing `p`'s storage, re-pointed if `p.data` was replaced since."""
+        view = self._matrices.get(p)
+        if view is None:
+            view = self._matrices[p] = nn.Parameter(matrix_view(p.detach()), requires_grad=False)
+        elif view.data_ptr() != p.data_ptr() or view.dtype != p.dtype:
+            view.data = matrix_view(p.detach())
+        return view
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if not group["muon"]:
+                self._sgd_step(group)
+            elif self._torch_muon is None:
+                self._own_muon_step(group)
+        if self._torch_muon is not None:
+            self._torch_muon_step()
+        return loss
+
+    def _sgd_step(self, group: dict[str, Any]) -> None:
+        """torch.optim.SGD's update (dampening 0): coupled weight decay, momentum, Nesterov."""
+        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            d_p = p.grad if wd == 0 else p.grad.add(p, alpha=wd)
+            if momentum > 0:
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = state["momentum_buffer"] = d_p.detach().clone()
+                else:
+                    buf.mul_(momentum).add_(d_p)
+                d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+            p.add_(d_p, alpha=-lr)
+
+    def _normalize(self, p: Tensor) -> None:
+        if self.normalize_filters:
+            p.mul_(math.sqrt(p.shape[0]) / p.norm().clamp(min=NS_EPS))
+
+    def _own_muon_step(self, group: dict[str, Any]) -> None:
+        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            self._normalize(p)
+            weight = matrix_view(p)
+            grad = matrix_like(p.grad, p)
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = torch.zeros_like(grad)
+            buf.lerp_(grad, 1 - momentum)
+            update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+            update = newton_schulz(update, self.ns_steps)
+            if wd:
+                weight.mul_(1 - lr * wd)
+            weight.add_(update.to(weight.dtype), alpha=-lr * shape_lr_factor(*weight.shape))
+
+    def _torch_muon_step(self) -> None:
+        for group, inner in zip(self._muon_groups(), self._torch_muon.param_groups):
+            inner["lr"], inner["momentum"] = group["lr"], group["momentum"]
+            inner["nesterov"], inner["weight_decay"] = group["nesterov"], group["weight_decay"]
+            for p in group["params"]:
+                view = self._matrix_param(p)
+                if p.grad is None:
+                    view.grad = None
+                    continue
+                self._normalize(p)
+                view.grad = matrix_like(p.grad, p)
+        self._torch_muon.step()
+        for view in self._matrices.values():
+            view.grad = None
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._torch_muon is not None:
+            state["torch_muon"] = self._torch_muon.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        inner = state_dict.pop("torch_muon", None)
+        super().load_state_dict(state_dict)
+        if self._torch_muon is not None:
+            if inner is None:  # saved by the own backend: its buffers are in the outer state
+                raise ValueError("this MuonSGD state_dict was saved by the 'own' backend")
+            self._torch_muon.load_state_dict(inner)
+
+
+def filter_params(model: nn.Module) -> list[nn.Parameter]:
+    """The trainable conv filters (4-D weights) of `model`: what Muon updates."""
+    return [p for p in model.parameters() if p.requires_grad and p.ndim == 4]
+
+
+def build_muon(model: nn.Module, cfg: OptimConfig, lr: float) -> MuonSGD:
+    """The optimizer for `optim.name=muon`: Muon on conv filters, Nesterov SGD on the rest.
+
+    Filters: lr `cfg.muon_lr`, momentum `cfg.muon_momentum` (Nesterov), no weight decay (their norm
+    is reset every step instead). The rest is grouped as for SGD (`optim.param_groups`): other
+    weights (the head) at `lr` (already batch-scaled), norm parameters and biases (the whitening
+    bias included) at `lr × bias_lr_mult`, both with `cfg.momentum`, `cfg.nesterov` and the
+    recipe's weight decay (decoupled when `decoupled_weight_decay`). `lr_scaling` does not touch
+    `muon_lr`: an orthogonalised step's size does not grow with the batch.
+    """
+    from tricklab.train.optim import param_groups
+
+    filters = filter_params(model)
+    if not filters:
+        raise TrickLabError(
+            "optim.name=muon updates conv filters, and this model has no trainable conv filter; "
+            "use optim.name=sgd or adamw"
+        )
+    if cfg.nesterov and cfg.momentum <= 0:
+        raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
+    filter_ids = {id(p) for p in filters}
+    groups = []
+    for group in param_groups(model, cfg, lr):
+        group["params"] = [p for p in group["params"] if id(p) not in filter_ids]
+        if group["params"]:
+            groups.append(group)
+    groups.append(
+        {
+            "params": filters,
+            "lr": cfg.muon_lr,
+            "momentum": cfg.muon_momentum,
+            "nesterov": cfg.muon_momentum > 0,
+            "weight_decay": 0.0,
+            "muon": True,
+        }
+    )
+    return MuonSGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)

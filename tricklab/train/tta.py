@@ -1,0 +1,28 @@
+"""Test-time augmentation: average logits over mirrored (and translated) views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def flip_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor) -> torch.Tensor:
+    """Mean of the logits of the images and of their mirror images."""
+    return 0.5 * (forward(images) + forward(images.flip(-1)))
+
+
+def tta_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, tta: str) -> torch.Tensor:
+    """Logits under `tta`: none, flip, or flip-translate (airbench94's level 2: half weight on the
+    flip-averaged logits, half on those of the image shifted one pixel up-left and down-right)."""
+    if tta == "none":
+        return forward(images)
+    logits = flip_logits(forward, images)
+    if tta == "flip":
+        return logits
+    h, w = images.shape[-2:]
+    padded = F.pad(images, (1, 1, 1, 1), mode="reflect")
+    up_left, down_right = padded[..., :h, :w], padded[..., 2:, 2:]
+    shifted = 0.5 * (flip_logits(forward, up_left) + flip_logits(forward, down_right))
+    return 0.5 * logits + 0.5 * shifted
