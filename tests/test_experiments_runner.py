@@ -1,0 +1,281 @@
+"""The experiment runner in-process: statuses, resume, exactly-once claims, sweeps, the CLI.
+
+Failures other than NaN are injected through the `train_fn` parameter; the end-to-end ablation and
+the diverging run use the real engine on the synthetic dataset.
+"""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from tricklab.cli import main
+from tricklab.errors import TrickLabError
+from tricklab.experiments import Liveness, ablate, parse_space, results, sweep
+from tricklab.experiments.stats import ConfigStats
+from tricklab.experiments.storage import (
+    HEARTBEAT_ATTR,
+    WORKER_ATTR,
+    is_stale,
+    open_storage,
+    storage_url,
+    trial_status,
+)
+from tricklab.train.api import RunResult
+from tricklab.train.recipe import load_recipe
+
+# A run of a second or two on a shared CPU.
+TINY = [
+    "data.name=synthetic", "data.train_size=256", "data.test_size=128", "data.image_size=16",
+    "model.name=airbench", "model.widths=[8,16,16]", "loader.kind=device",
+    "loader.batch_size=64", "loader.eval_batch_size=128", "optim.lr=0.2", "optim.nesterov=true",
+    "run.epochs=1", "run.device=cpu",
+]  # fmt: skip
+FAST = Liveness(poll_seconds=0.05)
+
+
+def fake_train(recipe, *, on_epoch=None, out_dir=None):
+    """A stand-in engine: accuracy grows with lr and seed, two epochs, no training."""
+    accuracy = 0.5 + 0.1 * recipe.optim.lr + 0.01 * recipe.run.seed
+    for epoch in (1, 2):
+        if on_epoch is not None:
+            on_epoch({"epoch": epoch, "val_acc": accuracy * epoch / 2, "train_seconds": epoch})
+    return RunResult(
+        status="complete", val_acc=accuracy, val_loss=1.0, train_seconds=1.0 + 0.01 * recipe.run.seed,
+        recipe=recipe.to_dict(),
+    )  # fmt: skip
+
+
+def unit_trials(study_name, out_dir):
+    storage = open_storage(storage_url(None, out_dir), must_exist=True)
+    return optuna.load_study(study_name=study_name, storage=storage).get_trials()
+
+
+def complete_per_unit(trials):
+    return Counter(t.user_attrs["unit"] for t in trials if trial_status(t) == "complete")
+
+
+@pytest.fixture
+def baseline():
+    return load_recipe(None, ["data.name=synthetic"])
+
+
+def test_tiny_ablation_runs_end_to_end_and_results_json_round_trips(tmp_path, capsys):
+    args = ["ablate", "--baseline", *TINY, "--vary", "aug.flip=random", "--seeds", "2"]
+    args += ["--budget-epochs", "1", "--target", "0.5", "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["planned"] == 4 and summary["ran"] == 4
+    assert summary["status_counts"] == {"complete": 4}
+    rows = [ConfigStats.from_dict(r) for r in summary["stats"]]
+    assert [(r.config_id, r.n) for r in rows] == [("baseline", 2), ("aug.flip=random", 2)]
+    assert all(0 <= r.accuracy_mean <= 1 and r.train_seconds_mean > 0 for r in rows)
+    assert rows[1].accuracy_p_value is not None and rows[0].target == 0.5
+
+    trial = unit_trials(summary["study"], tmp_path)[0]
+    run = trial.user_attrs["runs"][0]
+    assert run["recipe"]["run"]["epochs"] == 1 and run["recipe"]["run"]["early_stopping_patience"] == 0
+    assert len(run["epochs"]) == 1 and run["hardware"] and run["tricklab_version"]
+    assert trial.value == pytest.approx(run["val_acc"])
+
+    assert main(["results", summary["study"], "--out", str(tmp_path), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert table["reference"] == "baseline"
+    assert [ConfigStats.from_dict(r) for r in table["configs"]] == rows
+
+    assert main(args) == 0  # the same command again: everything is done, nothing runs
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["ran"] == 0 and again["already_done"] == 4
+
+
+def test_nan_loss_gives_diverged_and_the_study_goes_on(tmp_path):
+    summary = ablate(
+        load_recipe(None, TINY), {"optim.lr": [1e12]}, 1, out_dir=tmp_path, liveness=FAST
+    )
+    assert summary.status_counts == {"complete": 1, "diverged": 1}
+    (diverged,) = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "diverged"]
+    assert diverged.state == TrialState.FAIL
+    assert "NaN" in diverged.user_attrs["error"]
+    assert summary.stats[1].failures == {"diverged": 1}
+
+
+def test_out_of_memory_gives_oom_and_the_next_config_goes_on(baseline, tmp_path):
+    def train(recipe, **kwargs):
+        if recipe.optim.lr == 0.4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return fake_train(recipe, **kwargs)
+
+    summary = ablate(
+        baseline, {"optim.lr": [0.4, 0.8]}, 1, out_dir=tmp_path, train_fn=train, liveness=FAST
+    )
+    assert summary.status_counts == {"complete": 2, "oom": 1}
+    (oom,) = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "oom"]
+    assert oom.state == TrialState.FAIL and "out of memory" in oom.user_attrs["error"]
+
+
+def test_any_other_exception_gives_failed_with_its_message(baseline, tmp_path):
+    def train(recipe, **kwargs):
+        if recipe.optim.lr == 0.4:
+            raise ValueError("bad batch")
+        return fake_train(recipe, **kwargs)
+
+    summary = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    assert summary.status_counts == {"complete": 2, "failed": 2}
+    failed = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "failed"]
+    assert {t.user_attrs["error"] for t in failed} == {"ValueError: bad batch"}
+    assert summary.stats[1].failures == {"failed": 2}
+
+
+def test_rerun_skips_completed_units_and_runs_failed_ones_again(baseline, tmp_path):
+    broken = {"on": True}
+
+    def train(recipe, **kwargs):
+        if broken["on"] and recipe.run.seed == 1:
+            raise RuntimeError("flaky disk")
+        return fake_train(recipe, **kwargs)
+
+    first = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    assert first.status_counts == {"complete": 2, "failed": 2}
+    broken["on"] = False
+    second = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    assert second.ran == 2 and second.already_done == 2
+    assert second.status_counts == {"complete": 4}
+    assert set(complete_per_unit(unit_trials(second.study, tmp_path)).values()) == {1}
+
+
+def test_ctrl_c_marks_the_running_trial_interrupted_and_a_rerun_finishes(baseline, tmp_path):
+    calls = []
+
+    def train(recipe, **kwargs):
+        calls.append(recipe)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fake_train(recipe, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    summary = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    trials = unit_trials(summary.study, tmp_path)
+    assert [trial_status(t) for t in trials].count("interrupted") == 1
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert summary.status_counts == {"complete": 4}
+    assert set(complete_per_unit(trials).values()) == {1}
+
+
+def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):
+    ablate(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+    study = optuna.load_study(study_name="s", storage=open_storage(storage_url(None, tmp_path)))
+    attrs = {"unit": "optim.lr=0.4 seed=1", "config_id": "optim.lr=0.4"}
+    attrs |= {"overrides": ["optim.lr=0.4"], "seed": 1}
+    study.enqueue_trial({}, user_attrs=attrs)  # as two workers starting together would
+    study.enqueue_trial({}, user_attrs=attrs)
+    summary = ablate(
+        baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+    )
+    trials = unit_trials("s", tmp_path)
+    assert summary.status_counts == {"complete": 4}
+    assert set(complete_per_unit(trials).values()) == {1}
+    assert [trial_status(t) for t in trials].count("skipped") == 1
+
+
+def test_a_trial_whose_worker_died_is_run_again(baseline, tmp_path):
+    ablate(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+    storage = open_storage(storage_url(None, tmp_path))
+    study = optuna.load_study(study_name="s", storage=storage)
+    attrs = {"unit": "baseline seed=1", "config_id": "baseline", "overrides": [], "seed": 1}
+    study.enqueue_trial({}, user_attrs=attrs)
+    lost = study.ask()  # claimed by a worker that then died
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    storage.set_trial_system_attr(lost._trial_id, WORKER_ATTR, {"host": _host(), "pid": dead.pid})
+    summary = ablate(
+        baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+    )
+    assert summary.status_counts == {"complete": 4}
+    assert trial_status(storage.get_trial(lost._trial_id)) == "interrupted"
+
+
+def _host():
+    import socket
+
+    return socket.gethostname()
+
+
+def test_a_worker_on_another_host_is_stale_only_after_its_heartbeat_goes_silent():
+    trial = optuna.trial.create_trial(state=TrialState.RUNNING)
+    trial.system_attrs = {WORKER_ATTR: {"host": "elsewhere", "pid": 1}, HEARTBEAT_ATTR: 1000.0}
+    assert not is_stale(trial, grace_seconds=60, now=1050.0)
+    assert is_stale(trial, grace_seconds=60, now=1061.0)
+
+
+def test_a_study_name_holding_another_baseline_is_a_user_error(baseline, tmp_path):
+    ablate(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+    other = baseline.override(["model.width=0.5"])
+    with pytest.raises(TrickLabError, match="another experiment"):
+        ablate(other, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+
+
+def test_sampled_sweep_runs_the_requested_trials_each_with_every_seed(baseline, tmp_path):
+    space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0, "log": True}, "optim.name": ["sgd", "adam"]})
+    run = dict(trials=4, sampler="tpe", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST)
+    summary = sweep(baseline, space, **run)
+    trials = unit_trials(summary.study, tmp_path)
+    assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert all(len(t.user_attrs["runs"]) == 2 for t in trials)
+    assert all(0.01 <= t.params["optim.lr"] <= 1.0 for t in trials)
+    mean = sum(r["accuracy"] for r in trials[0].user_attrs["runs"]) / 2
+    assert trials[0].value == pytest.approx(mean)
+    assert sweep(baseline, space, **run).ran == 0  # resumed: the study has its 4 trials
+
+
+def test_median_pruner_stops_hopeless_trials_and_records_them_pruned(baseline, tmp_path):
+    space = parse_space({"optim.lr": [0.1, 0.9, 1.0]})
+    summary = sweep(
+        baseline, space, 12, sampler="random", pruner="median", sampler_seed=0,
+        out_dir=tmp_path, train_fn=fake_train, liveness=FAST,
+    )  # fmt: skip
+    trials = unit_trials(summary.study, tmp_path)
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert pruned and all(t.params["optim.lr"] == 0.1 for t in pruned)
+    assert all(t.user_attrs["status"] == "pruned" for t in pruned)
+    assert all(t.intermediate_values for t in trials)
+    assert summary.status_counts["pruned"] == len(pruned)
+
+
+def test_grid_sweep_runs_each_point_once_per_seed_with_its_params(baseline, tmp_path):
+    space = parse_space({"optim.lr": [0.1, 0.2], "optim.name": ["sgd", "adam"]})
+    summary = sweep(
+        baseline, space, sampler="grid", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+    )
+    trials = unit_trials(summary.study, tmp_path)
+    assert summary.planned == 8 and summary.status_counts == {"complete": 8}
+    assert Counter((t.params["optim.lr"], t.params["optim.name"]) for t in trials) == {
+        (lr, name): 2 for lr in (0.1, 0.2) for name in ("sgd", "adam")
+    }
+    rows = results(summary.study, out_dir=tmp_path)
+    assert len(rows) == 4 and rows[0].is_reference and rows[0].n == 2
+
+
+def test_grid_sweep_of_a_continuous_range_is_a_user_error(baseline, tmp_path):
+    space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0}})
+    with pytest.raises(TrickLabError, match="finite space"):
+        sweep(baseline, space, sampler="grid", out_dir=tmp_path, train_fn=fake_train)
+
+
+def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):
+    args = ["ablate", "--vary", "optim.lr=0.2,0.4", "--vary", "aug.flip=random", "--grid"]
+    args += ["--seeds", "3", "--out", str(tmp_path / "exp"), "--dry-run", "--json"]
+    assert main(args) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plan["units"] == 5 * 3 and len(plan["configs"]) == 5
+    assert not (tmp_path / "exp").exists()
+
+
+def test_results_of_a_missing_study_is_a_user_error(tmp_path, capsys):
+    assert main(["results", "nope", "--out", str(tmp_path)]) == 2
+    assert "no study database" in capsys.readouterr().err
