@@ -241,7 +241,9 @@ def test_median_pruner_stops_hopeless_trials_and_records_them_pruned(baseline, t
     )  # fmt: skip
     trials = unit_trials(summary.study, tmp_path)
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
-    assert pruned and all(t.params["optim.lr"] == 0.1 for t in pruned)
+    # The best lr (1.0) never falls below the median of earlier trials; worse ones may.
+    assert pruned and all(t.params["optim.lr"] < 1.0 for t in pruned)
+    assert any(t.params["optim.lr"] == 1.0 and t.state == TrialState.COMPLETE for t in trials)
     assert all(t.user_attrs["status"] == "pruned" for t in pruned)
     assert all(t.intermediate_values for t in trials)
     assert summary.status_counts["pruned"] == len(pruned)
@@ -268,7 +270,7 @@ def test_grid_sweep_of_a_continuous_range_is_a_user_error(baseline, tmp_path):
 
 
 def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):
-    args = ["ablate", "--vary", "optim.lr=0.2,0.4", "--vary", "aug.flip=random", "--grid"]
+    args = ["ablate", "--vary", "optim.lr=0.2,0.4", "--vary", "aug.flip=none,random", "--grid"]
     args += ["--seeds", "3", "--out", str(tmp_path / "exp"), "--dry-run", "--json"]
     assert main(args) == 0
     plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
