@@ -18,7 +18,7 @@ import time
 import torch
 from torch import nn
 
-from tricklab.data.augment import channel_stats
+from tricklab.data.augment import channel_stats, normalize
 from tricklab.data.loaders import DeviceLoader
 from tricklab.data.sources import load_dataset
 from tricklab.models import build_model
@@ -31,12 +31,24 @@ LR = 0.05
 
 
 def recipe(epochs: int):
-    return load_recipe(None, [
-        "data.name=synthetic", "data.train_size=5120", "data.test_size=256",
-        "model.name=airbench", f"model.widths={WIDTHS}", "loader.kind=device",
-        f"loader.batch_size={BATCH}", "loader.drop_last=true", f"optim.lr={LR}", "optim.momentum=0.9",
-        f"run.epochs={epochs}", "run.eval_every=0", "run.device=cpu",
-    ])
+    return load_recipe(
+        None,
+        [
+            "data.name=synthetic",
+            "data.train_size=5120",
+            "data.test_size=256",
+            "model.name=airbench",
+            f"model.widths={WIDTHS}",
+            "loader.kind=device",
+            f"loader.batch_size={BATCH}",
+            "loader.drop_last=true",
+            f"optim.lr={LR}",
+            "optim.momentum=0.9",
+            f"run.epochs={epochs}",
+            "run.eval_every=0",
+            "run.device=cpu",
+        ],
+    )
 
 
 def parts(epochs: int):
@@ -45,9 +57,10 @@ def parts(epochs: int):
     torch.manual_seed(0)
     model = build_model("airbench", num_classes=10, widths=WIDTHS)
     mean, std = channel_stats(ds.train.images)
-    model.init_from_data(((ds.train.images[:5000].float() / 255) - torch.tensor(mean)[:, None, None])
-                         / torch.tensor(std)[:, None, None])
-    loader = DeviceLoader(ds.train.images, ds.train.labels, BATCH, mean=mean, std=std, drop_last=True)
+    model.init_from_data(normalize(ds.train.images[:5000], mean, std))
+    loader = DeviceLoader(
+        ds.train.images, ds.train.labels, BATCH, mean=mean, std=std, drop_last=True
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     return model, optimizer, loader
 
@@ -105,9 +118,16 @@ def time_lightning(epochs: int) -> float:
             return len(loader)
 
     EpochTimer.seconds = 0.0
-    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(Module(), train_dataloaders=Batches())
     return EpochTimer.seconds
 
@@ -116,23 +136,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    runners = {"bare PyTorch loop": time_bare, "tricklab": time_tricklab, "Lightning Trainer": time_lightning}
+    torch.set_num_threads(args.threads)
+    runners = {
+        "bare PyTorch loop": time_bare,
+        "tricklab": time_tricklab,
+        "Lightning Trainer": time_lightning,
+    }
     times = {name: [] for name in runners}
     for _ in range(args.repeats):  # interleaved, so drifts in machine load hit all three alike
         for name, run in runners.items():
             times[name].append(run(args.epochs))
     steps = args.epochs * (5120 // BATCH)
     bare = statistics.median(times["bare PyTorch loop"])
-    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, {steps} steps of batch "
-          f"{BATCH}, median of {args.repeats}")
+    print(
+        f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, {steps} steps of batch "
+        f"{BATCH}, median of {args.repeats}"
+    )
     print("| loop | median s | ms/step | vs bare | vs Lightning |")
     print("|---|---|---|---|---|")
     lightning = statistics.median(times["Lightning Trainer"])
     for name, values in times.items():
         med = statistics.median(values)
-        print(f"| {name} | {med:.3f} | {1000 * med / steps:.2f} | {med / bare:.3f}x | {med / lightning:.3f}x |")
+        print(
+            f"| {name} | {med:.3f} | {1000 * med / steps:.2f} | {med / bare:.3f}x | {med / lightning:.3f}x |"
+        )
 
 
 if __name__ == "__main__":

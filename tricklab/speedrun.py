@@ -284,14 +284,15 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+# Fits an 80-column terminal; the warm-up line is marked "warm-up" (it is never counted).
 RUN_COLUMNS = (
-    ("seed", 22),
+    ("seed", 7),
     ("status", 14),
     ("val acc", 8),
     ("TTA acc", 8),
     ("train s", 8),
     ("compile s", 9),
-    ("img/s", 10),
+    ("img/s", 9),
     ("MFU", 6),
 )
 
@@ -302,7 +303,7 @@ def run_line(run: SpeedrunRun | None) -> str:
         cells = [name for name, _ in RUN_COLUMNS]
     else:
         cells = [
-            "warm-up (not counted)" if run.warmup else str(run.seed),
+            "warm-up" if run.warmup else str(run.seed),
             run.status,
             _pct(run.val_acc),
             _pct(run.val_acc_tta),
@@ -311,7 +312,7 @@ def run_line(run: SpeedrunRun | None) -> str:
             _num(run.images_per_second, ",.0f"),
             _pct(run.mfu, 1),
         ]
-    return "  ".join(cell.rjust(width) for cell, (_, width) in zip(cells, RUN_COLUMNS))
+    return " ".join(cell.rjust(width) for cell, (_, width) in zip(cells, RUN_COLUMNS))
 
 
 def render_summary(summary: SpeedrunSummary) -> Any:
@@ -416,7 +417,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "speedrun",
         help="repeat a record recipe over seeds: accuracy mean ± std, train seconds, MFU",
         description="One warm-up run (not counted), then N runs with seeds 0..N-1 of a recipe; "
-        "prints each run and the summary (mean ± std accuracy, 95%% CI, fraction ≥ target, "
+        "prints each run and the summary (mean ± std accuracy, 95% CI, fraction ≥ target, "
         "train seconds, compile seconds, MFU).",
     )
     p.add_argument(

@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
         "results",
         help="statistics of an ablation or sweep: means, 95%% CIs, Welch tests, speedups",
         description=(
-            "One row per configuration: complete runs, accuracy mean ± std with its 95%% Student t "
+            "One row per configuration: complete runs, accuracy mean ± std with its 95% Student t "
             "interval, train seconds, the accuracy difference and speedup against the reference "
             "(baseline) with Welch intervals and p-values, runs reaching the target, failures."
         ),
