@@ -1,6 +1,7 @@
-"""The experiment runner across real worker processes: SIGKILL and resume, two workers, Ctrl-C.
+"""The experiment runner across real worker processes: SIGKILL and resume, two workers, Ctrl-C
+(and SIGTERM, which the CLI treats alike).
 
-Each worker is `python -m tricklab ablate ...` on the synthetic dataset (runs of about a second).
+Each worker is `python -m tricklab ablate ...` on the synthetic dataset (runs of about half a second).
 To act on a worker in the middle of a run without racing its end, the test stops it (SIGSTOP),
 checks in the storage that its trial is still RUNNING, and only then signals it.
 """
@@ -14,6 +15,7 @@ import time
 from collections import Counter
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tricklab.experiments.plan import budget_overrides, parse_vary, plan_configs, plan_units
@@ -51,9 +53,21 @@ def planned_units(vary, seeds):
     return {u.key for u in plan_units(plan_configs(baseline, parse_vary([vary])), seeds)}
 
 
-def start_worker(cmd, log_path):
-    with open(log_path, "w") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
+@pytest.fixture
+def start_worker():
+    """Start a worker process logging to a file; any still alive (or stopped) at the end is killed."""
+    started = []
+
+    def start(cmd, log_path):
+        with open(log_path, "w") as log:
+            started.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV))
+        return started[-1]
+
+    yield start
+    for worker in started:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
 
 
 def finish_worker(worker, log_path):
@@ -121,7 +135,7 @@ def _running_here(trial, pid):
 
 
 def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_exactly_once(
-    tmp_path,
+    tmp_path, start_worker
 ):
     vary, seeds = "optim.lr=0.4", 2
     cmd = ablate_command(tmp_path, vary, seeds)
@@ -135,9 +149,12 @@ def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_e
     done_before = len([t for t in trials if t.state == TrialState.COMPLETE])
     assert done_before >= 1
 
-    # The same command again, default liveness: the dead worker's trial is found at once (same
-    # host, its pid is gone), marked interrupted, and its unit runs again; nothing else repeats.
-    rerun = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    # The same command again. The dead worker's trial is found at once (same host, its pid is
+    # gone; a long grace period shows the rerun does not wait for its heartbeat to age), marked
+    # interrupted, and its unit runs again; nothing else repeats.
+    rerun = subprocess.run(
+        [*cmd, "--grace-seconds", "600"], capture_output=True, text=True, env=ENV, timeout=TIMEOUT
+    )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     summary = summary_of(rerun.stdout)
     units = planned_units(vary, seeds)
@@ -152,7 +169,9 @@ def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_e
     assert sorted(trial_status(t) for t in trials) == ["complete"] * 4 + ["interrupted"]
 
 
-def test_two_worker_processes_on_one_journal_storage_cover_the_grid_exactly_once(tmp_path):
+def test_two_worker_processes_on_one_journal_storage_cover_the_grid_exactly_once(
+    tmp_path, start_worker
+):
     vary, seeds = "optim.lr=0.05,0.4", 2  # 3 configs x 2 seeds
     journal = str(tmp_path / "study.journal")
     cmd = ablate_command(tmp_path, vary, seeds, storage=journal)
@@ -173,12 +192,13 @@ def test_two_worker_processes_on_one_journal_storage_cover_the_grid_exactly_once
     assert all(summary_of(o)["status_counts"] == {"complete": 6} for _, o in finished)
 
 
-def test_ctrl_c_to_a_worker_process_marks_its_running_trial_interrupted_and_exits_cleanly(
-    tmp_path,
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_to_a_worker_marks_its_running_trial_interrupted_and_exits_cleanly(
+    tmp_path, start_worker, signum
 ):
     worker = start_worker(ablate_command(tmp_path, "optim.lr=0.4", 1), tmp_path / "w.log")
     running = stop_mid_run(worker, tmp_path / "w.log", tmp_path, after_complete=0)
-    os.kill(worker.pid, signal.SIGINT)  # delivered when it continues, in the middle of the run
+    os.kill(worker.pid, signum)  # delivered when it continues, in the middle of the run
     os.kill(worker.pid, signal.SIGCONT)
     code, output = finish_worker(worker, tmp_path / "w.log")
 

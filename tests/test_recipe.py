@@ -118,3 +118,9 @@ def test_every_builtin_recipe_loads_and_validates():
 
 def test_exponent_without_dot_is_a_float():
     assert load_recipe(None, ["optim.lr=1e-3"]).optim.lr == 0.001
+
+
+def test_yaml11_words_name_choices_and_still_set_booleans():
+    recipe = load_recipe(None, ["tricks.compile=off", "tricks.channels_last=yes", "loader.drop_last=off"])
+    assert recipe.tricks.compile == "off"
+    assert recipe.tricks.channels_last is True and recipe.loader.drop_last is False

@@ -152,6 +152,22 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
+def check_arguments(
+    runs: int, peak_tflops: float | None, target: float | None, warmup_epochs: float | None
+) -> None:
+    """Refuse bad speedrun arguments before anything runs or prints."""
+    if runs < 1:
+        raise TrickLabError(f"--runs must be at least 1, got {runs}")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise TrickLabError(
+            f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
+        )
+    if target is not None and not 0 < target <= 1:
+        raise TrickLabError(f"--target must be an accuracy in (0, 1], got {target}")
+    if warmup_epochs is not None and warmup_epochs < 0:
+        raise TrickLabError(f"--warmup-epochs must be >= 0, got {warmup_epochs}")
+
+
 def speedrun(
     recipe: Recipe,
     runs: int = DEFAULT_RUNS,
@@ -173,17 +189,8 @@ def speedrun(
     `on_run` is called with each finished run, the warm-up included (its `warmup` is True)."""
     from tricklab.train.api import train
 
-    if runs < 1:
-        raise TrickLabError(f"--runs must be at least 1, got {runs}")
-    if peak_tflops is not None and not peak_tflops > 0:
-        raise TrickLabError(
-            f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
-        )
+    check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
     target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
-    if target is not None and not 0 < target <= 1:
-        raise TrickLabError(f"--target must be an accuracy in (0, 1], got {target}")
-    if warmup_epochs is not None and warmup_epochs < 0:
-        raise TrickLabError(f"--warmup-epochs must be >= 0, got {warmup_epochs}")
     out = Path(out_dir) if out_dir is not None else None
     peak, peak_source = peak_tflops, None
 
@@ -376,8 +383,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
         raise TrickLabError(
             f"expected key=value overrides, got '{bad[0]}' (the recipe goes after --recipe)"
         )
-    if args.runs < 1:
-        raise TrickLabError(f"--runs must be at least 1, got {args.runs}")
+    check_arguments(args.runs, args.peak_tflops, args.target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
     # With --json, stdout carries only the summary object; progress goes to stderr.
     out_console = Console(stderr=args.json)

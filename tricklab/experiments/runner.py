@@ -201,7 +201,7 @@ def train_one(
     except optuna.TrialPruned as exc:
         status, error = "pruned", str(exc) or None
     except (KeyboardInterrupt, SystemExit):
-        status, error = "interrupted", "stopped by the user (Ctrl-C)"
+        status, error = "interrupted", "stopped by Ctrl-C or SIGTERM"
     except Exception as exc:
         if _is_oom(exc):
             status, error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"

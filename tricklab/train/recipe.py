@@ -215,7 +215,7 @@ class Recipe:
             if not sep or not key:
                 raise TrickLabError(f"override '{assignment}' is not of the form key=value")
             section, name = _split_key(key.strip(), "override")
-            data[section][name] = yaml.safe_load(text) if text.strip() else None
+            data[section][name] = _read_value(text)
         return Recipe.from_dict(data, source="override")
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -343,6 +343,21 @@ def _coerce(key: str, value: Any, source: str) -> Any:
 _BAD = object()
 
 
+# YAML 1.1 words that PyYAML reads as booleans; on the command line they stay text, so that
+# `tricks.compile=off` names the choice "off" (a bool field still takes them, see _as_type).
+_YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": True, "n": False}
+
+
+def _read_value(text: str) -> Any:
+    """A command-line value read as YAML, except YAML 1.1's on/off/yes/no, which stay words."""
+    text = text.strip()
+    if not text:
+        return None
+    if text.lower() in _YAML11_BOOL_WORDS:
+        return text
+    return yaml.safe_load(text)
+
+
 def _as_type(base: Any, value: Any) -> Any:
     if typing.get_origin(base) is list:
         (item,) = typing.get_args(base)
@@ -351,6 +366,8 @@ def _as_type(base: Any, value: Any) -> Any:
         items = [_as_type(item, v) for v in value]
         return _BAD if any(i is _BAD for i in items) else items
     if base is bool:
+        if isinstance(value, str):
+            return _YAML11_BOOL_WORDS.get(value.lower(), _BAD)
         return value if isinstance(value, bool) else _BAD
     if base is int:
         return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
