@@ -115,3 +115,18 @@ def test_rows_round_trip_through_dicts_and_csv(tmp_path):
         lines = list(csv.DictReader(handle))
     assert [line["config_id"] for line in lines] == ["baseline", "tricks.fast=true"]
     assert float(lines[1]["accuracy_p_value"]) == pytest.approx(rows[1].accuracy_p_value)
+
+
+def test_a_unit_whose_worker_died_after_storing_its_run_counts_as_interrupted():
+    import optuna
+
+    from tricklab.experiments.stats import collect_runs
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    trial = study.ask()
+    trial.set_user_attr("unit", "baseline seed=0")
+    trial.set_user_attr("config_id", "baseline")
+    trial.set_user_attr("runs", [{"seed": 0, "status": "complete", "accuracy": 0.9}])
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)  # what the stale-worker sweep records
+    (record,) = collect_runs(study)
+    assert record["status"] == "interrupted"

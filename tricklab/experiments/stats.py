@@ -175,7 +175,11 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
             }
             if record["config_id"] is None:
                 continue  # killed before its parameters were drawn: nothing to attribute
-            if status in ("running", "waiting"):
+            # A unit's trial that never reached tell() (its worker died after storing the run) is
+            # interrupted whatever its stored run says; the unit runs again and counts once.
+            if status in ("running", "waiting") or (
+                status == "interrupted" and "unit" in trial.user_attrs
+            ):
                 record["status"] = status
             key = (unit, int(record.get("seed", 0)))
             previous = latest.get(key)
