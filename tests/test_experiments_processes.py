@@ -17,6 +17,7 @@ from collections import Counter
 import optuna
 import pytest
 from optuna.trial import TrialState
+from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.experiments.plan import budget_overrides, parse_vary, plan_configs, plan_units
 from tricklab.experiments.storage import (
@@ -28,11 +29,7 @@ from tricklab.experiments.storage import (
 )
 from tricklab.train.recipe import load_recipe
 
-TINY = [
-    "data.name=synthetic", "data.train_size=256", "data.test_size=128", "data.image_size=16",
-    "model.name=airbench", "model.widths=[8,16,16]", "loader.kind=device",
-    "loader.batch_size=64", "loader.eval_batch_size=128", "run.device=cpu",
-]  # fmt: skip
+TINY = TINY_SYNTHETIC
 EPOCHS = 8  # about half a second of training per run on this CPU
 STUDY = "procs"
 # One OpenMP thread per worker (see conftest.py); unbuffered, so the logs are whole when read.

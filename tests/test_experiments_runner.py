@@ -13,6 +13,7 @@ import optuna
 import pytest
 import torch
 from optuna.trial import TrialState
+from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli import main
 from tricklab.errors import TrickLabError
@@ -29,13 +30,7 @@ from tricklab.experiments.storage import (
 from tricklab.train.api import RunResult
 from tricklab.train.recipe import load_recipe
 
-# A run of a second or two on a shared CPU.
-TINY = [
-    "data.name=synthetic", "data.train_size=256", "data.test_size=128", "data.image_size=16",
-    "model.name=airbench", "model.widths=[8,16,16]", "loader.kind=device",
-    "loader.batch_size=64", "loader.eval_batch_size=128", "optim.lr=0.2", "optim.nesterov=true",
-    "run.epochs=1", "run.device=cpu",
-]  # fmt: skip
+TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "optim.nesterov=true", "run.epochs=1"]
 FAST = Liveness(poll_seconds=0.05)
 
 

@@ -124,3 +124,10 @@ def test_yaml11_words_name_choices_and_still_set_booleans():
     recipe = load_recipe(None, ["tricks.compile=off", "tricks.channels_last=yes", "loader.drop_last=off"])
     assert recipe.tricks.compile == "off"
     assert recipe.tricks.channels_last is True and recipe.loader.drop_last is False
+
+
+def test_yaml_file_reads_off_as_the_choice_not_a_boolean(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("tricks:\n  compile: off\n  channels_last: yes\n")
+    recipe = load_recipe(str(path))
+    assert recipe.tricks.compile == "off" and recipe.tricks.channels_last is True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -51,7 +52,9 @@ class ModelConfig:
     widths: list[int] | None = _f(None, "explicit per-stage widths (airbench nets)")
     pretrained: bool = _f(False, "load torchvision ImageNet weights (torchvision families)")
     whiten_bias_epochs: float = _f(
-        0.0, "train the whitening conv's bias for this many epochs, then freeze it (airbench)", minimum=0
+        0.0,
+        "train the whitening conv's bias for this many epochs, then freeze it (airbench)",
+        minimum=0,
     )
 
 
@@ -70,7 +73,9 @@ class OptimConfig:
         1.0, "lr multiplier for normalization parameters and biases (airbench: 64)", minimum=0
     )
     lr_scaling: str = _f(
-        "none", "scale lr with batch size relative to reference_batch_size", ("none", "linear", "sqrt")
+        "none",
+        "scale lr with batch size relative to reference_batch_size",
+        ("none", "linear", "sqrt"),
     )
     reference_batch_size: int = _f(128, "batch size at which lr is given", minimum=1)
     muon_lr: float = _f(0.02, "Muon lr for conv/linear filters (optim.name=muon)", minimum=0)
@@ -80,11 +85,15 @@ class OptimConfig:
 @dataclass
 class ScheduleConfig:
     name: str = _f(
-        "constant", "lr schedule, stepped per iteration", ("constant", "step", "cosine", "piecewise-linear")
+        "constant",
+        "lr schedule, stepped per iteration",
+        ("constant", "step", "cosine", "piecewise-linear"),
     )
     warmup_fraction: float = _f(0.0, "linear warm-up from 0 over this fraction of steps", minimum=0)
     start_factor: float = _f(0.0, "piecewise-linear: lr factor at step 0", minimum=0)
-    peak_fraction: float = _f(0.25, "piecewise-linear: fraction of steps at which lr peaks", minimum=0)
+    peak_fraction: float = _f(
+        0.25, "piecewise-linear: fraction of steps at which lr peaks", minimum=0
+    )
     final_factor: float = _f(0.0, "piecewise-linear/cosine: lr factor at the last step", minimum=0)
     milestones: list[float] = _f([0.5, 0.75], "step: fractions of training at which lr drops")
     gamma: float = _f(0.1, "step: lr factor at each milestone", minimum=0)
@@ -92,7 +101,9 @@ class ScheduleConfig:
 
 @dataclass
 class LoaderConfig:
-    kind: str = _f("torch", "device: whole split on the device; torch: DataLoader", ("device", "torch"))
+    kind: str = _f(
+        "torch", "device: whole split on the device; torch: DataLoader", ("device", "torch")
+    )
     batch_size: int = _f(128, "training batch size", minimum=1)
     eval_batch_size: int = _f(1024, "evaluation batch size", minimum=1)
     num_workers: int = _f(0, "torch loader worker processes", minimum=0)
@@ -131,9 +142,13 @@ class TricksConfig:
     cudnn_benchmark: bool = _f(False, "cuDNN autotuning of convolution algorithms")
     ema_decay: float = _f(0.0, "EMA of weights, decay per update (0 = off)", minimum=0)
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
-    ema_warmup_steps: int = _f(0, "steps before the EMA starts (it copies the weights then)", minimum=0)
+    ema_warmup_steps: int = _f(
+        0, "steps before the EMA starts (it copies the weights then)", minimum=0
+    )
     ema_decay_power: float = _f(
-        0.0, "ramp the EMA decay as ema_decay x (step/total_steps)^power (airbench: 3); 0 = constant", minimum=0
+        0.0,
+        "ramp the EMA decay as ema_decay x (step/total_steps)^power (airbench: 3); 0 = constant",
+        minimum=0,
     )
     lookahead: bool = _f(False, "copy the EMA back into the model at each update (lookahead)")
     tta: str = _f("none", "test-time augmentation", ("none", "flip", "flip-translate"))
@@ -144,13 +159,21 @@ class RunConfig:
     epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0)
     seed: int = _f(0, "seed of weights, data order and augmentation")
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
-    eval_every: float = _f(1.0, "evaluate every this many epochs (the last epoch always)", minimum=0)
+    eval_every: float = _f(
+        1.0, "evaluate every this many epochs (the last epoch always)", minimum=0
+    )
     target_accuracy: float | None = _f(None, "record time-to-target at this val accuracy (0..1)")
     stop_at_target: bool = _f(False, "stop training when target_accuracy is reached")
     time_budget_seconds: float | None = _f(None, "stop training after this many train seconds")
-    early_stopping_monitor: str = _f("val_acc", "metric early stopping watches", ("val_acc", "val_loss"))
-    early_stopping_patience: int = _f(0, "evaluations without improvement before stopping (0 = off)", minimum=0)
-    early_stopping_min_delta: float = _f(0.0, "smallest change that counts as improvement", minimum=0)
+    early_stopping_monitor: str = _f(
+        "val_acc", "metric early stopping watches", ("val_acc", "val_loss")
+    )
+    early_stopping_patience: int = _f(
+        0, "evaluations without improvement before stopping (0 = off)", minimum=0
+    )
+    early_stopping_min_delta: float = _f(
+        0.0, "smallest change that counts as improvement", minimum=0
+    )
     checkpoint: bool = _f(False, "write checkpoint.pt (weights) to the run directory")
 
 
@@ -185,7 +208,9 @@ class Recipe:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "recipe") -> Recipe:
         if not isinstance(data, dict):
-            raise TrickLabError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
+            raise TrickLabError(
+                f"{source}: expected a mapping of sections, got {type(data).__name__}"
+            )
         sections = {}
         for name, section_cls in SECTIONS.items():
             values = data.get(name) or {}
@@ -258,14 +283,16 @@ def builtin_recipes() -> dict[str, str]:
     return out
 
 
-def load_recipe(name_or_path: str | Path | None = None, overrides: typing.Iterable[str] = ()) -> Recipe:
+def load_recipe(
+    name_or_path: str | Path | None = None, overrides: typing.Iterable[str] = ()
+) -> Recipe:
     """Defaults (None), a built-in recipe by name, or a YAML file; then `key=value` overrides."""
     if name_or_path is None:
         recipe = Recipe()
     else:
         text, source = _read_recipe_text(str(name_or_path))
         try:
-            data = yaml.safe_load(text) or {}
+            data = _read_yaml(text) or {}
         except yaml.YAMLError as exc:
             raise TrickLabError(f"{source}: not valid YAML ({exc.__class__.__name__})") from None
         recipe = Recipe.from_dict(data, source=source)
@@ -343,19 +370,34 @@ def _coerce(key: str, value: Any, source: str) -> Any:
 _BAD = object()
 
 
-# YAML 1.1 words that PyYAML reads as booleans; on the command line they stay text, so that
-# `tricks.compile=off` names the choice "off" (a bool field still takes them, see _as_type).
+# YAML 1.1 words that PyYAML would read as booleans. Recipes (files and key=value alike) are read
+# with YAML 1.2's booleans, true/false only, so `tricks.compile: off` names the choice "off";
+# a bool field still takes these words (see _as_type).
 _YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": True, "n": False}
 
 
+class _RecipeLoader(yaml.SafeLoader):
+    """SafeLoader whose only booleans are true/false (YAML 1.2)."""
+
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _read_yaml(text: str) -> Any:
+    """Recipe YAML (a file's text or one command-line value), read safely with YAML 1.2 booleans."""
+    return yaml.load(text, Loader=_RecipeLoader)
+
+
 def _read_value(text: str) -> Any:
-    """A command-line value read as YAML, except YAML 1.1's on/off/yes/no, which stay words."""
-    text = text.strip()
-    if not text:
-        return None
-    if text.lower() in _YAML11_BOOL_WORDS:
-        return text
-    return yaml.safe_load(text)
+    """A command-line value: empty is None, anything else is read as recipe YAML."""
+    return _read_yaml(text) if text.strip() else None
 
 
 def _as_type(base: Any, value: Any) -> Any:
@@ -380,7 +422,11 @@ def _as_type(base: Any, value: Any) -> Any:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return float(value) if ok else _BAD
     if base is str:
-        return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else _BAD
+        return (
+            str(value)
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+            else _BAD
+        )
     return _BAD
 
 
