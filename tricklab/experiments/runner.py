@@ -174,6 +174,10 @@ def _jsonable(data: Any) -> Any:
     return json.loads(json.dumps(data, default=default))
 
 
+# The error text of a run or trial stopped by the user, wherever the signal caught the worker.
+INTERRUPTED_ERROR = "stopped by Ctrl-C or SIGTERM"
+
+
 def train_one(
     recipe: Any,
     train_fn: TrainFn,
@@ -201,7 +205,7 @@ def train_one(
     except optuna.TrialPruned as exc:
         status, error = "pruned", str(exc) or None
     except (KeyboardInterrupt, SystemExit):
-        status, error = "interrupted", "stopped by Ctrl-C or SIGTERM"
+        status, error = "interrupted", INTERRUPTED_ERROR
     except Exception as exc:
         if _is_oom(exc):
             status, error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
@@ -291,7 +295,8 @@ def _claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[No
                 storage.set_trial_user_attr(
                     trial_id, "status", "interrupted" if interrupted else "failed"
                 )
-                storage.set_trial_user_attr(trial_id, "error", f"{type(exc).__name__}: {exc}")
+                error = INTERRUPTED_ERROR if interrupted else f"{type(exc).__name__}: {exc}"
+                storage.set_trial_user_attr(trial_id, "error", error)
                 storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
         raise
 
