@@ -5,7 +5,7 @@ images), same optimizer and number of steps, on the CPU. Each is timed over its 
 (no evaluation, no setup), repeated, interleaved, and the medians compared. The model is tiny on
 purpose: the loop's own cost per step shows only when a step is short (as on a GPU).
 
-    python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1]
+    python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
 
 Lightning sets torch's thread count when it starts a Trainer; the thread count is set again before
 every timed run, so all three run with --threads.
@@ -31,12 +31,12 @@ from tricklab.train.recipe import load_recipe
 
 WIDTHS = [4, 8, 8]
 BATCH = 32
-IMAGE_SIZE = 16  # with the widths and batch: about 7 ms per step on one CPU thread
+IMAGE_SIZE = 16  # with the widths and batch 32: about 3 ms per step on one idle CPU thread
 TRAIN_SIZE = 5120
 LR = 0.05
 
 
-def recipe(epochs: int):
+def recipe(epochs: int, batch: int):
     return load_recipe(
         None,
         [
@@ -47,7 +47,7 @@ def recipe(epochs: int):
             "model.name=airbench",
             f"model.widths={WIDTHS}",
             "loader.kind=device",
-            f"loader.batch_size={BATCH}",
+            f"loader.batch_size={batch}",
             "loader.drop_last=true",
             f"optim.lr={LR}",
             "optim.momentum=0.9",
@@ -58,26 +58,26 @@ def recipe(epochs: int):
     )
 
 
-def parts(epochs: int):
-    """Model, optimizer and loader exactly as tricklab builds them for `recipe(epochs)`."""
+def parts(batch: int):
+    """Model, optimizer and loader exactly as tricklab builds them for `recipe(epochs, batch)`."""
     ds = load_dataset("synthetic", train_size=TRAIN_SIZE, test_size=256, image_size=IMAGE_SIZE)
     torch.manual_seed(0)
     model = build_model("airbench", num_classes=10, widths=WIDTHS, image_size=IMAGE_SIZE)
     mean, std = channel_stats(ds.train.images)
     model.init_from_data(normalize(ds.train.images[:5000], mean, std))
     loader = DeviceLoader(
-        ds.train.images, ds.train.labels, BATCH, mean=mean, std=std, drop_last=True
+        ds.train.images, ds.train.labels, batch, mean=mean, std=std, drop_last=True
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     return model, optimizer, loader
 
 
-def time_tricklab(epochs: int) -> float:
-    return train(recipe(epochs)).train_seconds
+def time_tricklab(epochs: int, batch: int) -> float:
+    return train(recipe(epochs, batch)).train_seconds
 
 
-def time_bare(epochs: int) -> float:
-    model, optimizer, loader = parts(epochs)
+def time_bare(epochs: int, batch: int) -> float:
+    model, optimizer, loader = parts(batch)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     start = time.perf_counter()
@@ -90,10 +90,10 @@ def time_bare(epochs: int) -> float:
     return time.perf_counter() - start
 
 
-def time_lightning(epochs: int) -> float:
+def time_lightning(epochs: int, batch: int) -> float:
     import lightning as L
 
-    model, optimizer, loader = parts(epochs)
+    model, optimizer, loader = parts(batch)
 
     class Module(L.LightningModule):
         def __init__(self):
@@ -145,6 +145,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--batch-size", type=int, default=BATCH, help="smaller: shorter steps")
     args = parser.parse_args()
     runners = {
         "bare PyTorch loop": time_bare,
@@ -155,14 +156,14 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved, so drifts in machine load hit all three alike
         for name, run in runners.items():
             torch.set_num_threads(args.threads)
-            times[name].append(run(args.epochs))
+            times[name].append(run(args.epochs, args.batch_size))
     # Ratios are taken within each repeat (paired), then their median: a slow spell of a shared
     # machine then slows both sides of a ratio instead of one contender's median.
     bare, lightning = times["bare PyTorch loop"], times["Lightning Trainer"]
-    steps = args.epochs * (TRAIN_SIZE // BATCH)
+    steps = args.epochs * (TRAIN_SIZE // args.batch_size)
     print(
         f"CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}; widths {WIDTHS}, "
-        f"{TRAIN_SIZE} synthetic 3x{IMAGE_SIZE}x{IMAGE_SIZE} images, batch {BATCH}, {steps} steps, "
+        f"{TRAIN_SIZE} synthetic 3x{IMAGE_SIZE}x{IMAGE_SIZE} images, batch {args.batch_size}, {steps} steps, "
         f"SGD momentum 0.9; {args.repeats} interleaved repeats"
     )
     print()

@@ -90,3 +90,10 @@ def test_data_show_real_cifar10(cifar10_jpeg_dir, tricklab_cache_dir, capsys):
     assert info["image_shape"] == [3, 32, 32]
     assert info["train"] == {"size": 50000, "per_class": [5000] * 10}
     assert info["test"] == {"size": 10000, "per_class": [1000] * 10}
+
+
+def test_cli_import_leaves_torchvision_for_later():
+    """torchvision takes about a second to import; only torchvision models and TorchLoader need it."""
+    code = "import sys, tricklab.cli; print('torchvision' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

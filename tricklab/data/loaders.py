@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
-from torchvision.transforms import v2
 
 from tricklab.data.augment import PAD_MODES, cutout_at, normalize, pad, window_view
 from tricklab.errors import TrickLabError
@@ -348,7 +347,7 @@ class _SampleDataset(torch.utils.data.Dataset):
         index, epoch = key
         image = self.images[index]
         if self.base_flip is not None and bool(self.base_flip[index]) != bool(epoch % 2):
-            image = v2.functional.horizontal_flip(image)
+            image = image.flip(-1)  # a mirror image, as v2.functional.horizontal_flip
         return self.transform(image), self.labels[index]
 
 
@@ -466,7 +465,9 @@ class TorchLoader:
         )
         self._persistent = self._make_loader(0) if persistent_workers else None
 
-    def _transform(self, images: Tensor, mean, std) -> v2.Compose:
+    def _transform(self, images: Tensor, mean, std):
+        from torchvision.transforms import v2  # imported here: `import torchvision` takes a second
+
         spec = self.augment
         steps = []
         if spec.flip == "random":

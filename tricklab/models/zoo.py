@@ -13,16 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torchvision
 from torch import nn
-from torchvision.models import (
-    AlexNet_Weights,
-    DenseNet121_Weights,
-    MobileNet_V2_Weights,
-    ResNet18_Weights,
-    SqueezeNet1_1_Weights,
-    VGG16_BN_Weights,
-)
 
 from tricklab.errors import TrickLabError
 
@@ -46,6 +37,14 @@ VGG16_LAYOUT = (
     512,
     "M",
 )
+
+
+def torchvision_models():
+    """torchvision.models, imported when a torchvision family is first built (the import takes
+    about a second, which every CLI start would otherwise pay)."""
+    import torchvision.models
+
+    return torchvision.models
 
 
 def load_torchvision_model(
@@ -110,8 +109,8 @@ def resnet18_tv(*, num_classes: int, in_channels: int = 3, pretrained: bool = Fa
     A 32×32 image reaches the last stage at 1×1. Only the first conv (other channel counts; keeps
     channel-averaged pretrained filters) and the fc head (other class counts; fresh) are swapped.
     """
-    weights = ResNet18_Weights.DEFAULT if pretrained else None
-    model = load_torchvision_model("resnet18-tv", torchvision.models.resnet18, weights)
+    weights = torchvision_models().ResNet18_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model("resnet18-tv", torchvision_models().resnet18, weights)
     model.conv1 = adapt_input_channels(model.conv1, in_channels, keep_weights=pretrained)
     model.fc = _new_head(model.fc, num_classes)
     return model
@@ -162,8 +161,8 @@ def vgg16_bn(
     """
     _require_unit_width("vgg16-bn", width, pretrained)
     if pretrained:
-        weights = VGG16_BN_Weights.DEFAULT
-        features = load_torchvision_model("vgg16-bn", torchvision.models.vgg16_bn, weights).features
+        weights = torchvision_models().VGG16_BN_Weights.DEFAULT
+        features = load_torchvision_model("vgg16-bn", torchvision_models().vgg16_bn, weights).features
     else:
         features = _vgg16_features(width)
     for module in features:
@@ -181,8 +180,8 @@ def alexnet(*, num_classes: int, in_channels: int = 3, pretrained: bool = False)
     28×28 one. The 6×6 adaptive avg-pool and the classifier are kept (pretrained FC layers load);
     only the last linear layer is replaced for other class counts.
     """
-    weights = AlexNet_Weights.DEFAULT if pretrained else None
-    model = load_torchvision_model("alexnet", torchvision.models.alexnet, weights)
+    weights = torchvision_models().AlexNet_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model("alexnet", torchvision_models().alexnet, weights)
     model.features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1)
     model.classifier[-1] = _new_head(model.classifier[-1], num_classes)
     return model
@@ -196,8 +195,8 @@ def squeezenet(*, num_classes: int, in_channels: int = 3, pretrained: bool = Fal
     final 1×1 classifier conv is replaced (init normal(0, 0.01) as torchvision's) for other class
     counts; torchvision's ReLU before the global average pool stays, so logits are non-negative.
     """
-    weights = SqueezeNet1_1_Weights.DEFAULT if pretrained else None
-    model = load_torchvision_model("squeezenet", torchvision.models.squeezenet1_1, weights)
+    weights = torchvision_models().SqueezeNet1_1_Weights.DEFAULT if pretrained else None
+    model = load_torchvision_model("squeezenet", torchvision_models().squeezenet1_1, weights)
     stem = adapt_input_channels(model.features[0], in_channels, keep_weights=pretrained)
     stem.stride, stem.padding = (1, 1), (1, 1)
     model.features[0] = stem
@@ -222,10 +221,10 @@ def densenet121(
     _require_unit_width("densenet121", width, pretrained)
     if pretrained:
         model = load_torchvision_model(
-            "densenet121", torchvision.models.densenet121, DenseNet121_Weights.DEFAULT
+            "densenet121", torchvision_models().densenet121, torchvision_models().DenseNet121_Weights.DEFAULT
         )
     else:
-        model = torchvision.models.DenseNet(
+        model = torchvision_models().DenseNet(
             growth_rate=max(1, round(32 * width)),
             block_config=(6, 12, 24, 16),
             num_init_features=max(1, round(64 * width)),
@@ -259,10 +258,10 @@ def mobilenetv2(
         [6, 160, 3, 2],
         [6, 320, 1, 1],
     ]
-    weights = MobileNet_V2_Weights.DEFAULT if pretrained else None
+    weights = torchvision_models().MobileNet_V2_Weights.DEFAULT if pretrained else None
     model = load_torchvision_model(
         "mobilenetv2",
-        torchvision.models.mobilenet_v2,
+        torchvision_models().mobilenet_v2,
         weights,
         width_mult=width,
         inverted_residual_setting=stages,

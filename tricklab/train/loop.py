@@ -90,48 +90,52 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
     steps_per_epoch = len(p.train_loader)
     num_epochs = math.ceil(p.total_steps / steps_per_epoch)
     step, best, evals_since_best = 0, None, 0
-    first_bad = torch.full((), -1, device=p.device, dtype=torch.long)
     for epoch in range(num_epochs):
         for name, param in p.model.named_parameters():
             if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]:
                 param.requires_grad_(False)
         p.model.train()
-        loss_sum = torch.zeros((), device=p.device)
-        correct = torch.zeros((), device=p.device, dtype=torch.long)
-        seen = 0
+        # Per-step results stay on the device, unreduced: appending costs no kernel launch, and
+        # the epoch's sums take a few at its end.
+        losses, predictions, targets = [], [], []
+        checked, bad_step = 0, None  # losses[:checked] are known finite
         sync(p.device)
         start = time.perf_counter()
         for images, labels in p.train_loader:
             loss, logits = train_step(p, images, labels)
             if p.ema:
                 p.ema.update(step)
-            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step, first_bad)
-            loss_sum += loss.float() * len(labels)
-            correct += (logits.argmax(1) == labels).sum()
-            seen += len(labels)
+            losses.append(loss)
+            predictions.append(logits.argmax(1))
+            targets.append(labels)
             step += 1
             if step % CHECK_EVERY_STEPS == 0 or step == p.total_steps:
-                if first_bad.item() >= 0:
+                bad_step, checked = _first_nonfinite(losses, checked), len(losses)
+                if bad_step is not None:
                     break
                 sync(p.device)
                 if _over_budget(run, out.train_seconds + time.perf_counter() - start):
                     break
             if step >= p.total_steps:
                 break
+        if bad_step is None:
+            bad_step = _first_nonfinite(losses, checked)
         sync(p.device)
         epoch_seconds = time.perf_counter() - start
         out.train_seconds += epoch_seconds
+        seen = sum(len(t) for t in targets)
         out.images_seen += seen
-        if first_bad.item() >= 0:
-            out.status, out.diverged_step, out.stopped_epoch = "diverged", first_bad.item() + 1, epoch + 1
+        if bad_step is not None:
+            out.status, out.stopped_epoch = "diverged", epoch + 1
+            out.diverged_step = step - len(losses) + bad_step + 1
             break
         over_budget = _over_budget(run, out.train_seconds)
         last = step >= p.total_steps or over_budget
         row = {
             "epoch": epoch + 1,
             "step": step,
-            "train_loss": loss_sum.item() / max(seen, 1),
-            "train_acc": correct.item() / max(seen, 1),
+            "train_loss": _weighted_sum(losses, targets) / seen,
+            "train_acc": (torch.cat(predictions) == torch.cat(targets)).sum().item() / seen,
             "val_loss": None,
             "val_acc": None,
             "lr": p.optimizer.param_groups[0]["lr"],
@@ -163,6 +167,20 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
         if last:
             break
     return out
+
+
+def _first_nonfinite(losses: list[torch.Tensor], start: int) -> int | None:
+    """Index of the first NaN/Inf in losses[start:] (one device sync), or None."""
+    if start >= len(losses):
+        return None
+    bad = (~torch.isfinite(torch.stack(losses[start:]))).nonzero()
+    return start + int(bad[0]) if len(bad) else None
+
+
+def _weighted_sum(losses: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
+    """Sum over the epoch's images of their batch's mean loss."""
+    sizes = torch.tensor([len(t) for t in targets], device=losses[0].device)
+    return (torch.stack(losses).float() * sizes).sum().item()
 
 
 def _over_budget(run, train_seconds: float) -> bool:
