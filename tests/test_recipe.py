@@ -51,7 +51,7 @@ def test_bad_choice_lists_allowed_values():
 
 
 def test_bad_type_names_expected_type():
-    with pytest.raises(TrickLabError, match="expected float"):
+    with pytest.raises(TrickLabError, match=r"expected a finite number \(float\)"):
         load_recipe(None, ["run.epochs=ten"])
     with pytest.raises(TrickLabError, match="expected bool"):
         load_recipe(None, ["tricks.channels_last=maybe"])
@@ -60,6 +60,34 @@ def test_bad_type_names_expected_type():
 def test_value_below_minimum_is_refused():
     with pytest.raises(TrickLabError, match="must be >= 1"):
         load_recipe(None, ["loader.batch_size=0"])
+
+
+@pytest.mark.parametrize("override", ["optim.lr=nan", "optim.lr=.inf", "optim.lr=-.inf", "run.epochs=inf"])
+def test_nan_and_infinity_are_refused(override):
+    with pytest.raises(TrickLabError, match="finite number"):
+        load_recipe(None, [override])
+
+
+@pytest.mark.parametrize(
+    ("override", "bound"),
+    [
+        ("tricks.label_smoothing=3", "<= 1"),  # torch's cross-entropy would raise mid-run
+        ("tricks.ema_decay=2", "<= 1"),
+        ("optim.momentum=5", "<= 1"),
+        ("data.val_fraction=1.5", "<= 1"),
+        ("run.seed=-1", ">= 0"),  # numpy's seeding would raise mid-run
+    ],
+)
+def test_value_out_of_bounds_is_refused(override, bound):
+    with pytest.raises(TrickLabError, match=bound):
+        load_recipe(None, [override])
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "rmsprop"])
+def test_adaptive_optimizers_are_refused_with_fp16_weights(optimizer):
+    with pytest.raises(TrickLabError, match="use optim.name=sgd or muon"):
+        load_recipe(None, ["tricks.precision=16-true-bn32", f"optim.name={optimizer}"])
+    load_recipe(None, ["tricks.precision=16-true-bn32", "optim.name=sgd"])
 
 
 def test_override_without_equals_is_refused():

@@ -50,6 +50,33 @@ def test_nan_loss_gives_diverged_with_its_step():
     assert "NaN" in result.error
 
 
+def test_nan_loss_stops_the_cpu_run_at_that_step(monkeypatch):
+    from tricklab.train import loop
+
+    steps = []
+    real_step = loop.train_step
+    monkeypatch.setattr(loop, "train_step", lambda *args: steps.append(1) or real_step(*args))
+    result = train(tiny("optim.lr=1e12", "run.epochs=3"))
+    assert result.status == "diverged"
+    assert len(steps) == result.diverged_step  # not one step more
+
+
+def test_weights_broken_by_the_last_step_give_diverged_and_strict_json(tmp_path):
+    # One step: its loss (computed before the update) is finite, the update is not.
+    result = train(tiny("optim.lr=1e30", "run.epochs=0.1"), out_dir=tmp_path)
+    assert result.status == "diverged" and result.diverged_step == 1
+    assert "validation loss became NaN/Inf" in result.error
+    assert math.isnan(result.epochs[-1]["val_loss"])
+
+    def refuse(word):
+        raise AssertionError(f"{word} in JSON output")
+
+    stored = json.loads((tmp_path / "result.json").read_text(), parse_constant=refuse)
+    assert stored["status"] == "diverged" and stored["epochs"][-1]["val_loss"] is None
+    line = (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
+    assert json.loads(line, parse_constant=refuse)["val_loss"] is None
+
+
 def test_result_reports_every_measurement():
     result = train(tiny("tricks.tta=flip", "run.epochs=1"))
     assert result.train_seconds > 0 and result.wall_seconds >= result.train_seconds

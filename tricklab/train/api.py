@@ -68,7 +68,7 @@ class RunResult:
     recipe: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return json_safe(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
@@ -205,7 +205,7 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     def record_epoch(row: dict) -> None:
         if out is not None:
             with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(json_safe(row)) + "\n")
         if on_epoch is not None:
             on_epoch(row)
 
@@ -242,6 +242,17 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     return result
 
 
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as None: strict JSON (RFC 8259) has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
     """Fill the result from the loop's outcome; the final TTA evaluation happens here."""
     result.status = outcome.status
@@ -254,7 +265,11 @@ def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
     result.stopped_epoch, result.diverged_step = outcome.stopped_epoch, outcome.diverged_step
     result.time_to_target_seconds = outcome.time_to_target_seconds
     if outcome.status == "diverged":
-        result.error = f"loss became NaN/Inf at step {outcome.diverged_step}"
+        last = outcome.epochs[-1]["val_loss"] if outcome.epochs else None
+        if last is not None and not math.isfinite(last):
+            result.error = f"validation loss became NaN/Inf after step {outcome.diverged_step}"
+        else:
+            result.error = f"loss became NaN/Inf at step {outcome.diverged_step}"
         return
     evaluated = [row for row in outcome.epochs if row["val_acc"] is not None]
     if evaluated:

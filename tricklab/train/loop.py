@@ -14,8 +14,9 @@ from torch import nn
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.tta import tta_logits
 
-# How often the loop syncs to check for a NaN loss and the time budget. A per-step check would
-# stall the GPU's queue; the step a NaN first appeared is still recorded exactly.
+# How often the loop syncs with an accelerator to check for a NaN loss and the time budget. A
+# per-step check would stall the GPU's queue; the step a NaN first appeared is still recorded
+# exactly. On the CPU, where nothing is queued, it checks every step.
 CHECK_EVERY_STEPS = 25
 
 
@@ -90,6 +91,7 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
     steps_per_epoch = len(p.train_loader)
     num_epochs = math.ceil(p.total_steps / steps_per_epoch)
     step, best, evals_since_best = 0, None, 0
+    check_every = 1 if p.device.type == "cpu" else CHECK_EVERY_STEPS
     for epoch in range(num_epochs):
         for name, param in p.model.named_parameters():
             if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]:
@@ -109,7 +111,7 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
             predictions.append(logits.argmax(1))
             targets.append(labels)
             step += 1
-            if step % CHECK_EVERY_STEPS == 0 or step == p.total_steps:
+            if step % check_every == 0 or step == p.total_steps:
                 bad_step, checked = _first_nonfinite(losses, checked), len(losses)
                 if bad_step is not None:
                     break
@@ -148,6 +150,10 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
         out.epochs.append(row)
         if on_epoch:
             on_epoch(row)
+        if row["val_loss"] is not None and not math.isfinite(row["val_loss"]):
+            # Every training loss was finite, but the last updates broke the weights.
+            out.status, out.diverged_step, out.stopped_epoch = "diverged", step, epoch + 1
+            break
         if row["val_acc"] is not None:
             target = run.target_accuracy
             if target is not None and out.time_to_target_seconds is None and row["val_acc"] >= target:
@@ -173,6 +179,8 @@ def _first_nonfinite(losses: list[torch.Tensor], start: int) -> int | None:
     """Index of the first NaN/Inf in losses[start:] (one device sync), or None."""
     if start >= len(losses):
         return None
+    if start == len(losses) - 1:  # one loss: a scalar read is cheaper than stacking
+        return None if math.isfinite(losses[start].item()) else start
     bad = (~torch.isfinite(torch.stack(losses[start:]))).nonzero()
     return start + int(bad[0]) if len(bad) else None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -22,9 +23,15 @@ import yaml
 from tricklab.errors import TrickLabError
 
 
-def _f(default: Any, doc: str, choices: tuple | None = None, minimum: float | None = None) -> Any:
-    """A recipe field with its doc, allowed values and lower bound."""
-    meta = {"doc": doc, "choices": choices, "minimum": minimum}
+def _f(
+    default: Any,
+    doc: str,
+    choices: tuple | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """A recipe field with its doc, allowed values and bounds (inclusive)."""
+    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -41,7 +48,9 @@ class DataConfig:
     train_size: int | None = _f(None, "seeded class-balanced subset of the train split", minimum=1)
     test_size: int | None = _f(None, "seeded class-balanced subset of the test split", minimum=1)
     image_size: int | None = _f(None, "resize images to this side length", minimum=1)
-    val_fraction: float = _f(0.1, "held-out fraction when the source has no test split", minimum=0)
+    val_fraction: float = _f(
+        0.1, "held-out fraction when the source has no test split", minimum=0, maximum=1
+    )
     cache_dir: str | None = _f(None, "decoded-dataset cache (default ~/.cache/tricklab)")
 
 
@@ -62,7 +71,7 @@ class ModelConfig:
 class OptimConfig:
     name: str = _f("sgd", "optimizer", ("sgd", "adam", "adamw", "rmsprop", "muon"))
     lr: float = _f(0.1, "peak learning rate (after lr_scaling)", minimum=0)
-    momentum: float = _f(0.9, "momentum (sgd, rmsprop, muon) ", minimum=0)
+    momentum: float = _f(0.9, "momentum (sgd, rmsprop, muon)", minimum=0, maximum=1)
     nesterov: bool = _f(False, "Nesterov momentum (sgd)")
     weight_decay: float = _f(0.0, "L2 weight decay as PyTorch applies it", minimum=0)
     decoupled_weight_decay: bool = _f(
@@ -79,7 +88,7 @@ class OptimConfig:
     )
     reference_batch_size: int = _f(128, "batch size at which lr is given", minimum=1)
     muon_lr: float = _f(0.02, "Muon lr for conv/linear filters (optim.name=muon)", minimum=0)
-    muon_momentum: float = _f(0.95, "Muon momentum (optim.name=muon)", minimum=0)
+    muon_momentum: float = _f(0.95, "Muon momentum (optim.name=muon)", minimum=0, maximum=1)
 
 
 @dataclass
@@ -126,7 +135,9 @@ class AugConfig:
 
 @dataclass
 class TricksConfig:
-    label_smoothing: float = _f(0.0, "label smoothing of the cross-entropy", minimum=0)
+    label_smoothing: float = _f(
+        0.0, "label smoothing of the cross-entropy", minimum=0, maximum=1
+    )
     precision: str = _f(
         "32-true",
         "numeric precision",
@@ -140,7 +151,9 @@ class TricksConfig:
         "highest", "torch.set_float32_matmul_precision", ("highest", "high", "medium")
     )
     cudnn_benchmark: bool = _f(False, "cuDNN autotuning of convolution algorithms")
-    ema_decay: float = _f(0.0, "EMA of weights, decay per update (0 = off)", minimum=0)
+    ema_decay: float = _f(
+        0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1
+    )
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
     ema_warmup_steps: int = _f(
         0, "steps before the EMA starts (it copies the weights then)", minimum=0
@@ -157,7 +170,7 @@ class TricksConfig:
 @dataclass
 class RunConfig:
     epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0)
-    seed: int = _f(0, "seed of weights, data order and augmentation")
+    seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0)
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
         1.0, "evaluate every this many epochs (the last epoch always)", minimum=0
@@ -357,6 +370,8 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     typed = _as_type(base, value)
     if typed is _BAD:
         allowed = f"one of {', '.join(meta['choices'])}" if meta["choices"] else _type_name(tp)
+        if base is float:
+            allowed = f"a finite number ({allowed})"
         raise TrickLabError(f"{source}: {key}={value!r} is not valid; expected {allowed}")
     if meta["choices"] and typed not in meta["choices"]:
         raise TrickLabError(
@@ -364,6 +379,8 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         )
     if meta["minimum"] is not None and typed < meta["minimum"]:
         raise TrickLabError(f"{source}: {key}={value!r} must be >= {meta['minimum']}")
+    if meta["maximum"] is not None and typed > meta["maximum"]:
+        raise TrickLabError(f"{source}: {key}={value!r} must be <= {meta['maximum']}")
     return typed
 
 
@@ -416,11 +433,11 @@ def _as_type(base: Any, value: Any) -> Any:
     if base is float:
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 return _BAD
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return float(value) if ok else _BAD
+        return float(value) if ok and math.isfinite(value) else _BAD  # no NaN or infinity
     if base is str:
         return (
             str(value)
@@ -440,3 +457,9 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
     s = recipe.schedule
     if not 0 <= s.peak_fraction <= 1 or not 0 <= s.warmup_fraction <= 1:
         raise TrickLabError(f"{source}: schedule fractions must lie in [0, 1]")
+    if recipe.tricks.precision == "16-true-bn32" and recipe.optim.name in ("adam", "adamw", "rmsprop"):
+        raise TrickLabError(
+            f"{source}: tricks.precision=16-true-bn32 keeps {recipe.optim.name}'s state in fp16, where "
+            "its eps (1e-8) rounds to 0 and the step divides by zero; use optim.name=sgd or muon, "
+            "or tricks.precision=16-mixed / bf16-mixed"
+        )
