@@ -199,13 +199,13 @@ def test_ctrl_c_or_sigterm_to_a_worker_marks_its_running_trial_interrupted_and_e
     os.kill(worker.pid, signal.SIGCONT)
     code, output = finish_worker(worker, tmp_path / "w.log")
 
-    assert code == 130, output
+    assert code == 130, (output, study_trials(None, tmp_path)[running.number].user_attrs)
     assert "Traceback" not in output
     assert "interrupted: the running trial is marked interrupted" in output
     trials = study_trials(None, tmp_path)
     interrupted = trials[running.number]
     assert interrupted.state == TrialState.FAIL
-    assert interrupted.user_attrs["status"] == "interrupted"
+    assert interrupted.user_attrs["status"] == "interrupted", (interrupted.user_attrs, output)
     assert "Ctrl-C" in interrupted.user_attrs["error"]
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert all(trial_status(t) == "complete" for t in trials if t.number != running.number)

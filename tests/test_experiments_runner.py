@@ -5,8 +5,11 @@ the diverging run use the real engine on the synthetic dataset.
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import optuna
@@ -160,6 +163,37 @@ def test_ctrl_c_marks_the_running_trial_interrupted_and_a_rerun_finishes(baselin
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert summary.status_counts == {"complete": 4}
     assert set(complete_per_unit(trials).values()) == {1}
+
+
+@pytest.mark.parametrize("library_error", [False, True], ids=["dropped", "turned-into-an-error"])
+def test_a_ctrl_c_that_python_drops_still_stops_the_worker(baseline, tmp_path, capsys, library_error):
+    """A signal handler's KeyboardInterrupt raised inside __del__ is dropped ("Exception ignored
+    in ..."); one raised inside a library callback may come back as another error. Either way the
+    worker stops after that run, marks it interrupted and prints no traceback."""
+
+    class SignalsWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here, inside __del__
+
+    calls = []
+
+    def train(recipe, **kwargs):
+        calls.append(recipe)
+        if len(calls) == 2:
+            SignalsWhileCollected()  # collected at once: the interrupt is dropped
+            if library_error:
+                raise RuntimeError("a callback raised KeyboardInterrupt")
+        return fake_train(recipe, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        ablate(baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path, train_fn=train,
+               liveness=FAST)  # fmt: skip
+    assert len(calls) == 2  # the worker stopped after the run in flight
+    assert "Traceback" not in capsys.readouterr().err
+    trials = unit_trials("s", tmp_path)
+    assert sorted(trial_status(t) for t in trials) == ["complete", "interrupted"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
 def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):

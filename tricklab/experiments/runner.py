@@ -36,10 +36,14 @@ does), under the same unit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import logging
 import random
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -177,6 +181,48 @@ def _jsonable(data: Any) -> Any:
 # The error text of a run or trial stopped by the user, wherever the signal caught the worker.
 INTERRUPTED_ERROR = "stopped by Ctrl-C or SIGTERM"
 
+# Set by Ctrl-C or SIGTERM while a worker loop runs (see `stoppable`).
+_stop_requested = threading.Event()
+
+
+def stoppable(worker_loop: Callable[..., int]) -> Callable[..., int]:
+    """Ctrl-C and SIGTERM stop `worker_loop` as a KeyboardInterrupt, and the stop is remembered.
+
+    Python drops an exception raised while a weakref callback or `__del__` runs ("Exception ignored
+    in ..."), and a signal handler's KeyboardInterrupt can land there; the remembered stop is then
+    raised again at the next epoch end, run end or claim, so no signal is lost."""
+
+    @functools.wraps(worker_loop)
+    def run(*args: Any, **kwargs: Any) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return worker_loop(*args, **kwargs)  # signal handlers belong to the main thread
+
+        def on_signal(signum: int, frame: Any) -> None:
+            _stop_requested.set()
+            raise KeyboardInterrupt
+
+        def on_unraisable(unraisable: Any) -> None:
+            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+                previous_hook(unraisable)  # a dropped stop is remembered, not printed
+
+        _stop_requested.clear()
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
+        try:
+            return worker_loop(*args, **kwargs)
+        finally:
+            sys.unraisablehook = previous_hook
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            _stop_requested.clear()
+
+    return run
+
+
+def _stop_if_requested() -> None:
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
+
 
 def train_one(
     recipe: Any,
@@ -194,6 +240,7 @@ def train_one(
 
     def record_epoch(row: dict) -> None:
         epochs.append(dict(row))
+        _stop_if_requested()
         if on_epoch is not None:
             on_epoch(row, len(epochs))
 
@@ -202,12 +249,15 @@ def train_one(
     try:
         result = train_fn(recipe, on_epoch=record_epoch)
         status, error = result.status, result.error
+        _stop_if_requested()  # a stop whose KeyboardInterrupt was dropped during the last epoch
     except optuna.TrialPruned as exc:
         status, error = "pruned", str(exc) or None
     except (KeyboardInterrupt, SystemExit):
         status, error = "interrupted", INTERRUPTED_ERROR
     except Exception as exc:
-        if _is_oom(exc):
+        if _stop_requested.is_set():  # a library turned the stop's KeyboardInterrupt into its own error
+            status, error = "interrupted", INTERRUPTED_ERROR
+        elif _is_oom(exc):
             status, error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
             _free_memory()
         else:
@@ -349,6 +399,7 @@ def _event(trial_number: int, config_id: str, record: dict) -> RunEvent:
 # ---------------------------------------------------------------- worker loops
 
 
+@stoppable
 def run_units(
     study: optuna.Study,
     storage: optuna.storages.BaseStorage,
@@ -373,6 +424,7 @@ def run_units(
     by_key = {u.key: u for u in units}
     ran = 0
     while True:
+        _stop_if_requested()
         fail_stale_trials(study, storage, liveness.grace_seconds)
         with claim_lock(url):
             tries = _attempts(study.get_trials(deepcopy=False))
@@ -460,6 +512,7 @@ def _run_sampled_trial(
     return records
 
 
+@stoppable
 def run_sampled(
     study: optuna.Study,
     storage: optuna.storages.BaseStorage,
@@ -478,6 +531,7 @@ def run_sampled(
     session_start = datetime.now()
     ran = 0
     while True:
+        _stop_if_requested()
         fail_stale_trials(study, storage, liveness.grace_seconds)
         all_trials = study.get_trials(deepcopy=False)
         tries = _attempts(all_trials)
