@@ -97,3 +97,16 @@ def test_cli_import_leaves_torchvision_for_later():
     code = "import sys, tricklab.cli; print('torchvision' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_data_without_action_prints_the_data_help(capsys):
+    assert main(["data"]) == 2
+    assert "usage: tricklab data" in capsys.readouterr().out
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    cmd = [sys.executable, "-m", "tricklab", "tricks", "--json"]
+    reader_gone = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader_gone.stdout.close()  # like `tricklab tricks --json | head -c 0`
+    assert reader_gone.wait(timeout=120) == 1
+    assert b"Traceback" not in reader_gone.stderr.read()

@@ -581,6 +581,12 @@ def test_val_fraction_out_of_range_raises(tmp_path):
         )
 
 
+def test_val_fraction_that_holds_out_nothing_raises(tmp_path):
+    make_tree(tmp_path / "data", per_split={"train": 1})  # 0.1 of one image per class rounds to 0
+    with pytest.raises(TrickLabError, match=r"val_fraction=0\.1 of 3 images holds out none"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
 # ---------------------------------------------------------------- describe_dataset
 
 

@@ -1,3 +1,3 @@
-from tricklab.cli import main
+from tricklab.cli import run
 
-raise SystemExit(main())
+run()

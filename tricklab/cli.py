@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,8 @@ from tricklab.errors import TrickLabError
 
 console = Console()
 err_console = Console(stderr=True)
+
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 
 
 def _recipe_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -195,7 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tricklab {tricklab.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    data = sub.add_parser("data", help="inspect datasets").add_subparsers(dest="data_command", metavar="ACTION")
+    data_parser = sub.add_parser("data", help="inspect datasets")
+    data_parser.set_defaults(func=lambda args: data_parser.print_help() or 2)  # no ACTION given
+    data = data_parser.add_subparsers(dest="data_command", metavar="ACTION")
     show = data.add_parser("show", help="split sizes, classes, per-class counts, shape, mean/std")
     show.add_argument("name", help="cifar10 | cifar100 | mnist | fashion-mnist | svhn | imagefolder | synthetic")
     show.add_argument("--data-dir", help="folder holding the dataset files")
@@ -245,8 +251,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted", highlight=False)
-        return 130
+        return INTERRUPTED_EXIT_CODE
+
+
+def run() -> None:
+    """The `tricklab` command: exit with `main()`'s code.
+
+    After a handled Ctrl-C or SIGTERM it leaves through os._exit, with everything stored and
+    flushed: CPython remembers a KeyboardInterrupt that passed through code a C extension ran with
+    PyRun_* (seen with a Ctrl-C during torch's lazy imports) and then kills itself with SIGINT at
+    exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
+    by a closed pipe (`tricklab ... | head`) ends quietly with status 1."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(1)
+    if code == INTERRUPTED_EXIT_CODE:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

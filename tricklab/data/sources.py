@@ -234,6 +234,11 @@ def _stratified_holdout(
         members = np.flatnonzero(labels == label)
         count = min(round(fraction * len(members)), max(len(members) - 1, 0))
         held[rng.choice(members, count, replace=False)] = True
+    if not held.any():
+        raise TrickLabError(
+            f"val_fraction={fraction} of {len(labels)} images holds out none for a test split: "
+            "add a test/ folder, more images, or raise data.val_fraction"
+        )
     keep, hold = torch.from_numpy(np.flatnonzero(~held)), torch.from_numpy(np.flatnonzero(held))
     return (
         Split(split.images[keep], split.labels[keep]),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from tricklab.cli import INTERRUPTED_EXIT_CODE
 from tricklab.experiments.plan import PRUNERS, SAMPLERS
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 # The same as storage.py's (kept here so that registering the commands does not import Optuna).
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEFAULT_GRACE_SECONDS = 120.0
-INTERRUPTED_EXIT_CODE = 130
 
 
 def register(subparsers: Any) -> None:
