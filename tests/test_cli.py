@@ -110,3 +110,25 @@ def test_output_into_a_closed_pipe_ends_quietly():
     reader_gone.stdout.close()  # like `tricklab tricks --json | head -c 0`
     assert reader_gone.wait(timeout=120) == 1
     assert b"Traceback" not in reader_gone.stderr.read()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["speedrun", "--runs", "abc"], "tricklab speedrun: argument --runs: invalid int value"),
+        (["sweep", "--space", "s.yaml", "--sampler", "bogus"], "invalid choice: 'bogus'"),
+        (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
+    ],
+)
+def test_usage_mistakes_give_one_line_and_exit_2(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_recipe_file_that_is_not_text_gives_one_line(tmp_path, capsys):
+    (tmp_path / "r.yaml").write_bytes(b"\xff\xfe\x00")
+    assert main(["train", str(tmp_path / "r.yaml")]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err

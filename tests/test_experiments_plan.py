@@ -60,6 +60,15 @@ def test_a_value_equal_to_the_baseline_or_spelt_twice_is_not_a_new_config(baseli
     assert ids(configs) == ["baseline", "optim.lr=0.2"]
 
 
+def test_list_values_vary_like_any_other(baseline):
+    vary = parse_vary(["model.widths=[8,16,16],[16,32,32],[8, 16, 16]", "aug.cutout=0,4"])
+    configs = plan_configs(baseline, vary)
+    assert ids(configs) == [
+        "baseline", "model.widths=[8, 16, 16]", "model.widths=[16, 32, 32]", "aug.cutout=4",
+    ]  # fmt: skip
+    assert len(plan_configs(baseline, vary, grid=True)) == 1 + 2 * 2
+
+
 def test_units_are_every_config_with_every_seed_seed_major(baseline):
     configs = plan_configs(baseline, parse_vary(["optim.lr=0.2,0.4"]))
     units = plan_units(configs, 3)

@@ -298,6 +298,41 @@ def test_grid_sweep_of_a_continuous_range_is_a_user_error(baseline, tmp_path):
         sweep(baseline, space, sampler="grid", out_dir=tmp_path, train_fn=fake_train)
 
 
+def test_a_bad_value_anywhere_in_the_space_fails_before_any_run(baseline, tmp_path, capsys):
+    space = parse_space({"optim.name": ["sgd", "bogus"]})
+    calls = []
+    with pytest.raises(TrickLabError, match="optim.name='bogus' is not allowed"):
+        sweep(baseline, space, sampler="grid", out_dir=tmp_path,
+              train_fn=lambda recipe, **kw: calls.append(recipe))  # fmt: skip
+    assert calls == []
+    (tmp_path / "space.yaml").write_text("optim.momentum: {low: 0.5, high: 5.0}\n")  # top end > 1
+    args = ["sweep", "--space", str(tmp_path / "space.yaml"), "--trials", "2", "--dry-run"]
+    assert main(args) == 2
+    assert "optim.momentum=5.0 must be <= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make, extra, message",
+    [
+        (lambda d: None, ["--storage", "journal:/proc/no/x.journal"], "cannot open storage"),
+        (lambda d: (d / "adir").mkdir(), ["--storage", "journal:{d}/adir"], "it is a folder"),
+        (lambda d: (d / "afile").touch(), ["--out", "{d}/afile"], "cannot open storage"),
+        (lambda d: (d / "s.yaml").write_bytes(b"\xff\xfe\x00"), ["--space", "{d}/s.yaml"], "not valid YAML"),
+    ],
+    ids=["unwritable-journal", "journal-is-a-folder", "out-is-a-file", "space-not-utf8"],
+)
+def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsys, make, extra, message):
+    make(tmp_path)
+    extra = [word.format(d=tmp_path) for word in extra]
+    if "--space" in extra:
+        args = ["sweep", *extra, "--trials", "1"]
+    else:
+        args = ["ablate", "--vary", "optim.lr=0.2", "--budget-epochs", "0.01", *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
 def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):
     args = ["ablate", "--vary", "optim.lr=0.2,0.4", "--vary", "aug.flip=none,random", "--grid"]
     args += ["--seeds", "3", "--out", str(tmp_path / "exp"), "--dry-run", "--json"]

@@ -2,11 +2,13 @@
 
 import csv
 import math
+import warnings
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from tricklab.errors import TrickLabError
 from tricklab.experiments.stats import (
     ConfigStats,
     config_stats,
@@ -115,6 +117,22 @@ def test_rows_round_trip_through_dicts_and_csv(tmp_path):
         lines = list(csv.DictReader(handle))
     assert [line["config_id"] for line in lines] == ["baseline", "tricks.fast=true"]
     assert float(lines[1]["accuracy_p_value"]) == pytest.approx(rows[1].accuracy_p_value)
+
+
+def test_csv_into_a_folder_is_a_user_error_and_leaves_nothing(tmp_path):
+    rows = config_stats(records("baseline", BASE_ACC, BASE_SECONDS))
+    (tmp_path / "rows.csv").mkdir()
+    with pytest.raises(TrickLabError, match="cannot write the CSV file"):
+        write_csv(rows, tmp_path / "rows.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
+
+
+def test_welch_on_identical_runs_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert welch([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])[0] == 0.0
+        diff, low, high, p = welch([0.5, 0.5, 0.5000001], [0.5, 0.5, 0.5])
+    assert low < diff < high and 0 < p < 1
 
 
 def test_a_unit_whose_worker_died_after_storing_its_run_counts_as_interrupted():

@@ -310,6 +310,7 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
         (["data.name=synthetic", "oops"], "expected key=value"),
         (["--recipe", "speedrun99"], "unknown recipe"),
         (["--peak-tflops", "0"], "--peak-tflops must be a positive"),
+        (["--peak-tflops", "inf"], "--peak-tflops must be a positive"),
         (["--target", "1.5"], "--target must be an accuracy"),
         (["--warmup-epochs", "-1"], "--warmup-epochs must be >= 0"),
     ],

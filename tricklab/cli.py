@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+import typing
 from pathlib import Path
 
 from rich.console import Console
@@ -191,8 +192,19 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage mistake as one line on stderr (not the usage block), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        err_console.print(
+            f"[bold red]error:[/] {self.prog}: {message} (see {self.prog} --help)",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tricklab",
         description="Train CIFAR-scale image classifiers fast; measure honestly which tricks help.",
     )

@@ -158,7 +158,7 @@ def check_arguments(
     """Refuse bad speedrun arguments before anything runs or prints."""
     if runs < 1:
         raise TrickLabError(f"--runs must be at least 1, got {runs}")
-    if peak_tflops is not None and not peak_tflops > 0:
+    if peak_tflops is not None and not 0 < peak_tflops < math.inf:
         raise TrickLabError(
             f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
         )

@@ -289,6 +289,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     base = _baseline(args)
     space = load_space(args.space)
+    space.check(base)
     progress, out = _consoles(args.json)
     if args.dry_run:
         name = args.study or default_study_name(

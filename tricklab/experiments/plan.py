@@ -182,7 +182,11 @@ def plan_configs(
     for key, values in vary.items():
         if not values:
             raise TrickLabError(f"--vary {key} has no values")
-        resolved[key] = list(dict.fromkeys(_resolve(baseline, key, v) for v in values))
+        unique: dict[str, Any] = {}  # first of equal values; lists (model.widths) included
+        for value in values:
+            typed = _resolve(baseline, key, value)
+            unique.setdefault(json.dumps(typed), typed)
+        resolved[key] = list(unique.values())
     configs = [_config(baseline, [])]
     if grid:
         keys = list(resolved)

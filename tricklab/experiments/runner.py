@@ -733,9 +733,7 @@ def sweep(
         raise TrickLabError(f"--sampler {sampler} needs --trials N")
     if seeds < 1:
         raise TrickLabError(f"--seeds {seeds} must be at least 1")
-    for key, dist in space.distributions.items():  # unknown keys fail here, before any run
-        probe = dist.choices[0] if hasattr(dist, "choices") else dist.low
-        base.override(overrides_for({key: probe}))
+    space.check(base)  # unknown keys and bad values fail here, before any run
     name = study or default_study_name(
         "sweep", base, space.to_dict(), sampler, trials if sampler == "grid" else None
     )

@@ -53,6 +53,14 @@ class SearchSpace:
         axes = [_grid_values(key, dist) for key, dist in self.distributions.items()]
         return [dict(zip(self.distributions, combo)) for combo in itertools.product(*axes)]
 
+    def check(self, base: Any) -> None:
+        """TrickLabError before any run if a key is unknown or a value is not valid for it:
+        every choice, and both ends of every range, are applied to the recipe `base`."""
+        for key, dist in self.distributions.items():
+            ends = dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
+            for value in ends:
+                base.override(overrides_for({key: value}))
+
     def grid_space(self) -> SearchSpace:
         """The same space with every axis as the categorical of its grid values (for grid trials)."""
         return SearchSpace(
@@ -79,8 +87,8 @@ def load_space(path: str | Path) -> SearchSpace:
     if not path.is_file():
         raise TrickLabError(f"search space file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise TrickLabError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     return parse_space(data, source=str(path))
 

@@ -20,8 +20,11 @@ Each (unit, seed) counts once: a unit run again after a failure counts by its fi
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -116,8 +119,10 @@ def welch(
         return diff, None, None, None
     from scipy import stats as scipy_stats
 
-    result = scipy_stats.ttest_ind(a, b, equal_var=False)
-    interval = result.confidence_interval(confidence)
+    with warnings.catch_warnings():  # runs with (nearly) equal values: scipy warns, NaN -> None
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = scipy_stats.ttest_ind(a, b, equal_var=False)
+        interval = result.confidence_interval(confidence)
     diff = float(np.mean(a) - np.mean(b))
     return diff, _finite(interval.low), _finite(interval.high), _finite(result.pvalue)
 
@@ -300,12 +305,19 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
     names = [f.name for f in fields(ConfigStats) if f.name != "failures"]
     header = names + [f"failures_{kind}" for kind in FAILURE_KINDS]
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        for row in rows:
-            data = row.to_dict()
-            data["overrides"] = " ".join(row.overrides)
-            cells = ["" if data[n] is None else data[n] for n in names]
-            writer.writerow(cells + [row.failures.get(kind, 0) for kind in FAILURE_KINDS])
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(header)
+            for row in rows:
+                data = row.to_dict()
+                data["overrides"] = " ".join(row.overrides)
+                cells = ["" if data[n] is None else data[n] for n in names]
+                writer.writerow(cells + [row.failures.get(kind, 0) for kind in FAILURE_KINDS])
+        os.replace(tmp, path)  # whole or not at all
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise TrickLabError(f"cannot write the CSV file {path}: {exc.strerror or exc}") from None

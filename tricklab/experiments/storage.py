@@ -93,14 +93,22 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         path = Path(url[len("journal:") :])
         if must_exist and not path.is_file():
             raise TrickLabError(f"journal file {path} does not exist")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(_journal_backend(str(path)))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                raise IsADirectoryError(21, "it is a folder")
+            return optuna.storages.JournalStorage(_journal_backend(str(path)))
+        except OSError as exc:
+            raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if must_exist and not path.is_file():
             raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
         # A heartbeat thread and readers share the file: wait for its lock rather than fail.
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     for attempt in range(SCHEMA_RETRIES):

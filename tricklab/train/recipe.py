@@ -317,7 +317,10 @@ def _read_recipe_text(name: str) -> tuple[str, str]:
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise TrickLabError(f"recipe file {path} does not exist")
-        return path.read_text(), str(path)
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError:
+            raise TrickLabError(f"recipe file {path} is not UTF-8 text") from None
     builtin = builtin_recipes()
     if name not in builtin:
         close = difflib.get_close_matches(name, builtin, n=1)
