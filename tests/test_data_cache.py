@@ -1,5 +1,6 @@
 """The decoded-dataset cache: bit-identical round trips, no decode on a hit, safe and atomic files."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -138,4 +139,19 @@ def test_folder_fingerprint_ignores_listing_order_and_changes_with_a_file(tmp_pa
     before = cache.fingerprint_tree(files, tmp_path / "data")
     assert cache.fingerprint_tree(reversed(files), tmp_path / "data") == before
     files[0].write_bytes(files[0].read_bytes() + b"\0")
+    assert cache.fingerprint_tree(files, tmp_path / "data") != before
+
+
+def test_folder_fingerprint_is_the_content_not_the_file_times(tmp_path):
+    make_tree(tmp_path / "data")
+    files = sorted(p for p in (tmp_path / "data").rglob("*") if p.is_file())
+    before = cache.fingerprint_tree(files, tmp_path / "data")
+    for path in files:
+        os.utime(path, ns=(1, 1))  # touched (or copied elsewhere): same content, same key
+    assert cache.fingerprint_tree(files, tmp_path / "data") == before
+    stat = files[0].stat()
+    data = bytearray(files[0].read_bytes())
+    data[-3] ^= 0xFF  # same size, other bytes, and the old time put back
+    files[0].write_bytes(bytes(data))
+    os.utime(files[0], ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert cache.fingerprint_tree(files, tmp_path / "data") != before

@@ -55,17 +55,16 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
 
 
 def fingerprint_tree(files: Iterable[Path], root: Path) -> str:
-    """sha256 over (path relative to root, size, mtime_ns) of each file: cheap for 60,000 files.
+    """sha256 over (path relative to root, size, bytes) of each file: the folder's content.
 
-    Editing, adding, removing or renaming a file changes it; so does touching a file (a harmless
-    cache miss). Byte-identical copies in a new place get a new mtime, so they miss too.
+    Editing, adding, removing or renaming a file changes it; touching or copying files does not.
+    Reading 50,000 CIFAR JPEGs for it takes about 0.7 s (against seconds to decode them).
     """
     digest = hashlib.sha256()
     for path in sorted(files):
-        stat = path.stat()
-        digest.update(
-            f"{path.relative_to(root).as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode()
-        )
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root).as_posix()}\t{len(data)}\n".encode())
+        digest.update(data)
     return digest.hexdigest()
 
 
