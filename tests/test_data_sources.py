@@ -524,6 +524,16 @@ def test_corrupt_image_is_named(tmp_path):
     assert cache_files(tmp_path / "cache") == []
 
 
+def test_corrupt_image_in_an_archive_is_named_plainly(tmp_path):
+    make_tree(tmp_path / "tree")
+    (tmp_path / "tree" / "train" / "cat" / "0003.png").write_bytes(b"not an image at all")
+    for split in ("train", "test"):
+        tar_split(tmp_path / "tree", split, tmp_path / "archives" / f"{split}.tar.gz")
+    with pytest.raises(TrickLabError, match=r"0003\.png \(cannot identify image file\): it is") as err:
+        load_dataset("imagefolder", tmp_path / "archives", cache_dir=tmp_path / "cache")
+    assert "BytesIO" not in str(err.value)
+
+
 def test_truncated_jpeg_is_named(tmp_path):
     make_tree(tmp_path / "data")
     noise = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)

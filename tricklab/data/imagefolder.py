@@ -216,11 +216,10 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
             img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
             mode = "L" if img.mode in _GRAY_MODES else "RGB"
             return img if img.mode == mode else img.convert(mode)
-    except (
-        Exception
-    ) as err:  # Pillow raises many types for bad files (OSError, SyntaxError, EOFError…)
+    except Exception as err:  # Pillow raises many types for bad files (OSError, SyntaxError, ...)
+        reason = re.sub(r" <_io\.BytesIO object at 0x[0-9a-f]+>", "", str(err))  # an archive member
         raise TrickLabError(
-            f"cannot decode image {display} ({err}): it is corrupt or truncated; replace or delete it"
+            f"cannot decode image {display} ({reason}): it is corrupt or truncated; replace or delete it"
         ) from err
 
 
