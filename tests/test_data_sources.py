@@ -527,6 +527,7 @@ def test_corrupt_image_is_named(tmp_path):
 def test_corrupt_image_in_an_archive_is_named_plainly(tmp_path):
     make_tree(tmp_path / "tree")
     (tmp_path / "tree" / "train" / "cat" / "0003.png").write_bytes(b"not an image at all")
+    (tmp_path / "archives").mkdir()
     for split in ("train", "test"):
         tar_split(tmp_path / "tree", split, tmp_path / "archives" / f"{split}.tar.gz")
     with pytest.raises(TrickLabError, match=r"0003\.png \(cannot identify image file\): it is") as err:
