@@ -159,3 +159,21 @@ def test_yaml_file_reads_off_as_the_choice_not_a_boolean(tmp_path):
     path.write_text("tricks:\n  compile: off\n  channels_last: yes\n")
     recipe = load_recipe(str(path))
     assert recipe.tricks.compile == "off" and recipe.tricks.channels_last is True
+
+
+def test_misspelt_section_in_a_file_names_the_section(tmp_path):
+    (tmp_path / "r.yaml").write_text("optimizer:\n  lr: 0.1\n")
+    with pytest.raises(TrickLabError, match=r"unknown recipe section 'optimizer'; did you mean 'optim'\?"):
+        load_recipe(tmp_path / "r.yaml")
+    (tmp_path / "r.yaml").write_text("lr: 0.1\n")
+    with pytest.raises(TrickLabError, match=r"did you mean 'optim\.lr'"):
+        load_recipe(tmp_path / "r.yaml")
+
+
+def test_tricks_table_cuts_nothing_when_piped():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tricklab", "tricks"], capture_output=True, text=True)
+    assert out.returncode == 0 and "…" not in out.stdout
+    assert "optim.decoupled_weight_decay" in out.stdout

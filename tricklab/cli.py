@@ -145,8 +145,9 @@ def cmd_tricks(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     table = Table(title="recipe fields (key=value on the command line)")
-    for col in ("key", "default", "allowed", "doc"):
-        table.add_column(col)
+    table.add_column("key", no_wrap=True)  # keys whole, to copy; long words fold, never cut
+    for col in ("default", "allowed", "doc"):
+        table.add_column(col, overflow="fold")
     for r in rows:
         allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
         table.add_row(r["key"], str(r["default"]), allowed, r["doc"])

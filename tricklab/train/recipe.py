@@ -236,7 +236,7 @@ class Recipe:
             )
         for name in data:
             if name not in SECTIONS:
-                _check_key(str(name), source)
+                _check_section(str(name), source)
         recipe = cls(**sections)
         _check_consistency(recipe, source)
         return recipe
@@ -345,6 +345,17 @@ def _check_key(key: str, source: str) -> None:
         close = [k for k in all_keys() if k.split(".")[1] == key.split(".")[-1]][:1]
     hint = f"; did you mean '{close[0]}'?" if close else "; `tricklab tricks` lists every key"
     raise TrickLabError(f"{source}: unknown recipe key '{key}'{hint}")
+
+
+def _check_section(name: str, source: str) -> None:
+    """An unknown top-level name: a field without its section, or a misspelt section."""
+    if any(key.endswith(f".{name}") for key in all_keys()):
+        _check_key(name, source)  # names the field's section
+    close = difflib.get_close_matches(name, SECTIONS, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise TrickLabError(
+        f"{source}: unknown recipe section '{name}'; {hint}sections: {', '.join(SECTIONS)}"
+    )
 
 
 def _type_name(tp: Any) -> str:
