@@ -111,7 +111,7 @@ def test_yaml_round_trip_is_lossless(tmp_path):
 def test_yaml_file_with_unknown_section_is_refused(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("optimizer:\n  lr: 0.1\n")
-    with pytest.raises(TrickLabError, match="unknown recipe key 'optimizer'"):
+    with pytest.raises(TrickLabError, match="unknown recipe section 'optimizer'"):
         load_recipe(path)
 
 
