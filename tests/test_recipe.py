@@ -135,6 +135,8 @@ def test_field_table_documents_every_key():
     assert all(r["doc"] for r in rows)
     precision = next(r for r in rows if r["key"] == "tricks.precision")
     assert precision["choices"] == ["32-true", "16-mixed", "bf16-mixed", "16-true-bn32"]
+    smoothing = next(r for r in rows if r["key"] == "tricks.label_smoothing")
+    assert (smoothing["minimum"], smoothing["maximum"]) == (0, 1)
 
 
 def test_every_builtin_recipe_loads_and_validates():
@@ -177,3 +179,4 @@ def test_tricks_table_cuts_nothing_when_piped():
     out = subprocess.run([sys.executable, "-m", "tricklab", "tricks"], capture_output=True, text=True)
     assert out.returncode == 0 and "…" not in out.stdout
     assert "optim.decoupled_weight_decay" in out.stdout
+    assert "float in [0, 1]" in out.stdout  # bounds are shown

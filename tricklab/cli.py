@@ -150,6 +150,11 @@ def cmd_tricks(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for r in rows:
         allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
+        low, high = r["minimum"], r["maximum"]
+        if low is not None and high is not None:
+            allowed += f" in [{low:g}, {high:g}]"
+        elif low is not None:
+            allowed += f" ≥ {low:g}"
         table.add_row(r["key"], str(r["default"]), allowed, r["doc"])
     console.print(table)
     return 0

@@ -268,7 +268,7 @@ def all_keys() -> list[str]:
 
 
 def field_table() -> list[dict[str, Any]]:
-    """Every recipe field: key, type, default, allowed values, doc (what `tricklab tricks` prints)."""
+    """Every recipe field: key, type, default, allowed values, bounds, doc (`tricklab tricks`)."""
     rows = []
     for section, cls in SECTIONS.items():
         hints = typing.get_type_hints(cls)
@@ -280,6 +280,8 @@ def field_table() -> list[dict[str, Any]]:
                     "type": _type_name(hints[f.name]),
                     "default": default,
                     "choices": list(f.metadata["choices"]) if f.metadata["choices"] else None,
+                    "minimum": f.metadata["minimum"],
+                    "maximum": f.metadata["maximum"],
                     "doc": f.metadata["doc"],
                 }
             )
