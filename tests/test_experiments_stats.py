@@ -2,6 +2,7 @@
 
 import csv
 import math
+import os
 import warnings
 
 import numpy as np
@@ -148,3 +149,28 @@ def test_a_unit_whose_worker_died_after_storing_its_run_counts_as_interrupted():
     study.tell(trial, state=optuna.trial.TrialState.FAIL)  # what the stale-worker sweep records
     (record,) = collect_runs(study)
     assert record["status"] == "interrupted"
+
+
+def test_a_running_trial_whose_worker_process_is_gone_reads_as_interrupted():
+    import socket
+    import subprocess
+    import sys
+
+    import optuna
+
+    from tricklab.experiments.stats import collect_runs
+    from tricklab.experiments.storage import WORKER_ATTR
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid of this host with no process behind it
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    for pid in (gone.pid, os.getpid()):
+        trial = study.ask()
+        trial.set_user_attr("unit", f"baseline seed={pid}")
+        trial.set_user_attr("config_id", "baseline")
+        trial.set_user_attr("seed", pid)
+        study._storage.set_trial_system_attr(
+            trial._trial_id, WORKER_ATTR, {"host": socket.gethostname(), "pid": pid}
+        )
+    statuses = {r["seed"]: r["status"] for r in collect_runs(study)}
+    assert statuses == {gone.pid: "interrupted", os.getpid(): "running"}

@@ -36,7 +36,13 @@ import optuna
 
 from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import BASELINE
-from tricklab.experiments.storage import COMPLETE_STATUSES, DONE_STATUSES, trial_status
+from tricklab.experiments.storage import (
+    COMPLETE_STATUSES,
+    DEFAULT_GRACE_SECONDS,
+    DONE_STATUSES,
+    is_stale,
+    trial_status,
+)
 
 FAILURE_KINDS = ("diverged", "oom", "failed", "pruned", "interrupted")
 CONFIDENCE = 0.95
@@ -162,6 +168,8 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
         status = trial_status(trial)
         if status == "skipped":
             continue
+        if status == "running" and is_stale(trial, DEFAULT_GRACE_SECONDS):
+            status = "interrupted"  # its worker is gone; the next worker to start will say so too
         unit = trial.user_attrs.get("unit", f"sample-{trial.number}")
         runs = trial.user_attrs.get("runs") or [
             {
