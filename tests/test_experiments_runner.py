@@ -229,6 +229,17 @@ def test_a_trial_whose_worker_died_is_run_again(baseline, tmp_path):
     assert trial_status(storage.get_trial(lost._trial_id)) == "interrupted"
 
 
+def test_a_claimed_trial_names_its_worker_before_anything_else():
+    from tricklab.experiments.storage import pop_waiting_trial, worker_identity
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage)
+    study.enqueue_trial({}, user_attrs={"unit": "baseline seed=0"})
+    trial_id = pop_waiting_trial(study, storage)
+    assert storage.get_trial(trial_id).state == TrialState.RUNNING
+    assert storage.get_trial(trial_id).system_attrs[WORKER_ATTR] == worker_identity()
+
+
 def _host():
     import socket
 

@@ -75,6 +75,7 @@ from tricklab.experiments.storage import (
     DEFAULT_HEARTBEAT_SECONDS,
     DONE_STATUSES,
     RETRY_STATUSES,
+    WORKER_ATTR,
     claim_lock,
     experiment_dir,
     fail_stale_trials,
@@ -85,6 +86,7 @@ from tricklab.experiments.storage import (
     started_since,
     storage_url,
     trial_status,
+    worker_identity,
 )
 
 log = logging.getLogger(__name__)
@@ -550,6 +552,7 @@ def run_sampled(
             with claim_lock(url):
                 trial = study.ask()  # pops a waiting retry if one appeared meanwhile
             trial_id = trial._trial_id
+            storage.set_trial_system_attr(trial_id, WORKER_ATTR, worker_identity())
         else:
             trial = None
         with _claimed(storage, trial_id):

@@ -319,6 +319,9 @@ def pop_waiting_trial(
             continue
         try:
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
+                # Named at once: if this worker dies before its heartbeat starts, the next one
+                # sees the process gone instead of waiting out the grace period.
+                storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker_identity())
                 return trial._trial_id
         except UpdateFinishedTrialError:
             continue
