@@ -132,3 +132,23 @@ def test_recipe_file_that_is_not_text_gives_one_line(tmp_path, capsys):
     (tmp_path / "r.yaml").write_bytes(b"\xff\xfe\x00")
     assert main(["train", str(tmp_path / "r.yaml")]) == 2
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "tricklab", "train", "data.name=synthetic", "model.name=airbench",
+           "model.widths=[8,16,16]", "loader.kind=device", "run.epochs=100000",
+           "--out", str(tmp_path / "run")]  # fmt: skip
+    worker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().strip()):  # wait for its first epoch
+        assert time.monotonic() < deadline and worker.poll() is None
+        time.sleep(0.1)
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "interrupted"

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import typing
@@ -272,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED_EXIT_CODE
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run() -> None:
     """The `tricklab` command: exit with `main()`'s code.
 
@@ -279,7 +284,9 @@ def run() -> None:
     flushed: CPython remembers a KeyboardInterrupt that passed through code a C extension ran with
     PyRun_* (seen with a Ctrl-C during torch's lazy imports) and then kills itself with SIGINT at
     exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
-    by a closed pipe (`tricklab ... | head`) ends quietly with status 1."""
+    by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
+    schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted."""
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         code = main()
         sys.stdout.flush()
