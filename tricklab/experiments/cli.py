@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -196,21 +195,15 @@ def _liveness(args: argparse.Namespace) -> Liveness:
 
 
 @contextlib.contextmanager
-def _quiet_optuna_and_sigterm() -> Iterator[None]:
-    """Optuna logs every trial at INFO; keep it to warnings. SIGTERM stops like Ctrl-C."""
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna logs every trial at INFO; keep it to warnings."""
     import optuna
 
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
         optuna.logging.set_verbosity(verbosity)
 
 
@@ -262,7 +255,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         }
         _print_plan(out, plan, args.json)
         return 0
-    with _quiet_optuna_and_sigterm():
+    with _quiet_optuna():
         try:
             summary = ablate(
                 baseline,
@@ -317,7 +310,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             plan["trials"] = args.trials
         _print_plan(out, plan, args.json)
         return 0
-    with _quiet_optuna_and_sigterm():
+    with _quiet_optuna():
         try:
             summary = sweep(
                 base,

@@ -93,22 +93,16 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         path = Path(url[len("journal:") :])
         if must_exist and not path.is_file():
             raise TrickLabError(f"journal file {path} does not exist")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_dir():
-                raise IsADirectoryError(21, "it is a folder")
-            return optuna.storages.JournalStorage(_journal_backend(str(path)))
-        except OSError as exc:
-            raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
+        _make_parent(path, url)
+        if path.is_dir():
+            raise TrickLabError(f"cannot open storage {url}: it is a folder")
+        return optuna.storages.JournalStorage(_journal_backend(str(path)))
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if must_exist and not path.is_file():
             raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
+        _make_parent(path, url)
         # A heartbeat thread and readers share the file: wait for its lock rather than fail.
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     for attempt in range(SCHEMA_RETRIES):
@@ -125,6 +119,13 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
                 ) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _make_parent(path: Path, url: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
 
 
 def _journal_backend(path: str) -> Any:
@@ -256,7 +257,7 @@ def fail_stale_trials(
 def heartbeat(
     storage: optuna.storages.BaseStorage, trial_id: int, interval_seconds: float
 ) -> Iterator[None]:
-    """Name this worker on the trial and beat every `interval_seconds` until the block ends."""
+    """Beat every `interval_seconds` until the block ends (the claim named the worker)."""
     stop = threading.Event()
 
     def beat() -> bool:
@@ -273,7 +274,6 @@ def heartbeat(
         while not stop.wait(interval_seconds) and beat():
             pass
 
-    storage.set_trial_system_attr(trial_id, WORKER_ATTR, worker_identity())
     beat()
     thread = threading.Thread(target=loop, name=f"tricklab-heartbeat-{trial_id}", daemon=True)
     thread.start()

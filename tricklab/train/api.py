@@ -265,11 +265,7 @@ def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
     result.stopped_epoch, result.diverged_step = outcome.stopped_epoch, outcome.diverged_step
     result.time_to_target_seconds = outcome.time_to_target_seconds
     if outcome.status == "diverged":
-        last = outcome.epochs[-1]["val_loss"] if outcome.epochs else None
-        if last is not None and not math.isfinite(last):
-            result.error = f"validation loss became NaN/Inf after step {outcome.diverged_step}"
-        else:
-            result.error = f"loss became NaN/Inf at step {outcome.diverged_step}"
+        result.error = outcome.error
         return
     evaluated = [row for row in outcome.epochs if row["val_acc"] is not None]
     if evaluated:

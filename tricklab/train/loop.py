@@ -46,6 +46,7 @@ class Outcome:
     train_seconds: float = 0.0
     images_seen: int = 0
     diverged_step: int | None = None
+    error: str | None = None  # why it diverged
     stopped_epoch: int | None = None
     time_to_target_seconds: float | None = None
 
@@ -130,6 +131,7 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
         if bad_step is not None:
             out.status, out.stopped_epoch = "diverged", epoch + 1
             out.diverged_step = step - len(losses) + bad_step + 1
+            out.error = f"loss became NaN/Inf at step {out.diverged_step}"
             break
         over_budget = _over_budget(run, out.train_seconds)
         last = step >= p.total_steps or over_budget
@@ -153,6 +155,7 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
         if row["val_loss"] is not None and not math.isfinite(row["val_loss"]):
             # Every training loss was finite, but the last updates broke the weights.
             out.status, out.diverged_step, out.stopped_epoch = "diverged", step, epoch + 1
+            out.error = f"validation loss became NaN/Inf after step {step}"
             break
         if row["val_acc"] is not None:
             target = run.target_accuracy
