@@ -90,6 +90,12 @@ def test_adaptive_optimizers_are_refused_with_fp16_weights(optimizer):
     load_recipe(None, ["tricks.precision=16-true-bn32", "optim.name=sgd"])
 
 
+@pytest.mark.parametrize("optimizer", ["rmsprop", "muon"])
+def test_fused_is_refused_for_optimizers_without_a_fused_kernel(optimizer):
+    with pytest.raises(TrickLabError, match=f"no fused {optimizer}"):
+        load_recipe(None, ["optim.fused=true", f"optim.name={optimizer}"])
+
+
 def test_override_without_equals_is_refused():
     with pytest.raises(TrickLabError, match="key=value"):
         load_recipe(None, ["optim.lr"])

@@ -139,6 +139,32 @@ def test_every_optimizer_builds(name):
     assert opt.param_groups[0]["lr"] == 0.1
 
 
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+def test_fused_optimizer_takes_the_same_steps_as_the_default(name):
+    # No BatchNorm: a conv bias before one gets a gradient of pure rounding noise, which Adam
+    # scales up to a full step of random sign.
+    def net():
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                             nn.Linear(4, 10))
+
+    cfg = dict(name=name, lr=1e-3, weight_decay=5e-4, nesterov=name == "sgd")
+    models = [net(), net()]
+    models[1].load_state_dict(models[0].state_dict())
+    start = models[0][0].weight.detach().clone()
+    opts = [build_optimizer(m, OptimConfig(**cfg, fused=f), 32) for m, f in zip(models, (0, 1))]
+    assert [o.defaults["fused"] for o in opts] == [None, True]
+    torch.manual_seed(0)
+    for _ in range(3):
+        images, labels = torch.randn(8, 3, 8, 8), torch.randint(0, 10, (8,))
+        for model, opt in zip(models, opts):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(images), labels).backward()
+            opt.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b)
+    assert (models[1][0].weight - start).abs().max() > 1e-4  # it did step
+
+
 def test_backend_flags_are_restored():
     before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark)
     with backend_settings("medium", not before[1]):

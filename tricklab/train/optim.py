@@ -64,14 +64,22 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, batch_size: int) -> torc
 
         return build_muon(model, cfg, lr)
     groups = param_groups(model, cfg, lr)
-    if cfg.name == "sgd":
-        if cfg.nesterov and cfg.momentum <= 0:
-            raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
-        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
-    if cfg.name == "adam":
-        return torch.optim.Adam(groups, lr=lr)
-    if cfg.name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr)
     if cfg.name == "rmsprop":
         return torch.optim.RMSprop(groups, lr=lr)
+    if cfg.name == "sgd" and cfg.nesterov and cfg.momentum <= 0:
+        raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
+    # fused: one kernel updates every parameter (PyTorch's default launches one per tensor, or a
+    # few "foreach" kernels on CUDA). The recipe allowed it for these three only.
+    fused = {"fused": True} if cfg.fused else {}
+    try:
+        if cfg.name == "sgd":
+            return torch.optim.SGD(
+                groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, **fused
+            )
+        if cfg.name == "adam":
+            return torch.optim.Adam(groups, lr=lr, **fused)
+        if cfg.name == "adamw":
+            return torch.optim.AdamW(groups, lr=lr, **fused)
+    except RuntimeError as exc:  # fused kernels exist for some devices and dtypes only
+        raise TrickLabError(f"optim.fused=true: {exc}") from None
     raise AssertionError(cfg.name)  # the recipe validated the name

@@ -89,6 +89,9 @@ class OptimConfig:
     reference_batch_size: int = _f(128, "batch size at which lr is given", minimum=1)
     muon_lr: float = _f(0.02, "Muon lr for conv/linear filters (optim.name=muon)", minimum=0)
     muon_momentum: float = _f(0.95, "Muon momentum (optim.name=muon)", minimum=0, maximum=1)
+    fused: bool = _f(
+        False, "fused optimizer step: one kernel for all parameters (sgd, adam, adamw)"
+    )
 
 
 @dataclass
@@ -478,4 +481,9 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
             f"{source}: tricks.precision=16-true-bn32 keeps {recipe.optim.name}'s state in fp16, where "
             "its eps (1e-8) rounds to 0 and the step divides by zero; use optim.name=sgd or muon, "
             "or tricks.precision=16-mixed / bf16-mixed"
+        )
+    if recipe.optim.fused and recipe.optim.name not in ("sgd", "adam", "adamw"):
+        raise TrickLabError(
+            f"{source}: optim.fused=true needs optim.name sgd, adam or adamw "
+            f"(PyTorch has no fused {recipe.optim.name})"
         )
