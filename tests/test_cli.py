@@ -134,13 +134,27 @@ def test_recipe_file_that_is_not_text_gives_one_line(tmp_path, capsys):
     assert "is not UTF-8 text" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize(
+    "bad", [["data.name=imagefolder", "data.dir=NOPE"], ["model.name=nosuchnet"], ["loader.batch_size=1000", "loader.drop_last=true"]]
+)
+def test_train_with_bad_data_or_model_leaves_nothing_behind(tmp_path, capsys, bad, as_json):
+    bad = [b.replace("NOPE", str(tmp_path / "nope")) for b in bad]
+    args = ["train", "data.name=synthetic", "data.train_size=64", *bad, "--out", str(tmp_path / "run")]
+    assert main(args + ["--json"] * as_json) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.err.startswith("error: ")
+    assert not (tmp_path / "run").exists()
+
+
 def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
     import signal
     import time
 
     cmd = [sys.executable, "-m", "tricklab", "train", "data.name=synthetic", "model.name=airbench",
            "model.widths=[8,16,16]", "loader.kind=device", "run.epochs=100000",
-           "--out", str(tmp_path / "run")]  # fmt: skip
+           "--out", str(tmp_path / "run"), "--json"]  # fmt: skip
     worker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
     while not (metrics.exists() and metrics.read_text().strip()):  # wait for its first epoch
@@ -152,3 +166,7 @@ def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["status"] == "interrupted"
+    assert json.loads(out.strip().splitlines()[-1]) == result  # --json: the result, last line
+    epochs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert result["epochs"] == epochs and result["epochs_completed"] == len(epochs) >= 1
+    assert result["train_seconds"] == epochs[-1]["train_seconds"] > 0

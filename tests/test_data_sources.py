@@ -508,12 +508,15 @@ def test_image_folder_without_train_raises(tmp_path):
         load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
 
 
-def test_empty_class_folder_is_named(tmp_path):
+@pytest.mark.parametrize("cached_before", [False, True])
+def test_empty_class_folder_is_named(tmp_path, cached_before):
     make_tree(tmp_path / "data")
+    if cached_before:  # the same images, loaded and cached before the empty folder appeared
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
     (tmp_path / "data" / "train" / "zebra").mkdir()
     with pytest.raises(TrickLabError, match=r"class folder train/zebra .*holds no images"):
         load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
-    assert cache_files(tmp_path / "cache") == []
+    assert len(cache_files(tmp_path / "cache")) == 2 * cached_before  # nothing new
 
 
 def test_corrupt_image_is_named(tmp_path):
@@ -618,3 +621,8 @@ def test_dataset_image_shape_and_num_classes_come_from_the_data():
     split = Split(torch.zeros(2, 1, 5, 7, dtype=torch.uint8), torch.tensor([0, 1]))
     ds = Dataset("toy", ["a", "b", "c"], split, split)
     assert ds.image_shape == (1, 5, 7) and ds.num_classes == 3
+
+
+def test_dataset_too_large_for_memory_is_one_clear_error():
+    with pytest.raises(TrickLabError, match="does not fit in memory"):
+        load_dataset("synthetic", train_size=10, test_size=10, image_size=10**6)

@@ -338,14 +338,49 @@ def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsy
     if "--space" in extra:
         args = ["sweep", *extra, "--trials", "1"]
     else:
-        args = ["ablate", "--vary", "optim.lr=0.2", "--budget-epochs", "0.01", *extra]
+        args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--budget-epochs", "0.01", *extra]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ablate", "--baseline", *TINY, "data.name=imagefolder", "data.dir={d}/none", "--vary",
+          "optim.lr=0.3"], "image folder {d}/none does not exist"),
+        (["ablate", "--baseline", *TINY, "--vary", "model.pretrained=true"], "pretrained"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.3", "--storage", "foo://bar"],
+         "cannot open storage foo://bar"),
+        (["sweep", "--baseline", *TINY, "--space", "{d}/space.yaml", "--trials", "1",
+          "--sampler-seed", "-1"], "--sampler-seed -1 must lie in"),
+        (["sweep", "--baseline", *TINY, "--space", "{d}/space.yaml", "--sampler", "random"],
+         "needs --trials N"),
+        (["sweep", "--baseline", *TINY, "--space", "{d}/space.yaml", "--trials", "0"],
+         "--trials 0 must be at least 1"),
+        (["sweep", "--baseline", *TINY, "--space", "{d}/space.yaml", "--trials", "1", "--seeds", "0"],
+         "--seeds 0 must be at least 1"),
+        (["sweep", "--baseline", *TINY, "--space", "{d}/space.yaml", "--trials", "1"],
+         "unknown model 'nosuchnet'"),
+    ],
+    ids=["missing-data", "pretrained-offline", "unknown-storage", "sampler-seed", "no-trials",
+         "zero-trials", "zero-seeds", "unknown-model-in-space"],
+)  # fmt: skip
+def test_bad_input_stops_an_experiment_before_any_run(tmp_path, capsys, args, message, dry_run):
+    """Every run would fail on it: one line, exit 2, no run and no storage, with or without --dry-run."""
+    (tmp_path / "space.yaml").write_text("model.name: [airbench, nosuchnet]\n" if "nosuchnet" in message
+                                         else "optim.lr: [0.1, 0.2]\n")
+    args = [a.format(d=tmp_path) for a in args] + ["--out", str(tmp_path / "exp")] + ["--dry-run"] * dry_run
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and message.format(d=tmp_path) in err[0], err
+    assert not (tmp_path / "exp").exists()
+
+
 def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):
-    args = ["ablate", "--vary", "optim.lr=0.2,0.4", "--vary", "aug.flip=none,random", "--grid"]
+    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.3,0.4", "--vary", "aug.flip=none,random", "--grid"]
     args += ["--seeds", "3", "--out", str(tmp_path / "exp"), "--dry-run", "--json"]
     assert main(args) == 0
     plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

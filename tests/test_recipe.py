@@ -76,6 +76,7 @@ def test_nan_and_infinity_are_refused(override):
         ("optim.momentum=5", "<= 1"),
         ("data.val_fraction=1.5", "<= 1"),
         ("run.seed=-1", ">= 0"),  # numpy's seeding would raise mid-run
+        ("run.seed=99999999999999999999", "<= 4294967295"),  # so would torch.manual_seed
     ],
 )
 def test_value_out_of_bounds_is_refused(override, bound):

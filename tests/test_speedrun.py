@@ -224,7 +224,7 @@ def speedrun_cli(tmp_path_factory):
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = main(["speedrun", *TINY_SPEEDRUN94, "--runs", "2", "--warmup-epochs", "0.5",
-                     "--target", "0.5", "--peak-tflops", "2.0", "--json", "--out", str(out)])
+                     "--target", "50", "--peak-tflops", "2.0", "--json", "--out", str(out)])
     return code, stdout.getvalue(), stderr.getvalue(), out
 
 
@@ -311,7 +311,8 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
         (["--recipe", "speedrun99"], "unknown recipe"),
         (["--peak-tflops", "0"], "--peak-tflops must be a positive"),
         (["--peak-tflops", "inf"], "--peak-tflops must be a positive"),
-        (["--target", "1.5"], "--target must be an accuracy"),
+        (["--target", "150"], "target accuracy 150.0 must be a fraction in (0, 1] or a percentage"),
+        (["--target", "0"], "target accuracy 0.0 must be"),
         (["--warmup-epochs", "-1"], "--warmup-epochs must be >= 0"),
     ],
 )

@@ -83,7 +83,11 @@ class EpochView:
         return self
 
     def __exit__(self, *exc) -> None:
+        if exc[0] is not None and not self.table.rows:  # failed before an epoch: leave no trace
+            self.live.transient = True
         self.live.__exit__(*exc)
+        if not err_console.is_terminal and not self.live.transient:
+            err_console.line()  # a terminal's live view ends its last line; a log's does not
 
     def __call__(self, row: dict) -> None:
         def fmt(v, spec):
@@ -125,13 +129,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     name, overrides = _recipe_and_overrides(args)
     recipe = load_recipe(name, overrides)
     out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name or 'default'}"
-    if args.json:
-        result = train(recipe, out_dir=out)
-    else:
-        err_console.print(f"run directory: {out}")
-        with EpochView(recipe.run.epochs) as view:
-            result = train(recipe, out_dir=out, on_epoch=view)
-        print_result(result)
+    try:
+        if args.json:
+            result = train(recipe, out_dir=out)
+        else:
+            with EpochView(recipe.run.epochs) as view:
+                result = train(recipe, out_dir=out, on_epoch=view)
+            print_result(result)
+            err_console.print(f"run directory: {out}")
+    except KeyboardInterrupt:
+        if args.json and (out / "result.json").exists():  # the run recorded itself interrupted
+            print(json.dumps(json.loads((out / "result.json").read_text())))
+        raise
     if args.json:
         print(json.dumps(result.to_dict()))
     return 0 if result.status not in ("diverged", "oom", "failed") else 1
@@ -151,11 +160,11 @@ def cmd_tricks(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for r in rows:
         allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
-        low, high = r["minimum"], r["maximum"]
+        low, high = (v if isinstance(v, int) or v is None else f"{v:g}" for v in (r["minimum"], r["maximum"]))
         if low is not None and high is not None:
-            allowed += f" in [{low:g}, {high:g}]"
+            allowed += f" in [{low}, {high}]"
         elif low is not None:
-            allowed += f" ≥ {low:g}"
+            allowed += f" ≥ {low}"
         table.add_row(r["key"], str(r["default"]), allowed, r["doc"])
     console.print(table)
     return 0

@@ -376,6 +376,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
 def cmd_speedrun(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from tricklab.experiments.plan import normalize_target
     from tricklab.train.recipe import load_recipe
 
     bad = [w for w in args.overrides if "=" not in w]
@@ -383,7 +384,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
         raise TrickLabError(
             f"expected key=value overrides, got '{bad[0]}' (the recipe goes after --recipe)"
         )
-    check_arguments(args.runs, args.peak_tflops, args.target, args.warmup_epochs)
+    target = normalize_target(args.target) if args.target is not None else None
+    check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
     # With --json, stdout carries only the summary object; progress goes to stderr.
     out_console = Console(stderr=args.json)
@@ -407,7 +409,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
         peak_tflops=args.peak_tflops,
         out_dir=args.out,
         on_run=show,
-        target_accuracy=args.target,
+        target_accuracy=target,
         warmup_epochs=args.warmup_epochs,
         recipe_name=args.recipe,
     )
@@ -440,7 +442,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--target",
         type=float,
-        help="accuracy target, 0..1 (default: the recipe's run.target_accuracy)",
+        help="accuracy target, fraction or %% (default: the recipe's run.target_accuracy)",
     )
     p.add_argument(
         "--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: table of GPUs)"

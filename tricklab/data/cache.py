@@ -54,14 +54,19 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def fingerprint_tree(files: Iterable[Path], root: Path) -> str:
-    """sha256 over (path relative to root, size, bytes) of each file: the folder's content.
+def fingerprint_tree(paths: Iterable[Path], root: Path) -> str:
+    """sha256 over (path relative to root, size, bytes) of each file, and the relative path of
+    each folder: the tree's content.
 
-    Editing, adding, removing or renaming a file changes it; touching or copying files does not.
-    Reading 50,000 CIFAR JPEGs for it takes about 0.7 s (against seconds to decode them).
+    Editing, adding, removing or renaming a file or folder (an empty class folder too) changes it;
+    touching or copying files does not. Reading 50,000 CIFAR JPEGs for it takes about 0.7 s
+    (against seconds to decode them).
     """
     digest = hashlib.sha256()
-    for path in sorted(files):
+    for path in sorted(paths):
+        if path.is_dir():
+            digest.update(f"{path.relative_to(root).as_posix()}/\n".encode())
+            continue
         data = path.read_bytes()
         digest.update(f"{path.relative_to(root).as_posix()}\t{len(data)}\n".encode())
         digest.update(data)

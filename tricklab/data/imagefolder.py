@@ -76,10 +76,10 @@ def find_split_sources(root: Path) -> dict[str, Path]:
 
 
 def source_fingerprint(source: Path) -> str:
-    """sha256 of an archive's bytes, or of the relative paths and bytes of a folder's files."""
+    """sha256 of an archive's bytes, or of a folder's tree (its folders, files and their bytes)."""
     if source.is_file():
         return sha256_file(source)
-    return fingerprint_tree((p for p in source.rglob("*") if p.is_file()), source)
+    return fingerprint_tree(source.rglob("*"), source)
 
 
 # ---------------------------------------------------------------- listing images

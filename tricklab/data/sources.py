@@ -15,7 +15,7 @@ import os
 import pickle
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,37 +120,52 @@ def load_dataset(
     _check_positive("test_size", test_size)
     _check_positive("image_size", image_size)
 
-    if name == "synthetic":
-        return make_synthetic(
-            train_size=train_size or SYNTHETIC_TRAIN_SIZE,
-            test_size=test_size or SYNTHETIC_TEST_SIZE,
-            image_size=image_size or 32,
-            seed=seed,
-        )
-
-    if name == "imagefolder":
-        if data_dir is None:
-            raise TrickLabError(
-                "dataset 'imagefolder' needs its folder: pass data_dir= (--data-dir / data.dir=) "
-                "holding train/<class>/<image> or train.tar.gz"
+    with _fits_in_memory(name):
+        if name == "synthetic":
+            return make_synthetic(
+                train_size=train_size or SYNTHETIC_TRAIN_SIZE,
+                test_size=test_size or SYNTHETIC_TEST_SIZE,
+                image_size=image_size or 32,
+                seed=seed,
             )
-        root = Path(data_dir).expanduser()
-        classes, splits = _load_imagefolder(root, image_size, cache_dir)
-    else:
-        root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-        if name in _CIFAR_FORMATS:
-            classes, splits = _load_cifar(name, root, image_size, cache_dir, download)
-        else:
-            classes, splits = _load_torchvision(name, root, image_size, cache_dir, download)
 
-    train = _to_split(*splits["train"])
-    if "test" in splits:
-        test = _to_split(*splits["test"])
-    else:
-        train, test = _stratified_holdout(train, val_fraction, len(classes), seed)
-    train = _subset(train, train_size, "train_size", name, len(classes), seed)
-    test = _subset(test, test_size, "test_size", name, len(classes), seed)
-    return Dataset(name=name, classes=classes, train=train, test=test, source=str(root))
+        if name == "imagefolder":
+            if data_dir is None:
+                raise TrickLabError(
+                    "dataset 'imagefolder' needs its folder: pass data_dir= (--data-dir / data.dir=) "
+                    "holding train/<class>/<image> or train.tar.gz"
+                )
+            root = Path(data_dir).expanduser()
+            classes, splits = _load_imagefolder(root, image_size, cache_dir)
+        else:
+            root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+            if name in _CIFAR_FORMATS:
+                classes, splits = _load_cifar(name, root, image_size, cache_dir, download)
+            else:
+                classes, splits = _load_torchvision(name, root, image_size, cache_dir, download)
+
+        train = _to_split(*splits["train"])
+        if "test" in splits:
+            test = _to_split(*splits["test"])
+        else:
+            train, test = _stratified_holdout(train, val_fraction, len(classes), seed)
+        train = _subset(train, train_size, "train_size", name, len(classes), seed)
+        test = _subset(test, test_size, "test_size", name, len(classes), seed)
+        return Dataset(name=name, classes=classes, train=train, test=test, source=str(root))
+
+
+@contextlib.contextmanager
+def _fits_in_memory(name: str) -> Iterator[None]:
+    """A dataset too large for memory (huge sizes asked for) as one clear error."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and "memory" not in str(exc):
+            raise
+        raise TrickLabError(
+            f"dataset {name} does not fit in memory ({type(exc).__name__}); ask for fewer or "
+            "smaller images (data.train_size=, data.test_size=, data.image_size=)"
+        ) from None
 
 
 def _check_positive(option: str, value: int | None) -> None:

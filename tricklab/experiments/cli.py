@@ -232,16 +232,25 @@ def _run_line(console: Console) -> Any:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from tricklab.experiments.plan import default_study_name, parse_vary, plan_configs, plan_units
+    from tricklab.experiments.plan import (
+        Unit,
+        default_study_name,
+        parse_vary,
+        plan_configs,
+        plan_units,
+        unit_recipe,
+    )
     from tricklab.experiments.runner import ablate
     from tricklab.experiments.storage import experiment_dir, storage_url
+    from tricklab.train.api import check_setup
 
     baseline = _baseline(args)
     vary = parse_vary(args.vary)
     progress, out = _consoles(args.json)
-    if args.dry_run:
+    if args.dry_run:  # checks all that a real run checks before its first run
         configs = plan_configs(baseline, vary, args.grid)
         units = plan_units(configs, args.seeds)
+        check_setup(unit_recipe(baseline, Unit(config, 0)) for config in configs)
         name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
         url = storage_url(args.storage, experiment_dir(name, args.out))
         plan = {
@@ -276,15 +285,17 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.plan import default_study_name
-    from tricklab.experiments.runner import grid_configs, sweep
+    from tricklab.experiments.runner import check_sweep_args, grid_configs, sweep
     from tricklab.experiments.space import load_space
     from tricklab.experiments.storage import experiment_dir, storage_url
+    from tricklab.train.api import check_setup
 
     base = _baseline(args)
     space = load_space(args.space)
-    space.check(base)
     progress, out = _consoles(args.json)
-    if args.dry_run:
+    if args.dry_run:  # checks all that a real run checks before its first run
+        check_sweep_args(args.sampler, args.trials, args.seeds, args.sampler_seed)
+        check_setup([base, *space.check(base)])
         name = args.study or default_study_name(
             "sweep",
             base,

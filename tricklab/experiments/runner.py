@@ -656,6 +656,10 @@ def ablate(
     """
     configs = plan_configs(baseline, vary, grid)
     units = plan_units(configs, seeds)
+    if train_fn is None:  # missing data, unknown models and the like fail here, before any run
+        from tricklab.train.api import check_setup
+
+        check_setup(unit_recipe(baseline, Unit(config, 0)) for config in configs)
     name = study or default_study_name("ablate", baseline, [c.config_id for c in configs])
     url = storage_url(storage, experiment_dir(name, out_dir))
     store = open_storage(url)
@@ -703,6 +707,20 @@ def grid_configs(
     return out
 
 
+def check_sweep_args(sampler: str, trials: int | None, seeds: int, sampler_seed: int | None) -> None:
+    """TrickLabError for sweep arguments no sweep can run with."""
+    if sampler not in SAMPLERS:
+        raise TrickLabError(f"unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}")
+    if trials is not None and trials < 1:
+        raise TrickLabError(f"--trials {trials} must be at least 1")
+    if sampler != "grid" and trials is None:
+        raise TrickLabError(f"--sampler {sampler} needs --trials N")
+    if seeds < 1:
+        raise TrickLabError(f"--seeds {seeds} must be at least 1")
+    if sampler_seed is not None and not 0 <= sampler_seed < 2**32:
+        raise TrickLabError(f"--sampler-seed {sampler_seed} must lie in [0, 2**32 - 1]")
+
+
 def sweep(
     base: Any,
     space: SearchSpace,
@@ -728,15 +746,12 @@ def sweep(
     median of earlier trials at the same epoch (Optuna's MedianPruner); they are stored `pruned`.
     `sampler_seed` seeds the sampler (leave it None with several workers, or they draw alike).
     """
-    if sampler not in SAMPLERS:
-        raise TrickLabError(f"unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}")
-    if trials is not None and trials < 1:
-        raise TrickLabError(f"--trials {trials} must be at least 1")
-    if sampler != "grid" and trials is None:
-        raise TrickLabError(f"--sampler {sampler} needs --trials N")
-    if seeds < 1:
-        raise TrickLabError(f"--seeds {seeds} must be at least 1")
-    space.check(base)  # unknown keys and bad values fail here, before any run
+    check_sweep_args(sampler, trials, seeds, sampler_seed)
+    recipes = space.check(base)  # unknown keys and bad values fail here, before any run
+    if train_fn is None:  # so do missing data and unknown models
+        from tricklab.train.api import check_setup
+
+        check_setup([base, *recipes])
     name = study or default_study_name(
         "sweep", base, space.to_dict(), sampler, trials if sampler == "grid" else None
     )

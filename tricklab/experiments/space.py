@@ -53,13 +53,16 @@ class SearchSpace:
         axes = [_grid_values(key, dist) for key, dist in self.distributions.items()]
         return [dict(zip(self.distributions, combo)) for combo in itertools.product(*axes)]
 
-    def check(self, base: Any) -> None:
+    def check(self, base: Any) -> list[Any]:
         """TrickLabError before any run if a key is unknown or a value is not valid for it:
-        every choice, and both ends of every range, are applied to the recipe `base`."""
+        every choice, and both ends of every range, are applied to the recipe `base`. Returns
+        the recipes so made (for `api.check_setup`)."""
+        recipes = []
         for key, dist in self.distributions.items():
             ends = dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
             for value in ends:
-                base.override(overrides_for({key: value}))
+                recipes.append(base.override(overrides_for({key: value})))
+        return recipes
 
     def grid_space(self) -> SearchSpace:
         """The same space with every axis as the categorical of its grid values (for grid trials)."""

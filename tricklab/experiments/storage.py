@@ -75,6 +75,7 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     if spec.startswith("journal:"):
         return spec
     if "://" in spec:
+        _check_database_url(spec)
         return spec
     path = Path(spec)
     if path.suffix in (".journal", ".log"):
@@ -85,6 +86,16 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
         f"--storage '{spec}' is neither a database URL (sqlite:///x.db, postgresql://...) "
         "nor a journal file (journal:PATH or a path ending in .journal)"
     )
+
+
+def _check_database_url(url: str) -> None:
+    """TrickLabError for a URL SQLAlchemy cannot parse or has no dialect for (connects to nothing)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(url).get_dialect()
+    except Exception as exc:  # ArgumentError (unparsable), NoSuchModuleError (unknown kind)
+        raise TrickLabError(f"cannot open storage {url}: {type(exc).__name__}: {exc}") from None
 
 
 def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,23 +186,52 @@ def warm_up(p: Parts) -> float:
     return seconds
 
 
+def check_setup(recipes: Iterable[Recipe]) -> None:
+    """Raise the TrickLabError that a run of any of `recipes` would meet before its first step
+    (device, data, model, loaders, optimizer: all that `train` builds), trying each distinct recipe
+    once (seeds aside). Experiments call it before their first run, so that bad input stops them at
+    once instead of failing every run. Other errors are left for the runs to meet and record."""
+    seen, datasets = set(), {}
+    for recipe in recipes:
+        resolved = recipe.to_dict()
+        resolved["run"] = {**resolved["run"], "seed": 0}
+        key = json.dumps(resolved, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            device = resolve_device(recipe.run.device)
+            data_key = json.dumps(resolved["data"], sort_keys=True, default=str)
+            if data_key not in datasets:
+                datasets[data_key] = load_data(recipe)
+            with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
+                prepare(recipe, datasets[data_key], device)
+        except TrickLabError:
+            raise
+        except Exception:  # noqa: S112 - the run records it (oom, failed) with its message
+            continue
+
+
 def train(recipe: Recipe, *, out_dir: str | Path | None = None,
           on_epoch: Callable[[dict], None] | None = None) -> RunResult:
     """Train one model as the recipe says and return what was measured.
 
     With `out_dir`, writes recipe.yaml (resolved), metrics.jsonl (a line per epoch), result.json and,
     with run.checkpoint, checkpoint.pt. NaN loss gives status "diverged", CUDA out-of-memory "oom";
-    exceptions raised by `on_epoch` (e.g. optuna.TrialPruned) and other errors propagate."""
+    exceptions raised by `on_epoch` (e.g. optuna.TrialPruned) and other errors propagate, with
+    result.json recording the epochs so far. Bad input (TrickLabError) found while setting up
+    (data, model, tricks) propagates with nothing written: no run directory is left behind."""
     wall_start = time.perf_counter()
     out = Path(out_dir) if out_dir is not None else None
+    created = out is not None and not out.exists()
     if out is not None:
         _make_run_dir(out)
-        recipe.to_yaml(out / "recipe.yaml")
-        (out / "metrics.jsonl").write_text("")
     device = resolve_device(recipe.run.device)
     result = RunResult(status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device))
+    started = False
 
     def record_epoch(row: dict) -> None:
+        result.epochs.append(row)
         if out is not None:
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(json_safe(row)) + "\n")
@@ -215,6 +244,10 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
         with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
             parts, info = prepare(recipe, dataset, device)
             result.params, result.forward_macs = info["params"], info["forward_macs"]
+            if out is not None:
+                recipe.to_yaml(out / "recipe.yaml")
+                (out / "metrics.jsonl").write_text("")
+            started = True
             if recipe.tricks.compile != "off":
                 result.compile_seconds = warm_up(parts)
             outcome = run_loop(parts, recipe.run, record_epoch)
@@ -226,8 +259,17 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     except torch.cuda.OutOfMemoryError as exc:
         result.status, result.error = "oom", str(exc).splitlines()[0]
     except BaseException as exc:
-        result.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        result.error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, TrickLabError) and not started:
+            if created:
+                _remove_empty_dir(out)
+            raise
+        if isinstance(exc, KeyboardInterrupt):
+            result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+        else:
+            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        result.epochs_completed = len(result.epochs)
+        if result.epochs:
+            result.train_seconds = result.epochs[-1]["train_seconds"]
         result.wall_seconds = time.perf_counter() - wall_start
         if out is not None:
             _write_json_atomic(out / "result.json", result.to_dict())
@@ -285,6 +327,14 @@ def _make_run_dir(out: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
+
+
+def _remove_empty_dir(path: Path) -> None:
+    """Remove the run directory train() made, if nothing else was put there meanwhile."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:

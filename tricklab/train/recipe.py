@@ -71,7 +71,9 @@ class ModelConfig:
 class OptimConfig:
     name: str = _f("sgd", "optimizer", ("sgd", "adam", "adamw", "rmsprop", "muon"))
     lr: float = _f(0.1, "peak learning rate (after lr_scaling)", minimum=0)
-    momentum: float = _f(0.9, "momentum (sgd, rmsprop, muon)", minimum=0, maximum=1)
+    momentum: float = _f(
+        0.9, "momentum (sgd, muon; rmsprop and adam(w) keep PyTorch's defaults)", minimum=0, maximum=1
+    )
     nesterov: bool = _f(False, "Nesterov momentum (sgd)")
     weight_decay: float = _f(0.0, "L2 weight decay as PyTorch applies it", minimum=0)
     decoupled_weight_decay: bool = _f(
@@ -173,7 +175,9 @@ class TricksConfig:
 @dataclass
 class RunConfig:
     epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0)
-    seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0)
+    seed: int = _f(
+        0, "seed of weights, data order and augmentation", minimum=0, maximum=2**32 - 1
+    )
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
         1.0, "evaluate every this many epochs (the last epoch always)", minimum=0
