@@ -45,6 +45,8 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "synthetic", "oops"], "key=value"),
         (["data", "show", "imagefolder", "--data-dir", "/no/such/dir"], "/no/such/dir"),
         (["data", "show", "nosuchset"], "unknown dataset"),
+        (["train", "model.widths=[8,x]"], "expected list[int] | None"),  # brackets printed as they are
+        (["data", "show", "imagefolder", "--data-dir", "/no/[such]/dir"], "/no/[such]/dir"),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):

@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import tricklab
@@ -51,7 +52,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     table.add_column("train", justify="right")
     table.add_column("test", justify="right")
     for name, n_train, n_test in zip(info["classes"], info["train"]["per_class"], info["test"]["per_class"]):
-        table.add_row(name, str(n_train), str(n_test))
+        table.add_row(escape(name), str(n_train), str(n_test))
     table.add_row("[b]total", f"[b]{info['train']['size']}", f"[b]{info['test']['size']}")
     console.print(table)
     mean = ", ".join(f"{v:.4f}" for v in info["mean"])
@@ -116,7 +117,7 @@ def print_result(result) -> None:
         if value is not None:
             table.add_row(name, format(value, spec))
     if result.error:
-        table.add_row("error", result.error)
+        table.add_row("error", escape(result.error))
     if result.stopped_epoch:
         table.add_row("stopped at epoch", str(result.stopped_epoch))
     console.print(table)
@@ -136,7 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             with EpochView(recipe.run.epochs) as view:
                 result = train(recipe, out_dir=out, on_epoch=view)
             print_result(result)
-            err_console.print(f"run directory: {out}")
+            err_console.print(f"run directory: {escape(str(out))}")
     except KeyboardInterrupt:
         if args.json and (out / "result.json").exists():  # the run recorded itself interrupted
             print(json.dumps(json.loads((out / "result.json").read_text())))
@@ -165,7 +166,7 @@ def cmd_tricks(args: argparse.Namespace) -> int:
             allowed += f" in [{low}, {high}]"
         elif low is not None:
             allowed += f" ≥ {low}"
-        table.add_row(r["key"], str(r["default"]), allowed, r["doc"])
+        table.add_row(*(escape(cell) for cell in (r["key"], str(r["default"]), allowed, r["doc"])))
     console.print(table)
     return 0
 
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TrickLabError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted", highlight=False)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tricklab.cli import INTERRUPTED_EXIT_CODE
@@ -220,9 +221,9 @@ def _run_line(console: Console) -> Any:
         colour = (
             "green" if event.status in ("complete", "stopped-early", "reached-target") else "red"
         )
-        error = f"  [dim]{event.error}[/dim]" if event.error and colour == "red" else ""
+        error = f"  [dim]{escape(event.error)}[/dim]" if event.error and colour == "red" else ""
         console.print(
-            f"trial {event.trial:>4}  {event.config_id}  seed {event.seed}  "
+            f"trial {event.trial:>4}  {escape(event.config_id)}  seed {event.seed}  "
             f"[{colour}]{event.status}[/{colour}]  {acc} {secs}{error}",
             highlight=False,
             markup=True,
@@ -359,11 +360,11 @@ def run_results(args: argparse.Namespace) -> int:
         print(json.dumps({**meta, "configs": [r.to_dict() for r in rows]}))
         return 0
     if not rows:
-        out.print(f"study {meta['study']} has no runs yet")
+        out.print(f"study {escape(meta['study'])} has no runs yet")
         return 0
-    out.print(stats_table(rows, title=f"{meta['kind']} {meta['study']}"))
+    out.print(stats_table(rows, title=escape(f"{meta['kind']} {meta['study']}")))
     if args.csv:
-        out.print(f"rows written to {args.csv}")
+        out.print(f"rows written to {escape(args.csv)}")
     return 0
 
 
@@ -389,13 +390,13 @@ def _print_plan(out: Console, plan: dict[str, Any], as_json: bool) -> None:
         )
         table.add_column("config")
         for c in configs:
-            table.add_row(c["config_id"])
+            table.add_row(escape(c["config_id"]))
         out.print(table)
     else:
         out.print(f"{plan['trials']} trials × {plan['seeds']} seeds, sampler {plan['sampler']}")
         for key, dist in plan["space"].items():
             out.print(f"  {key}: {dist}", highlight=False)
-    out.print(f"study {plan['study']}  storage {plan['storage']}", highlight=False)
+    out.print(f"study {escape(plan['study'])}  storage {escape(plan['storage'])}", highlight=False)
 
 
 def _print_summary(
@@ -407,13 +408,13 @@ def _print_summary(
         f"before, {summary.ran} run now; final: {counts}"
     )
     if as_json:
-        progress.print(line, highlight=False)
+        progress.print(escape(line), highlight=False)
         print(json.dumps(summary.to_dict()))
         return
     if summary.stats:
-        out.print(stats_table(summary.stats, title=f"{summary.kind} {summary.study}"))
-    out.print(line, highlight=False)
-    out.print(f"storage {summary.storage}", highlight=False)
+        out.print(stats_table(summary.stats, title=escape(f"{summary.kind} {summary.study}")))
+    out.print(escape(line), highlight=False)
+    out.print(f"storage {escape(summary.storage)}", highlight=False)
 
 
 def _pct(x: float | None, sign: bool = False) -> str:
@@ -467,7 +468,7 @@ def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
             note = "too few runs" if r.accuracy_diff is not None else ""
         else:
             note = "within noise" if r.within_noise else "significant"
-        table.add_row(r.config_id, str(r.n), acc, diff, secs, speed, reached, failures, note)
+        table.add_row(escape(r.config_id), str(r.n), acc, diff, secs, speed, reached, failures, note)
     return table
 
 
