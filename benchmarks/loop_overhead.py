@@ -6,6 +6,12 @@ images), same optimizer and number of steps, on the CPU. Each is timed over its 
 purpose: the loop's own cost per step shows only when a step is short (as on a GPU).
 
     python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
+                                       [--same-metrics]
+
+By default the bare loop and Lightning only step (no metric at all) while tricklab also keeps each
+epoch's train loss and accuracy. --same-metrics gives all three that work, each in its own idiom:
+the bare loop sums loss and correct predictions on the device and reads them once per epoch;
+Lightning logs both with `self.log(..., on_epoch=True)`, as its users do.
 
 Lightning sets torch's thread count when it starts a Trainer; the thread count is set again before
 every timed run, so all three run with --threads.
@@ -72,25 +78,35 @@ def parts(batch: int):
     return model, optimizer, loader
 
 
-def time_tricklab(epochs: int, batch: int) -> float:
+def time_tricklab(epochs: int, batch: int, metrics: bool) -> float:
+    # The loop always keeps each epoch's train loss and accuracy (and checks each loss for NaN).
     return train(recipe(epochs, batch)).train_seconds
 
 
-def time_bare(epochs: int, batch: int) -> float:
+def time_bare(epochs: int, batch: int, metrics: bool) -> float:
     model, optimizer, loader = parts(batch)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    history = []  # (train loss, train accuracy) per epoch, with metrics
     start = time.perf_counter()
     for _ in range(epochs):
+        loss_sum, correct, seen = torch.zeros(()), torch.zeros((), dtype=torch.long), 0
         for images, labels in loader:
-            loss = loss_fn(model(images), labels)
+            logits = model(images)
+            loss = loss_fn(logits, labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if metrics:
+                loss_sum += loss.detach() * len(labels)
+                correct += (logits.detach().argmax(1) == labels).sum()
+                seen += len(labels)
+        if metrics:
+            history.append((loss_sum.item() / seen, correct.item() / seen))
     return time.perf_counter() - start
 
 
-def time_lightning(epochs: int, batch: int) -> float:
+def time_lightning(epochs: int, batch: int, metrics: bool) -> float:
     import lightning as L
 
     model, optimizer, loader = parts(batch)
@@ -103,7 +119,13 @@ def time_lightning(epochs: int, batch: int) -> float:
 
         def training_step(self, batch, batch_idx):
             images, labels = batch
-            return self.loss_fn(self.net(images), labels)
+            logits = self.net(images)
+            loss = self.loss_fn(logits, labels)
+            if metrics:
+                accuracy = (logits.argmax(1) == labels).float().mean()
+                self.log("train_loss", loss, on_step=False, on_epoch=True)
+                self.log("train_acc", accuracy, on_step=False, on_epoch=True)
+            return loss
 
         def configure_optimizers(self):
             return optimizer
@@ -146,6 +168,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--batch-size", type=int, default=BATCH, help="smaller: shorter steps")
+    parser.add_argument(
+        "--same-metrics",
+        action="store_true",
+        help="bare and Lightning also keep each epoch's train loss and accuracy, as tricklab does",
+    )
     args = parser.parse_args()
     runners = {
         "bare PyTorch loop": time_bare,
@@ -156,7 +183,7 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved, so drifts in machine load hit all three alike
         for name, run in runners.items():
             torch.set_num_threads(args.threads)
-            times[name].append(run(args.epochs, args.batch_size))
+            times[name].append(run(args.epochs, args.batch_size, args.same_metrics))
     # Ratios are taken within each repeat (paired), then their median: a slow spell of a shared
     # machine then slows both sides of a ratio instead of one contender's median.
     bare, lightning = times["bare PyTorch loop"], times["Lightning Trainer"]
@@ -164,7 +191,8 @@ def main() -> None:
     print(
         f"CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}; widths {WIDTHS}, "
         f"{TRAIN_SIZE} synthetic 3x{IMAGE_SIZE}x{IMAGE_SIZE} images, batch {args.batch_size}, {steps} steps, "
-        f"SGD momentum 0.9; {args.repeats} interleaved repeats"
+        f"SGD momentum 0.9; {args.repeats} interleaved repeats; "
+        + ("all keep train loss/acc per epoch" if args.same_metrics else "only tricklab keeps metrics")
     )
     print()
     print("| loop | median s | ms/step | vs bare (median of paired ratios) | vs Lightning |")
