@@ -139,8 +139,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             print_result(result)
             err_console.print(f"run directory: {escape(str(out))}")
     except KeyboardInterrupt:
-        if args.json and (out / "result.json").exists():  # the run recorded itself interrupted
-            print(json.dumps(json.loads((out / "result.json").read_text())))
+        if (out / "result.json").exists():  # the run recorded itself interrupted
+            if args.json:
+                print(json.dumps(json.loads((out / "result.json").read_text())))
+            else:
+                err_console.print(f"run directory: {escape(str(out))}")
         raise
     if args.json:
         print(json.dumps(result.to_dict()))
