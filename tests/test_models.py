@@ -210,7 +210,7 @@ def test_pretrained_at_another_width_raises():
         build_model("mobilenetv2", num_classes=10, width=0.5, pretrained=True)
 
 
-def test_pretrained_offline_raises_naming_the_hub_cache(tmp_path, monkeypatch):
+def test_pretrained_offline_raises_naming_the_hub_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
 
@@ -222,6 +222,7 @@ def test_pretrained_offline_raises_naming_the_hub_cache(tmp_path, monkeypatch):
         build_model("squeezenet", num_classes=10, pretrained=True)
     assert torch.hub.get_dir() in str(info.value)
     assert "squeezenet1_1-" in str(info.value)
+    assert capsys.readouterr() == ("", "")  # torch.hub's "Downloading: ..." dropped: one line in all
 
 
 def test_pretrained_loads_cached_weights_and_replaces_only_the_head(tmp_path, monkeypatch):

@@ -8,6 +8,9 @@ one that only changes stride or pooling keeps its pretrained weights.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,9 +53,17 @@ def torchvision_models():
 def load_torchvision_model(
     name: str, constructor: Callable[..., nn.Module], weights: Any, **kwargs: Any
 ) -> nn.Module:
-    """`constructor(weights=weights, **kwargs)`; a failed weight download becomes a TrickLabError."""
+    """`constructor(weights=weights, **kwargs)`; a failed weight download becomes a TrickLabError.
+
+    torch.hub announces a download (on stdout or stderr, by version) before trying it; that line
+    goes to stderr once the weights are in (stdout may carry --json), and is dropped when the
+    download fails (the error names the URL), so a failure is one line."""
+    said = io.StringIO()
     try:
-        return constructor(weights=weights, progress=False, **kwargs)
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            model = constructor(weights=weights, progress=False, **kwargs)
+        sys.stderr.write(said.getvalue())
+        return model
     except OSError as err:  # URLError, HTTPError, socket and SSL errors are all OSErrors
         checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
         raise TrickLabError(
