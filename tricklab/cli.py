@@ -16,14 +16,15 @@ import typing
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 import tricklab
 from tricklab.errors import TrickLabError
 
-console = Console()
-err_console = Console(stderr=True)
+# Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 
@@ -52,8 +53,8 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     table.add_column("train", justify="right")
     table.add_column("test", justify="right")
     for name, n_train, n_test in zip(info["classes"], info["train"]["per_class"], info["test"]["per_class"]):
-        table.add_row(escape(name), str(n_train), str(n_test))
-    table.add_row("[b]total", f"[b]{info['train']['size']}", f"[b]{info['test']['size']}")
+        table.add_row(name, str(n_train), str(n_test))
+    table.add_row("total", str(info["train"]["size"]), str(info["test"]["size"]), style="bold")
     console.print(table)
     mean = ", ".join(f"{v:.4f}" for v in info["mean"])
     std = ", ".join(f"{v:.4f}" for v in info["std"])
@@ -117,7 +118,7 @@ def print_result(result) -> None:
         if value is not None:
             table.add_row(name, format(value, spec))
     if result.error:
-        table.add_row("error", escape(result.error))
+        table.add_row("error", result.error)
     if result.stopped_epoch:
         table.add_row("stopped at epoch", str(result.stopped_epoch))
     console.print(table)
@@ -137,13 +138,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             with EpochView(recipe.run.epochs) as view:
                 result = train(recipe, out_dir=out, on_epoch=view)
             print_result(result)
-            err_console.print(f"run directory: {escape(str(out))}")
+            err_console.print(f"run directory: {out}")
     except KeyboardInterrupt:
         if (out / "result.json").exists():  # the run recorded itself interrupted
             if args.json:
                 print(json.dumps(json.loads((out / "result.json").read_text())))
             else:
-                err_console.print(f"run directory: {escape(str(out))}")
+                err_console.print(f"run directory: {out}")
         raise
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -169,7 +170,7 @@ def cmd_tricks(args: argparse.Namespace) -> int:
             allowed += f" in [{low}, {high}]"
         elif low is not None:
             allowed += f" ≥ {low}"
-        table.add_row(*(escape(cell) for cell in (r["key"], str(r["default"]), allowed, r["doc"])))
+        table.add_row(*(cell for cell in (r["key"], str(r["default"]), allowed, r["doc"])))
     console.print(table)
     return 0
 
@@ -211,15 +212,17 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_error(message: str) -> None:
+    """A user mistake: one line on stderr."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+
+
 # ---------------------------------------------------------------- parser
 class _Parser(argparse.ArgumentParser):
     """argparse with a usage mistake as one line on stderr (not the usage block), exit 2."""
 
     def error(self, message: str) -> typing.NoReturn:
-        err_console.print(
-            f"[bold red]error:[/] {self.prog}: {message} (see {self.prog} --help)",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
+        print_error(f"{self.prog}: {message} (see {self.prog} --help)")
         sys.exit(2)
 
 
@@ -279,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TrickLabError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted", highlight=False)

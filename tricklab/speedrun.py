@@ -388,8 +388,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
     # With --json, stdout carries only the summary object; progress goes to stderr.
-    out_console = Console(stderr=args.json)
-    err = Console(stderr=True)
+    out_console = Console(stderr=args.json, markup=False)
+    err = Console(stderr=True, markup=False)
     err.print(
         f"speedrun {args.recipe}: 1 warm-up run (not counted) + {args.runs} runs, seeds 0..{args.runs - 1}"
         if args.warmup_epochs != 0

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tricklab.cli import INTERRUPTED_EXIT_CODE
 from tricklab.experiments.plan import PRUNERS, SAMPLERS
@@ -221,37 +221,30 @@ def _run_line(console: Console) -> Any:
         colour = (
             "green" if event.status in ("complete", "stopped-early", "reached-target") else "red"
         )
-        error = f"  [dim]{escape(event.error)}[/dim]" if event.error and colour == "red" else ""
+        error = f"  {event.error}" if event.error and colour == "red" else ""
         console.print(
-            f"trial {event.trial:>4}  {escape(event.config_id)}  seed {event.seed}  "
-            f"[{colour}]{event.status}[/{colour}]  {acc} {secs}{error}",
+            Text.assemble(
+                f"trial {event.trial:>4}  {event.config_id}  seed {event.seed}  ",
+                (event.status, colour),
+                f"  {acc} {secs}",
+                (error, "dim"),
+            ),
             highlight=False,
-            markup=True,
         )
 
     return show
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from tricklab.experiments.plan import (
-        Unit,
-        default_study_name,
-        parse_vary,
-        plan_configs,
-        plan_units,
-        unit_recipe,
-    )
-    from tricklab.experiments.runner import ablate
+    from tricklab.experiments.plan import default_study_name, parse_vary
+    from tricklab.experiments.runner import ablate, plan_ablation
     from tricklab.experiments.storage import experiment_dir, storage_url
-    from tricklab.train.api import check_setup
 
     baseline = _baseline(args)
     vary = parse_vary(args.vary)
     progress, out = _consoles(args.json)
     if args.dry_run:  # checks all that a real run checks before its first run
-        configs = plan_configs(baseline, vary, args.grid)
-        units = plan_units(configs, args.seeds)
-        check_setup(unit_recipe(baseline, Unit(config, 0)) for config in configs)
+        configs, units = plan_ablation(baseline, vary, args.seeds, args.grid)
         name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
         url = storage_url(args.storage, experiment_dir(name, args.out))
         plan = {
@@ -286,17 +279,15 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.plan import default_study_name
-    from tricklab.experiments.runner import check_sweep_args, grid_configs, sweep
+    from tricklab.experiments.runner import check_sweep, grid_configs, sweep
     from tricklab.experiments.space import load_space
     from tricklab.experiments.storage import experiment_dir, storage_url
-    from tricklab.train.api import check_setup
 
     base = _baseline(args)
     space = load_space(args.space)
     progress, out = _consoles(args.json)
     if args.dry_run:  # checks all that a real run checks before its first run
-        check_sweep_args(args.sampler, args.trials, args.seeds, args.sampler_seed)
-        check_setup([base, *space.check(base)])
+        check_sweep(base, space, args.sampler, args.trials, args.seeds, args.sampler_seed)
         name = args.study or default_study_name(
             "sweep",
             base,
@@ -360,11 +351,11 @@ def run_results(args: argparse.Namespace) -> int:
         print(json.dumps({**meta, "configs": [r.to_dict() for r in rows]}))
         return 0
     if not rows:
-        out.print(f"study {escape(meta['study'])} has no runs yet")
+        out.print(f"study {meta['study']} has no runs yet")
         return 0
-    out.print(stats_table(rows, title=escape(f"{meta['kind']} {meta['study']}")))
+    out.print(stats_table(rows, title=f"{meta['kind']} {meta['study']}"))
     if args.csv:
-        out.print(f"rows written to {escape(args.csv)}")
+        out.print(f"rows written to {args.csv}")
     return 0
 
 
@@ -390,13 +381,13 @@ def _print_plan(out: Console, plan: dict[str, Any], as_json: bool) -> None:
         )
         table.add_column("config")
         for c in configs:
-            table.add_row(escape(c["config_id"]))
+            table.add_row(c["config_id"])
         out.print(table)
     else:
         out.print(f"{plan['trials']} trials × {plan['seeds']} seeds, sampler {plan['sampler']}")
         for key, dist in plan["space"].items():
             out.print(f"  {key}: {dist}", highlight=False)
-    out.print(f"study {escape(plan['study'])}  storage {escape(plan['storage'])}", highlight=False)
+    out.print(f"study {plan['study']}  storage {plan['storage']}", highlight=False)
 
 
 def _print_summary(
@@ -408,13 +399,13 @@ def _print_summary(
         f"before, {summary.ran} run now; final: {counts}"
     )
     if as_json:
-        progress.print(escape(line), highlight=False)
+        progress.print(line, highlight=False)
         print(json.dumps(summary.to_dict()))
         return
     if summary.stats:
-        out.print(stats_table(summary.stats, title=escape(f"{summary.kind} {summary.study}")))
-    out.print(escape(line), highlight=False)
-    out.print(f"storage {escape(summary.storage)}", highlight=False)
+        out.print(stats_table(summary.stats, title=f"{summary.kind} {summary.study}"))
+    out.print(line, highlight=False)
+    out.print(f"storage {summary.storage}", highlight=False)
 
 
 def _pct(x: float | None, sign: bool = False) -> str:
@@ -468,11 +459,12 @@ def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
             note = "too few runs" if r.accuracy_diff is not None else ""
         else:
             note = "within noise" if r.within_noise else "significant"
-        table.add_row(escape(r.config_id), str(r.n), acc, diff, secs, speed, reached, failures, note)
+        table.add_row(r.config_id, str(r.n), acc, diff, secs, speed, reached, failures, note)
     return table
 
 
 def console(stderr: bool = False) -> Console:
-    """A rich console; when not a terminal (a log, a pipe), wide enough not to wrap tables."""
-    made = Console(stderr=stderr, soft_wrap=True)
-    return made if made.is_terminal else Console(stderr=stderr, soft_wrap=True, width=200)
+    """A rich console without markup; when not a terminal (a log, a pipe), wide enough not to wrap
+    tables."""
+    made = Console(stderr=stderr, soft_wrap=True, markup=False)  # config ids print as they are
+    return made if made.is_terminal else Console(stderr=stderr, soft_wrap=True, markup=False, width=200)

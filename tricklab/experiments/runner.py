@@ -634,6 +634,25 @@ def _done_units(study: optuna.Study, units: Sequence[Unit]) -> int:
     return sum(any(trial_status(t) in DONE_STATUSES for t in tries.get(u.key, [])) for u in units)
 
 
+def plan_ablation(
+    baseline: Any,
+    vary: Mapping[str, Sequence[Any]],
+    seeds: int,
+    grid: bool = False,
+    *,
+    check_runs: bool = True,
+) -> tuple[list[Config], list[Unit]]:
+    """The ablation's configurations and (configuration, seed) units. With `check_runs`, input
+    that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first."""
+    configs = plan_configs(baseline, vary, grid)
+    units = plan_units(configs, seeds)
+    if check_runs:
+        from tricklab.train.api import check_setup
+
+        check_setup(unit_recipe(baseline, Unit(config, 0)) for config in configs)
+    return configs, units
+
+
 def ablate(
     baseline: Any,
     vary: Mapping[str, Sequence[Any]],
@@ -654,12 +673,7 @@ def ablate(
     file in `out_dir` (default runs/experiments/<study>); see storage.py for the other storages.
     Calling it again resumes; several processes calling it on one storage share the work.
     """
-    configs = plan_configs(baseline, vary, grid)
-    units = plan_units(configs, seeds)
-    if train_fn is None:  # missing data, unknown models and the like fail here, before any run
-        from tricklab.train.api import check_setup
-
-        check_setup(unit_recipe(baseline, Unit(config, 0)) for config in configs)
+    configs, units = plan_ablation(baseline, vary, seeds, grid, check_runs=train_fn is None)
     name = study or default_study_name("ablate", baseline, [c.config_id for c in configs])
     url = storage_url(storage, experiment_dir(name, out_dir))
     store = open_storage(url)
@@ -707,8 +721,19 @@ def grid_configs(
     return out
 
 
-def check_sweep_args(sampler: str, trials: int | None, seeds: int, sampler_seed: int | None) -> None:
-    """TrickLabError for sweep arguments no sweep can run with."""
+def check_sweep(
+    base: Any,
+    space: SearchSpace,
+    sampler: str,
+    trials: int | None,
+    seeds: int,
+    sampler_seed: int | None,
+    *,
+    check_runs: bool = True,
+) -> None:
+    """TrickLabError for sweep arguments no sweep can run with, and for a key or value of the
+    space that is not valid. With `check_runs`, also for input every run with some value of the
+    space would fail on (missing data, an unknown model, ...)."""
     if sampler not in SAMPLERS:
         raise TrickLabError(f"unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}")
     if trials is not None and trials < 1:
@@ -719,6 +744,11 @@ def check_sweep_args(sampler: str, trials: int | None, seeds: int, sampler_seed:
         raise TrickLabError(f"--seeds {seeds} must be at least 1")
     if sampler_seed is not None and not 0 <= sampler_seed < 2**32:
         raise TrickLabError(f"--sampler-seed {sampler_seed} must lie in [0, 2**32 - 1]")
+    recipes = space.check(base)  # every choice and both ends of every range
+    if check_runs:
+        from tricklab.train.api import check_setup
+
+        check_setup([base, *recipes])
 
 
 def sweep(
@@ -746,12 +776,7 @@ def sweep(
     median of earlier trials at the same epoch (Optuna's MedianPruner); they are stored `pruned`.
     `sampler_seed` seeds the sampler (leave it None with several workers, or they draw alike).
     """
-    check_sweep_args(sampler, trials, seeds, sampler_seed)
-    recipes = space.check(base)  # unknown keys and bad values fail here, before any run
-    if train_fn is None:  # so do missing data and unknown models
-        from tricklab.train.api import check_setup
-
-        check_setup([base, *recipes])
+    check_sweep(base, space, sampler, trials, seeds, sampler_seed, check_runs=train_fn is None)
     name = study or default_study_name(
         "sweep", base, space.to_dict(), sampler, trials if sampler == "grid" else None
     )
