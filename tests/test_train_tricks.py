@@ -127,6 +127,14 @@ def test_no_decay_and_bias_lr_apply_to_norm_and_bias_params():
     assert len(g_nb["params"]) == 4  # conv bias, BN weight and bias, linear bias
 
 
+def test_groups_with_the_same_settings_are_one_group():
+    model = small_net()
+    opt = build_optimizer(model, OptimConfig(lr=0.1, weight_decay=5e-4), batch_size=128)
+    (group,) = opt.param_groups
+    assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters()}
+    assert (group["lr"], group["weight_decay"]) == (0.1, 5e-4)
+
+
 def test_decoupled_weight_decay_divides_by_group_lr():
     cfg = OptimConfig(lr=0.5, weight_decay=0.01, decoupled_weight_decay=True, bias_lr_mult=2)
     opt = build_optimizer(small_net(), cfg, batch_size=128)

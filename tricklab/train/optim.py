@@ -37,7 +37,8 @@ def split_norm_and_bias(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.P
 
 
 def param_groups(model: nn.Module, cfg: OptimConfig, lr: float) -> list[dict]:
-    """Two groups: weights, and norm params + biases (own lr multiplier, optionally no decay).
+    """Two groups: weights, and norm params + biases (own lr multiplier, optionally no decay);
+    one group when both would have the same settings, as each group costs the optimizer a pass.
 
     With decoupled_weight_decay, a group's weight_decay is divided by its lr, so the decay applied
     per step (lr x wd) does not change when the lr is tuned (airbench's decoupled hyper-parameters)."""
@@ -53,6 +54,8 @@ def param_groups(model: nn.Module, cfg: OptimConfig, lr: float) -> list[dict]:
     if cfg.decoupled_weight_decay:
         for g in groups:
             g["weight_decay"] = g["weight_decay"] / g["lr"] if g["lr"] > 0 else 0.0
+    if all(groups[0][k] == groups[1][k] for k in ("lr", "weight_decay")):
+        groups = [{**groups[0], "params": weights + norm_bias}]
     return [g for g in groups if g["params"]]
 
 
