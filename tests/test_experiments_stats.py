@@ -79,14 +79,18 @@ def test_table_compares_each_config_with_the_baseline():
         + records("tricks.fast=true", TRICK_ACC, TRICK_SECONDS)
         + records("tricks.same=true", [0.941, 0.939, 0.940], [10.0, 10.1, 10.2])
         + records("tricks.fast=true", [None], [0.0], status="diverged")
+        + records("tricks.close=true", [0.936, 0.938, 0.935, 0.939, 0.937], [10.0] * 5)
     )
-    base, fast, same = rows
+    base, fast, same, close = rows
     assert base.is_reference and base.config_id == "baseline" and base.n == 5
     assert fast.n == 6 and fast.failures == {"diverged": 1}
     assert fast.accuracy_p_value == pytest.approx(0.000506245006, rel=1e-6)
     assert fast.within_noise is False
     assert fast.speedup == pytest.approx(1.2494115621)
     assert same.within_noise is True
+    # p = 0.017: the interval of the difference ends below 0, so it is a real (small) loss
+    assert close.accuracy_p_value == pytest.approx(0.0170716812, rel=1e-6)
+    assert close.accuracy_diff_ci_high < 0 and close.within_noise is False
 
 
 def test_fraction_reaching_the_target_counts_diverged_runs_as_misses():

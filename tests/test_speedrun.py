@@ -8,12 +8,14 @@ import io
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from scipy import stats as scipy_stats
 from torch import nn
 
 from tricklab.cli import main
@@ -267,8 +269,9 @@ def test_speedrun_cli_summary_has_accuracy_statistics_and_times(speedrun_cli):
     # speedrun94 has TTA: the counted accuracy is the test-time-augmented one
     assert accuracies == [run["val_acc_tta"] for run in summary["runs"]]
     assert summary["accuracy_std"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / math.sqrt(2))
-    low, high = summary["accuracy_ci95"]
-    assert low <= summary["accuracy_mean"] <= high
+    mean, sem = statistics.fmean(accuracies), statistics.stdev(accuracies) / math.sqrt(2)
+    half = scipy_stats.t.ppf(0.975, 1) * sem  # Student t with 1 degree of freedom: 12.71 sem
+    assert summary["accuracy_ci95"] == pytest.approx([mean - half, mean + half])
     assert summary["target_accuracy"] == 0.5
     assert summary["fraction_at_target"] == sum(a >= 0.5 for a in accuracies) / 2
     assert summary["train_seconds_mean"] > 0 and summary["train_seconds_median"] > 0

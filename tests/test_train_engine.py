@@ -7,8 +7,11 @@ import pytest
 import torch
 
 from tricklab.errors import TrickLabError
+from tricklab.train import api
 from tricklab.train.api import RunResult, load_checkpoint, train
+from tricklab.train.loop import Parts, evaluate, train_step
 from tricklab.train.recipe import load_recipe
+from tricklab.train.schedule import lr_factor
 
 # Small enough that a run takes a second or two on a shared 2-core CPU.
 TINY = [
@@ -130,28 +133,88 @@ def test_time_budget_stops_training():
     assert len(result.epochs) == 1 and result.epochs[0]["val_acc"] is not None
 
 
-def test_channels_last_reaches_the_activations():
-    formats = []
+def prepared(*overrides: str) -> Parts:
+    """The parts `train` would run the tiny recipe with."""
+    recipe = tiny(*overrides)
+    return api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))[0]
 
-    def hook(module, inputs, output):
-        if module.training:  # the training steps, not the MAC count before the run
-            formats.append(output.is_contiguous(memory_format=torch.channels_last))
 
-    from tricklab.train import api
-
+def hook_training_forward(monkeypatch, module_type, hook) -> None:
+    """Make the models `train` builds call hook(module) in the training forward passes (not in
+    the MAC count or the evaluation) of their first module of `module_type`."""
     original = api.build_model
 
     def build_with_hook(*args, **kwargs):
         model = original(*args, **kwargs)
-        next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)).register_forward_hook(hook)
+        first = next(m for m in model.modules() if isinstance(m, module_type))
+        first.register_forward_hook(lambda m, i, o: hook(m, o) if m.training else None)
         return model
 
-    api.build_model = build_with_hook
-    try:
-        train(tiny("tricks.channels_last=true", "run.epochs=0.1"))
-    finally:
-        api.build_model = original
+    monkeypatch.setattr(api, "build_model", build_with_hook)
+
+
+def test_channels_last_reaches_the_activations(monkeypatch):
+    formats = []
+    hook_training_forward(
+        monkeypatch, torch.nn.Conv2d,
+        lambda m, out: formats.append(out.is_contiguous(memory_format=torch.channels_last)),
+    )
+    train(tiny("tricks.channels_last=true", "run.epochs=0.1"))
     assert formats and all(formats)
+
+
+@pytest.mark.parametrize(
+    "precision, conv_dtype",
+    [("32-true", torch.float32), ("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16),
+     ("16-true-bn32", torch.float16)],
+)
+def test_each_precision_trains_in_its_dtype(monkeypatch, precision, conv_dtype):
+    convs, norms = [], []
+    hook_training_forward(monkeypatch, torch.nn.Conv2d, lambda m, out: convs.append(out.dtype))
+    hook_training_forward(
+        monkeypatch, torch.nn.BatchNorm2d, lambda m, out: norms.append(m.running_mean.dtype)
+    )
+    result = train(tiny(f"tricks.precision={precision}", "run.epochs=1"))
+    assert result.status == "complete"
+    assert all(math.isfinite(row["train_loss"]) for row in result.epochs)
+    assert convs and set(convs) == {conv_dtype}
+    assert norms and set(norms) == {torch.float32}  # BatchNorm statistics stay fp32 in every mode
+
+
+def test_label_smoothing_reaches_the_loss():
+    loss_fn = prepared("tricks.label_smoothing=0.2").loss_fn
+    torch.manual_seed(0)
+    logits, labels, eps = torch.randn(8, 10), torch.randint(0, 10, (8,)), 0.2
+    logp = logits.log_softmax(1)
+    target = torch.full_like(logp, eps / 10)
+    target[torch.arange(8), labels] += 1 - eps
+    expected = -(target * logp).sum(1).mean()
+    assert torch.allclose(loss_fn(logits, labels), expected, atol=1e-6)
+    assert not torch.allclose(prepared().loss_fn(logits, labels), expected, atol=1e-3)
+
+
+def test_the_lr_follows_the_schedule_step_by_step():
+    recipe = tiny("schedule.name=cosine", "schedule.warmup_fraction=0.1", "run.epochs=3")
+    result = train(recipe)
+    total = result.epochs[-1]["step"]
+    assert total == 30  # 500 images, batch 50, 3 epochs
+    for row in result.epochs:  # after `step` steps, the next step's lr
+        assert row["lr"] == pytest.approx(0.2 * lr_factor(recipe.schedule, row["step"], total))
+    assert result.epochs[0]["lr"] == pytest.approx(0.2 * 0.5 * (1 + math.cos(math.pi / 3)))  # 0.15
+
+
+def test_evaluation_uses_the_averaged_weights():
+    p = prepared("tricks.ema_decay=0.9")
+    for step, (images, labels) in zip(range(5), p.train_loader):
+        train_step(p, images, labels)
+        p.ema.update(step)
+    got = evaluate(p)
+    ema, p.ema = p.ema, None
+    live = evaluate(p)
+    with ema.swapped_in():
+        averaged = evaluate(p)
+    assert got == averaged
+    assert got[1] != live[1]
 
 
 def test_whitening_bias_is_frozen_after_its_epochs():
@@ -170,13 +233,6 @@ def test_whitening_bias_is_frozen_after_its_epochs():
     finally:
         loop.evaluate = original
     assert seen == [True, False]
-
-
-@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed", "16-true-bn32"])
-def test_reduced_precisions_train_on_cpu(precision):
-    result = train(tiny(f"tricks.precision={precision}", "run.epochs=1"))
-    assert result.status == "complete"
-    assert all(math.isfinite(row["train_loss"]) for row in result.epochs)
 
 
 def test_ema_and_lookahead_runs_evaluate_averaged_weights():
@@ -202,15 +258,20 @@ def test_missing_device_is_refused():
 
 
 def test_torch_loader_trains_like_device_loader():
-    result = train(tiny("loader.kind=torch", "aug.flip=random", "aug.translate=2", "aug.cutout=4"))
-    assert result.status == "complete" and result.val_acc > 0.1
+    augment = ("aug.flip=random", "aug.translate=2", "aug.cutout=4")
+    torch_run, device_run = (train(tiny(f"loader.kind={kind}", *augment)) for kind in ("torch", "device"))
+    assert torch_run.status == "complete"
+    # measured 0.28-0.29 (torch) and 0.24-0.25 (device) over seeds 0-2; chance is 0.1
+    assert torch_run.val_acc > 0.2
+    assert abs(torch_run.val_acc - device_run.val_acc) < 0.1
 
 
 @pytest.mark.slow
 def test_compile_time_is_measured_apart():
     result = train(tiny("tricks.compile=default", "run.epochs=1", "loader.drop_last=true"))
     assert result.status == "complete"
-    assert result.compile_seconds > 0
+    # Compiling takes seconds; the 10 compiled steps after it, a fraction of one.
+    assert result.train_seconds < result.compile_seconds
 
 
 @pytest.mark.slow

@@ -20,17 +20,6 @@ def small_net() -> nn.Module:
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
 
 
-def test_label_smoothed_loss_equals_formula():
-    torch.manual_seed(0)
-    logits, labels, eps = torch.randn(8, 10), torch.randint(0, 10, (8,)), 0.2
-    logp = logits.log_softmax(1)
-    target = torch.full_like(logp, eps / 10)
-    target[torch.arange(8), labels] += 1 - eps
-    expected = -(target * logp).sum(1).mean()
-    got = nn.CrossEntropyLoss(label_smoothing=eps)(logits, labels)
-    assert torch.allclose(got, expected, atol=1e-6)
-
-
 @pytest.mark.parametrize(
     "cfg, step, expected",
     [
@@ -71,6 +60,20 @@ def test_ema_weights_equal_the_recurrence():
     assert torch.equal(model.weight, live)
 
 
+def test_ema_decay_ramps_up_with_decay_power():
+    model = nn.Linear(3, 2)
+    ema = WeightAverage(model, decay=0.9, decay_power=3, total_steps=10)
+    expected = None
+    for step in range(6):
+        with torch.no_grad():
+            model.weight.add_(1.0 + step)
+        ema.update(step)
+        w = model.weight.detach().clone()
+        decay = 0.9 * ((step + 1) / 10) ** 3
+        expected = w if expected is None else decay * expected + (1 - decay) * w
+    assert torch.allclose(ema.average[0], expected, atol=1e-6)
+
+
 def test_lookahead_copies_average_into_model():
     model = nn.Linear(3, 2)
     ema = WeightAverage(model, decay=0.5, lookahead=True)
@@ -89,7 +92,24 @@ def test_tta_flip_averages_mirrored_logits():
         expected = 0.5 * (model(x) + model(torch.flip(x, dims=[3])))
         assert torch.allclose(tta_logits(model, x, "flip"), expected, atol=1e-6)
         assert torch.equal(tta_logits(model, x, "none"), model(x))
-        assert tta_logits(model, x, "flip-translate").shape == (4, 10)
+
+
+def test_tta_flip_translate_adds_the_one_pixel_shifts_with_reflected_borders():
+    model = small_net().eval()
+    x = torch.randn(4, 3, 8, 8)
+    # Shifted one pixel up-left, row/column i shows i - 1; the row before 0 reflects to row 1.
+    up_left = torch.tensor([1, 0, 1, 2, 3, 4, 5, 6])
+    down_right = torch.tensor([1, 2, 3, 4, 5, 6, 7, 6])  # shows i + 1; past row 7 reflects to 6
+
+    def shifted(idx):
+        return x[:, :, idx][:, :, :, idx]
+
+    def flip_avg(images):
+        return 0.5 * (model(images) + model(torch.flip(images, dims=[3])))
+
+    with torch.no_grad():
+        expected = 0.5 * flip_avg(x) + 0.25 * (flip_avg(shifted(up_left)) + flip_avg(shifted(down_right)))
+        assert torch.allclose(tta_logits(model, x, "flip-translate"), expected, atol=1e-5)
 
 
 def test_bf16_mixed_runs_forward_in_bfloat16():
@@ -141,9 +161,21 @@ def test_decoupled_weight_decay_divides_by_group_lr():
     assert [g["lr"] * g["weight_decay"] for g in opt.param_groups] == [pytest.approx(0.01)] * 2
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "rmsprop"])
-def test_every_optimizer_builds(name):
+def test_build_optimizer_scales_the_lr_with_the_batch():
+    for rule, batch, lr in [("none", 256, 0.1), ("linear", 256, 0.2), ("sqrt", 512, 0.2)]:
+        cfg = OptimConfig(lr=0.1, lr_scaling=rule, reference_batch_size=128, bias_lr_mult=2)
+        opt = build_optimizer(small_net(), cfg, batch_size=batch)
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx([lr, 2 * lr])
+
+
+@pytest.mark.parametrize(
+    "name, cls",
+    [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW),
+     ("rmsprop", torch.optim.RMSprop)],
+)
+def test_every_optimizer_builds(name, cls):
     opt = build_optimizer(small_net(), OptimConfig(name=name), batch_size=32)
+    assert type(opt) is cls
     assert opt.param_groups[0]["lr"] == 0.1
 
 

@@ -104,13 +104,10 @@ class SpeedrunSummary:
 
 def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
     """Two-sided 95 % Student-t confidence interval of the mean; None for fewer than two values."""
-    if len(values) < 2:
-        return None
-    from scipy import stats
+    from tricklab.experiments.stats import mean_interval
 
-    mean, sem = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
-    half = float(stats.t.ppf(0.975, len(values) - 1)) * sem
-    return mean - half, mean + half
+    _, _, low, high = mean_interval(values, 0.95)
+    return None if low is None else (low, high)
 
 
 def _resolve_peak(
