@@ -20,6 +20,7 @@ from torch import nn
 
 from tricklab.cli import main
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.models import build_model
 from tricklab.speedrun import WARMUP_SEED
 from tricklab.train.api import train
 from tricklab.train.muon import MuonSGD, filter_params, has_torch_muon, newton_schulz
@@ -172,6 +173,26 @@ def test_issue_recipes_are_shipped_with_a_description():
 
 
 ONE_STEP_BATCH = 32
+
+
+def test_speedrun94_holds_airbench94s_settings():
+    r = load_recipe("speedrun94")
+    assert (r.model.name, r.model.widths, r.model.whiten_bias_epochs) == ("airbench", None, 3)
+    model = build_model("airbench", num_classes=10)
+    assert [m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d)][1:] == [
+        64, 64, 256, 256, 256, 256
+    ]
+    assert (r.loader.batch_size, r.loader.drop_last, r.loader.kind) == (1024, True, "device")
+    o = r.optim
+    assert (o.name, o.lr, o.momentum, o.nesterov, o.bias_lr_mult) == ("sgd", 1.5, 0.85, True, 64)
+    assert (o.weight_decay, o.decoupled_weight_decay) == (0.00199565, True)
+    s = r.schedule
+    assert (s.name, s.start_factor, s.peak_fraction, s.final_factor) == ("piecewise-linear", 0.2, 0.23, 0.07)
+    assert (r.aug.flip, r.aug.translate, r.aug.cutout) == ("alternating", 2, 0)
+    t = r.tricks
+    assert (t.label_smoothing, t.tta, t.lookahead, t.ema_every) == (0.2, "flip-translate", True, 5)
+    assert t.ema_decay == pytest.approx(0.95**5) and t.ema_decay_power == 3
+    assert (r.run.epochs, r.run.target_accuracy) == (9.9, 0.94)
 
 
 @pytest.mark.parametrize("name", sorted(builtin_recipes()))
