@@ -47,6 +47,16 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["data", "show", "nosuchset"], "unknown dataset"),
         (["train", "model.widths=[8,x]"], "expected list[int] | None"),  # brackets printed as they are
         (["data", "show", "imagefolder", "--data-dir", "/no/[such]/dir"], "/no/[such]/dir"),
+        (["train", "optim.lr=[1"], "optim.lr='[1' is not valid YAML"),
+        (["train", "optim.name=="], "optim.name='=' is not valid YAML"),
+        (["speedrun", "optim.lr=[1"], "is not valid YAML"),
+        (["ablate", "--baseline", "optim.lr=0.1", "--vary", "optim.lr=[1", "--dry-run"], "is not valid YAML"),
+        (["train", ""], "empty recipe name"),
+        (["train", "."], "is a folder"),
+        (["train", "loader.batch_size=100000000000000000000"], "must be <= 2147483647"),
+        (["train", "loader.num_workers=100000"], "must be <= 256"),
+        (["train", "run.time_budget_seconds=0"], "must be > 0"),
+        (["train", "schedule.milestones=[2,-1]"], "fractions of training in [0, 1]"),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):

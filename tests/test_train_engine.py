@@ -127,10 +127,34 @@ def test_stop_at_target_records_time_to_target():
     assert result.time_to_target_seconds <= result.train_seconds
 
 
-def test_time_budget_stops_training():
+def test_time_budget_stops_training_and_says_so():
     result = train(tiny("run.epochs=50", "run.time_budget_seconds=0.01"))
-    assert result.status == "complete"
+    assert result.status == "complete"  # the budget is the run's length (ablate --budget-seconds)
+    assert result.time_budget_reached and result.stopped_epoch == 1
     assert len(result.epochs) == 1 and result.epochs[0]["val_acc"] is not None
+    within = train(tiny("run.epochs=1", "run.time_budget_seconds=1000"))
+    assert not within.time_budget_reached and within.stopped_epoch is None
+
+
+def test_a_folder_named_like_a_builtin_recipe_does_not_hide_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "speedrun94").mkdir()  # e.g. left by `tricklab speedrun --out speedrun94`
+    assert load_recipe("speedrun94").loader.batch_size == 1024
+
+
+def test_a_missing_device_leaves_no_run_folder(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(TrickLabError, match="no cuda device"):
+        train(tiny("run.device=cuda"), out_dir=tmp_path / "runs" / "a")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_removes_every_folder_train_made_and_nothing_else(tmp_path):
+    (tmp_path / "keep").mkdir()
+    with pytest.raises(TrickLabError, match="unknown model"):
+        train(tiny("model.name=nosuchnet"), out_dir=tmp_path / "keep" / "new" / "deep")
+    assert [p.name for p in tmp_path.iterdir()] == ["keep"] and not any((tmp_path / "keep").iterdir())
 
 
 def prepared(*overrides: str) -> Parts:

@@ -58,6 +58,7 @@ class RunResult:
     images_per_second: float | None = None
     epochs_completed: int = 0
     stopped_epoch: int | None = None
+    time_budget_reached: bool = False  # run.time_budget_seconds stopped it (at stopped_epoch)
     diverged_step: int | None = None
     error: str | None = None
     params: int | None = None
@@ -223,10 +224,10 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     (data, model, tricks) propagates with nothing written: no run directory is left behind."""
     wall_start = time.perf_counter()
     out = Path(out_dir) if out_dir is not None else None
-    created = out is not None and not out.exists()
+    device = resolve_device(recipe.run.device)
+    created = _first_missing(out) if out is not None else None  # what to remove if setup fails
     if out is not None:
         _make_run_dir(out)
-    device = resolve_device(recipe.run.device)
     result = RunResult(status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device))
     started = False
 
@@ -260,8 +261,8 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
         result.status, result.error = "oom", str(exc).splitlines()[0]
     except BaseException as exc:
         if isinstance(exc, TrickLabError) and not started:
-            if created:
-                _remove_empty_dir(out)
+            if created is not None:
+                _remove_empty_dirs(out, created)
             raise
         if isinstance(exc, KeyboardInterrupt):
             result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
@@ -306,6 +307,7 @@ def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
     )
     result.stopped_epoch, result.diverged_step = outcome.stopped_epoch, outcome.diverged_step
     result.time_to_target_seconds = outcome.time_to_target_seconds
+    result.time_budget_reached = outcome.time_budget_reached
     if outcome.status == "diverged":
         result.error = outcome.error
         return
@@ -329,12 +331,25 @@ def _make_run_dir(out: Path) -> None:
         raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
 
 
-def _remove_empty_dir(path: Path) -> None:
-    """Remove the run directory train() made, if nothing else was put there meanwhile."""
-    try:
-        path.rmdir()
-    except OSError:
-        pass
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (None if `path` exists)."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
+
+
+def _remove_empty_dirs(path: Path, up_to: Path) -> None:
+    """Remove the folders train() made, from `path` up to `up_to`, while they are empty."""
+    for folder in [path, *path.parents]:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == up_to:
+            return
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:

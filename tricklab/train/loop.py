@@ -49,6 +49,7 @@ class Outcome:
     error: str | None = None  # why it diverged
     stopped_epoch: int | None = None
     time_to_target_seconds: float | None = None
+    time_budget_reached: bool = False  # run.time_budget_seconds ended training before run.epochs
 
 
 def sync(device: torch.device) -> None:
@@ -134,6 +135,8 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
             out.error = f"loss became NaN/Inf at step {out.diverged_step}"
             break
         over_budget = _over_budget(run, out.train_seconds)
+        if over_budget and step < p.total_steps:
+            out.time_budget_reached, out.stopped_epoch = True, epoch + 1
         last = step >= p.total_steps or over_budget
         row = {
             "epoch": epoch + 1,

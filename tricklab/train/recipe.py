@@ -120,7 +120,7 @@ class LoaderConfig:
     )
     batch_size: int = _f(128, "training batch size", minimum=1)
     eval_batch_size: int = _f(1024, "evaluation batch size", minimum=1)
-    num_workers: int = _f(0, "torch loader worker processes", minimum=0)
+    num_workers: int = _f(0, "torch loader worker processes", minimum=0, maximum=256)
     pin_memory: bool = _f(False, "torch loader: page-locked host memory")
     persistent_workers: bool = _f(False, "torch loader: keep workers between epochs")
     prefetch_factor: int | None = _f(None, "torch loader: batches prefetched per worker", minimum=1)
@@ -260,7 +260,13 @@ class Recipe:
             if not sep or not key:
                 raise TrickLabError(f"override '{assignment}' is not of the form key=value")
             section, name = _split_key(key.strip(), "override")
-            data[section][name] = _read_value(text)
+            try:
+                data[section][name] = _read_value(text)
+            except yaml.YAMLError:
+                raise TrickLabError(
+                    f"override: {key.strip()}={text!r} is not valid YAML (quote strings that "
+                    "hold brackets, colons or '=')"
+                ) from None
         return Recipe.from_dict(data, source="override")
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -322,15 +328,22 @@ def load_recipe(
 
 
 def _read_recipe_text(name: str) -> tuple[str, str]:
+    """A YAML file's text, else a built-in recipe's (a folder named like one does not hide it)."""
+    if not name.strip():
+        raise TrickLabError("empty recipe name: give a built-in recipe (`tricklab recipes`) or a .yaml path")
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    builtin = builtin_recipes()
+    if path.is_file() or (name not in builtin and (path.suffix in (".yaml", ".yml") or path.exists())):
+        if path.is_dir():
+            raise TrickLabError(f"recipe file {path} is a folder, not a YAML file")
         if not path.is_file():
             raise TrickLabError(f"recipe file {path} does not exist")
         try:
             return path.read_text(encoding="utf-8"), str(path)
         except UnicodeDecodeError:
             raise TrickLabError(f"recipe file {path} is not UTF-8 text") from None
-    builtin = builtin_recipes()
+        except OSError as exc:
+            raise TrickLabError(f"cannot read recipe file {path}: {exc.strerror}") from None
     if name not in builtin:
         close = difflib.get_close_matches(name, builtin, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
@@ -402,9 +415,15 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         )
     if meta["minimum"] is not None and typed < meta["minimum"]:
         raise TrickLabError(f"{source}: {key}={value!r} must be >= {meta['minimum']}")
-    if meta["maximum"] is not None and typed > meta["maximum"]:
-        raise TrickLabError(f"{source}: {key}={value!r} must be <= {meta['maximum']}")
+    maximum = meta["maximum"]
+    if maximum is None and base is int:
+        maximum = INT_MAX  # counts and sizes: far beyond any real one, and C-sized for torch
+    if maximum is not None and typed > maximum:
+        raise TrickLabError(f"{source}: {key}={value!r} must be <= {maximum}")
     return typed
+
+
+INT_MAX = 2**31 - 1
 
 
 _BAD = object()
@@ -480,6 +499,13 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
     s = recipe.schedule
     if not 0 <= s.peak_fraction <= 1 or not 0 <= s.warmup_fraction <= 1:
         raise TrickLabError(f"{source}: schedule fractions must lie in [0, 1]")
+    if not all(0 <= m <= 1 for m in s.milestones):
+        raise TrickLabError(
+            f"{source}: schedule.milestones={s.milestones} must be fractions of training in [0, 1]"
+        )
+    budget = recipe.run.time_budget_seconds
+    if budget is not None and not budget > 0:
+        raise TrickLabError(f"{source}: run.time_budget_seconds={budget} must be > 0 (or empty: none)")
     if recipe.tricks.precision == "16-true-bn32" and recipe.optim.name in ("adam", "adamw", "rmsprop"):
         raise TrickLabError(
             f"{source}: tricks.precision=16-true-bn32 keeps {recipe.optim.name}'s state in fp16, where "
