@@ -57,6 +57,8 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "loader.num_workers=100000"], "must be <= 256"),
         (["train", "run.time_budget_seconds=0"], "must be > 0"),
         (["train", "schedule.milestones=[2,-1]"], "fractions of training in [0, 1]"),
+        (["speedrun", "--warmup-epochs", "nan"], "--warmup-epochs must be a number >= 0"),
+        (["models", "--num-classes", "99999999999"], "--num-classes must be in 1..100000"),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):
@@ -65,6 +67,34 @@ def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert message in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["train", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
+     (["speedrun", "--runs", "1", "notakeyvalue"], "unrecognized arguments: notakeyvalue")],
+)
+def test_unknown_arguments_give_one_line_and_exit_2(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_overrides_may_follow_options(tmp_path, capsys):
+    # as users type them: options first, then the recipe and its key=value words
+    assert main(["train", "--out", str(tmp_path / "a"), "--json", *TINY, "run.epochs=0.5"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["recipe"]["run"]["epochs"] == 0.5 and result["recipe"]["data"]["name"] == "synthetic"
+
+
+def test_speedrun_with_bad_setup_prints_one_line_and_leaves_no_folder(tmp_path, capsys):
+    out = tmp_path / "sr" / "x"
+    bad = ["data.name=imagefolder", f"data.dir={tmp_path / 'missing'}"]
+    assert main(["speedrun", "--runs", "1", "--out", str(out), *TINY, *bad]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_mistake_through_the_console_script_has_no_traceback():

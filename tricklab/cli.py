@@ -26,7 +26,8 @@ from tricklab.errors import TrickLabError
 console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
 
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
+INTERRUPTED_EXIT_CODE = 130
+MAX_CLASSES = 100_000  # 128 + SIGINT: what a shell reports after Ctrl-C
 
 
 def _recipe_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -195,6 +196,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     from tricklab.measure.flops import count_forward_macs, count_params
     from tricklab.models import build_model, list_models
 
+    if not 1 <= args.num_classes <= MAX_CLASSES:
+        raise TrickLabError(f"--num-classes must be in 1..{MAX_CLASSES}, got {args.num_classes}")
+
     rows = []
     for info in list_models():
         model = build_model(info.name, num_classes=args.num_classes, in_channels=3, image_size=32)
@@ -275,7 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value words after an option (`speedrun --runs 3 data.dir=...`) join the command's own.
+    words = next((n for n in ("words", "overrides", "baseline") if isinstance(getattr(args, n, None), list)), None)
+    if extra and (words is None or any(e.startswith("-") or "=" not in e for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        setattr(args, words, [*getattr(args, words), *extra])
     if not hasattr(args, "func"):
         parser.print_help()
         return 2

@@ -161,8 +161,8 @@ def check_arguments(
         )
     if target is not None and not 0 < target <= 1:
         raise TrickLabError(f"--target must be an accuracy in (0, 1], got {target}")
-    if warmup_epochs is not None and warmup_epochs < 0:
-        raise TrickLabError(f"--warmup-epochs must be >= 0, got {warmup_epochs}")
+    if warmup_epochs is not None and not 0 <= warmup_epochs < math.inf:
+        raise TrickLabError(f"--warmup-epochs must be a number >= 0, got {warmup_epochs}")
 
 
 def speedrun(
@@ -374,6 +374,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tricklab.experiments.plan import normalize_target
+    from tricklab.train.api import check_setup
     from tricklab.train.recipe import load_recipe
 
     bad = [w for w in args.overrides if "=" not in w]
@@ -384,6 +385,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     target = normalize_target(args.target) if args.target is not None else None
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
+    check_setup([recipe])  # bad data, model or device: one line before anything is printed
     # With --json, stdout carries only the summary object; progress goes to stderr.
     out_console = Console(stderr=args.json, markup=False)
     err = Console(stderr=True, markup=False)
