@@ -72,7 +72,7 @@ def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [(["train", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
-     (["speedrun", "--runs", "1", "notakeyvalue"], "unrecognized arguments: notakeyvalue")],
+     (["ablate", "--seeds", "1", "--vary", "optim.lr=1", "stray"], "unrecognized arguments: stray")],
 )
 def test_unknown_arguments_give_one_line_and_exit_2(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
