@@ -187,3 +187,10 @@ def test_tricks_table_cuts_nothing_when_piped():
     assert out.returncode == 0 and "…" not in out.stdout
     assert "optim.decoupled_weight_decay" in out.stdout
     assert "float in [0," in out.stdout  # bounds are shown (wrapped at 80 columns)
+
+
+def test_a_key_given_twice_in_a_recipe_file_is_refused(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("optim:\n  lr: 0.1\n  lr: 0.2\n")
+    with pytest.raises(TrickLabError, match=r"dup.yaml: 'lr' is given twice \(line 3\)"):
+        load_recipe(path)

@@ -322,6 +322,9 @@ def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
 
 
 def _make_run_dir(out: Path) -> None:
+    blocking = next((f for f in [out, *out.parents] if f.exists() and not f.is_dir()), None)
+    if blocking is not None:
+        raise TrickLabError(f"cannot make the run directory {out}: {blocking} is a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"

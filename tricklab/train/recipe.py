@@ -323,6 +323,8 @@ def load_recipe(
             data = _read_yaml(text) or {}
         except yaml.YAMLError as exc:
             raise TrickLabError(f"{source}: not valid YAML ({exc.__class__.__name__})") from None
+        except TrickLabError as exc:  # a key given twice
+            raise TrickLabError(f"{source}: {exc}") from None
         recipe = Recipe.from_dict(data, source=source)
     return recipe.override(overrides)
 
@@ -436,7 +438,16 @@ _YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": T
 
 
 class _RecipeLoader(yaml.SafeLoader):
-    """SafeLoader whose only booleans are true/false (YAML 1.2)."""
+    """SafeLoader whose only booleans are true/false (YAML 1.2), refusing a key given twice."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise TrickLabError(f"'{key}' is given twice (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -503,6 +514,8 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
         raise TrickLabError(
             f"{source}: schedule.milestones={s.milestones} must be fractions of training in [0, 1]"
         )
+    if recipe.tricks.ema_decay >= 1:
+        raise TrickLabError(f"{source}: tricks.ema_decay must be < 1 (1 would never move the average)")
     budget = recipe.run.time_budget_seconds
     if budget is not None and not budget > 0:
         raise TrickLabError(f"{source}: run.time_budget_seconds={budget} must be > 0 (or empty: none)")
