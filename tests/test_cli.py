@@ -59,6 +59,8 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "schedule.milestones=[2,-1]"], "fractions of training in [0, 1]"),
         (["train", "tricks.ema_decay=1"], "tricks.ema_decay must be < 1"),
         (["train", "--out", "/etc/hostname/run"], "/etc/hostname is a file, not a folder"),
+        (["train", "--out", ""], "--out is empty"),
+        (["speedrun", "--out", " "], "--out is empty"),
         (["speedrun", "--warmup-epochs", "nan"], "--warmup-epochs must be a number >= 0"),
         (["models", "--num-classes", "99999999999"], "--num-classes must be in 1..100000"),
     ],

@@ -130,6 +130,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tricklab.train.recipe import load_recipe
 
     name, overrides = _recipe_and_overrides(args)
+    if args.out is not None and not args.out.strip():
+        raise TrickLabError("--out is empty: give a folder name")
     recipe = load_recipe(name, overrides)
     out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name or 'default'}"
     try:

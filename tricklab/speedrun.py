@@ -187,6 +187,8 @@ def speedrun(
     from tricklab.train.api import train
 
     check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
+    if isinstance(out_dir, str) and not out_dir.strip():
+        raise TrickLabError("--out is empty: give a folder name")
     target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
     out = Path(out_dir) if out_dir is not None else None
     peak, peak_source = peak_tflops, None
@@ -382,6 +384,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
         raise TrickLabError(
             f"expected key=value overrides, got '{bad[0]}' (the recipe goes after --recipe)"
         )
+    if args.out is not None and not args.out.strip():
+        raise TrickLabError("--out is empty: give a folder name")
     target = normalize_target(args.target) if args.target is not None else None
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)

@@ -223,6 +223,8 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     result.json recording the epochs so far. Bad input (TrickLabError) found while setting up
     (data, model, tricks) propagates with nothing written: no run directory is left behind."""
     wall_start = time.perf_counter()
+    if isinstance(out_dir, str) and not out_dir.strip():
+        raise TrickLabError("the run directory name is empty")
     out = Path(out_dir) if out_dir is not None else None
     device = resolve_device(recipe.run.device)
     created = _first_missing(out) if out is not None else None  # what to remove if setup fails
