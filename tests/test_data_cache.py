@@ -155,3 +155,12 @@ def test_folder_fingerprint_is_the_content_not_the_file_times(tmp_path):
     files[0].write_bytes(bytes(data))
     os.utime(files[0], ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert cache.fingerprint_tree(files, tmp_path / "data") != before
+
+
+def test_folder_fingerprint_hashes_names_that_are_not_utf8_by_their_bytes(tmp_path):
+    root = os.fsencode(tmp_path)
+    for name in (b"\xff.png", b"\xfe.png"):
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(b"same bytes")
+    first, second = sorted(tmp_path.iterdir())
+    assert cache.fingerprint_tree([first], tmp_path) != cache.fingerprint_tree([second], tmp_path)

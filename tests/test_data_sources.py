@@ -1,6 +1,8 @@
 """The dataset layer: every source yields uint8 N×C×H×W images, int64 labels and class names."""
 
+import gzip
 import io
+import os
 import pickle
 import tarfile
 import urllib.error
@@ -14,6 +16,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
+from tricklab.cli import main
+from tricklab.data import cache
 from tricklab.data.sources import (
     DATASET_NAMES,
     Dataset,
@@ -533,7 +537,9 @@ def test_corrupt_image_in_an_archive_is_named_plainly(tmp_path):
     (tmp_path / "archives").mkdir()
     for split in ("train", "test"):
         tar_split(tmp_path / "tree", split, tmp_path / "archives" / f"{split}.tar.gz")
-    with pytest.raises(TrickLabError, match=r"0003\.png \(in train\.tar\.gz\) \(cannot identify") as err:
+    with pytest.raises(
+        TrickLabError, match=r"0003\.png \(in train\.tar\.gz\) \(cannot identify"
+    ) as err:
         load_dataset("imagefolder", tmp_path / "archives", cache_dir=tmp_path / "cache")
     assert "BytesIO" not in str(err.value)
 
@@ -599,6 +605,177 @@ def test_val_fraction_that_holds_out_nothing_raises(tmp_path):
     make_tree(tmp_path / "data", per_split={"train": 1})  # 0.1 of one image per class rounds to 0
     with pytest.raises(TrickLabError, match=r"val_fraction=0\.1 of 3 images holds out none"):
         load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
+def write_non_utf8_name(folder: Path, name: bytes, data: bytes) -> None:
+    with open(os.path.join(os.fsencode(folder), name), "wb") as f:
+        f.write(data)
+
+
+def test_image_whose_name_is_not_utf8_is_read_like_any_other(tmp_path):
+    make_tree(tmp_path / "data")
+    png = (tmp_path / "data" / "train" / "cat" / "0000.png").read_bytes()
+    write_non_utf8_name(tmp_path / "data" / "train" / "cat", b"\xff\xfe.png", png)
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert describe_dataset(ds)["train"]["per_class"] == [4, 5, 4]  # ant, cat, dog
+
+
+def test_class_folder_whose_name_is_not_utf8_gets_a_printable_class_name(tmp_path):
+    make_tree(tmp_path / "data")
+    for split in ("train", "test"):
+        folder = os.fsencode(tmp_path / "data" / split)
+        os.rename(os.path.join(folder, b"cat"), os.path.join(folder, b"\xffcat"))
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert ds.classes == ["ant", "dog", "\\xffcat"]  # the CLI can print it in any locale
+
+
+def test_corrupt_image_whose_name_is_not_utf8_is_named_with_escapes(tmp_path):
+    make_tree(tmp_path / "data")
+    write_non_utf8_name(tmp_path / "data" / "train" / "cat", b"\xff\xfe.png", b"not an image")
+    with pytest.raises(TrickLabError, match=r"cannot decode image train/cat/\\xff\\xfe\.png "):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_unreadable_image_is_named_with_the_reason(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+    unreadable = tmp_path / "data" / "train" / "cat" / "0003.png"
+    read_bytes = Path.read_bytes
+
+    def refuse(path: Path) -> bytes:  # what a chmod 000 file gives a user who is not root
+        if path == unreadable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(
+        TrickLabError, match=r"^cannot read .*train/cat/0003\.png: Permission denied$"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_class_folder_that_cannot_be_listed_is_named_not_taken_for_empty(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+    unlistable = tmp_path / "data" / "train" / "cat"
+    scandir = os.scandir
+
+    def refuse(path):  # what listing a chmod 000 folder gives a user who is not root
+        if Path(path) == unlistable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    with pytest.raises(TrickLabError, match=r"^cannot read .*train/cat: Permission denied$"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_unreadable_cifar_archive_is_named_with_the_reason(tmp_path, monkeypatch):
+    write_fake_cifar(tmp_path / "data")
+
+    def refuse(path: Path, *args) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cache, "sha256_file", refuse)
+    with pytest.raises(
+        TrickLabError, match=r"^cannot read .*cifar-10-python\.tar\.gz: Permission denied$"
+    ):
+        load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+@pytest.mark.parametrize(
+    ("dataset", "layout", "unreadable"),
+    [
+        ("imagefolder", "folder", "train"),
+        ("imagefolder", "folder", "train/cat/0003.png"),
+        ("imagefolder", "archives", "train.tar.gz"),
+        ("cifar10", "cifar", "cifar-10-python.tar.gz"),
+    ],
+)
+def test_unreadable_source_gives_one_clear_error(tmp_path, dataset, layout, unreadable):
+    if layout == "cifar":
+        write_fake_cifar(tmp_path / "data")
+    else:
+        make_tree(tmp_path / "data")
+    if layout == "archives":
+        for split in ("train", "test"):
+            tar_split(tmp_path / "data", split, tmp_path / "data" / f"{split}.tar.gz")
+            (tmp_path / "data" / split).rename(tmp_path / f"extracted-{split}")
+    (tmp_path / "data" / unreadable).chmod(0)
+    try:
+        with pytest.raises(
+            TrickLabError, match=rf"^cannot read .*{unreadable}: Permission denied$"
+        ):
+            load_dataset(dataset, tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    finally:
+        (tmp_path / "data" / unreadable).chmod(0o755)
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_archive_of_garbage_is_one_line_naming_it(tmp_path, compressed, capsys):
+    garbage = np.random.default_rng(0).bytes(4096)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.tar.gz").write_bytes(
+        gzip.compress(garbage) if compressed else garbage
+    )
+    with pytest.raises(
+        TrickLabError, match=r"train\.tar\.gz is not a readable tar archive: "
+    ) as err:
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_cli_archive_of_garbage_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.tar.gz").write_bytes(np.random.default_rng(0).bytes(4096))
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not a readable tar archive" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["cifar10", "mnist", "svhn"])
+def test_failed_download_removes_the_folders_it_created(tmp_path, monkeypatch, name):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(TrickLabError, match=rf"{name} not found: .*downloading failed"):
+        load_dataset(name, tmp_path / "new" / "data", cache_dir=tmp_path / "cache")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_download_keeps_a_folder_that_existed(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    (tmp_path / "data").mkdir()
+    with pytest.raises(TrickLabError, match=r"downloading failed"):
+        load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert (tmp_path / "data").is_dir()
+
+
+def test_failed_decode_removes_the_cache_folder_it_created(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "cat" / "0003.png").write_bytes(b"not an image at all")
+    with pytest.raises(TrickLabError, match=r"cannot decode image"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "new" / "cache")
+    assert not (tmp_path / "new").exists()
+
+
+def test_failed_decode_keeps_a_cache_folder_that_existed(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "cat" / "0003.png").write_bytes(b"not an image at all")
+    (tmp_path / "cache" / "datasets").mkdir(parents=True)
+    with pytest.raises(TrickLabError, match=r"cannot decode image"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert (tmp_path / "cache" / "datasets").is_dir()
 
 
 # ---------------------------------------------------------------- describe_dataset

@@ -64,11 +64,13 @@ def fingerprint_tree(paths: Iterable[Path], root: Path) -> str:
     """
     digest = hashlib.sha256()
     for path in sorted(paths):
+        # The name's bytes as on disk: a name that is not UTF-8 holds surrogates as a str.
+        name = os.fsencode(path.relative_to(root).as_posix())
         if path.is_dir():
-            digest.update(f"{path.relative_to(root).as_posix()}/\n".encode())
+            digest.update(name + b"/\n")
             continue
         data = path.read_bytes()
-        digest.update(f"{path.relative_to(root).as_posix()}\t{len(data)}\n".encode())
+        digest.update(name + f"\t{len(data)}\n".encode())
         digest.update(data)
     return digest.hexdigest()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import tarfile
 import zlib
@@ -79,7 +80,21 @@ def source_fingerprint(source: Path) -> str:
     """sha256 of an archive's bytes, or of a folder's tree (its folders, files and their bytes)."""
     if source.is_file():
         return sha256_file(source)
-    return fingerprint_tree(source.rglob("*"), source)
+    return fingerprint_tree(_walk(source), source)
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Every folder and file under `folder`. Unlike `rglob`, a folder that cannot be listed
+    raises (a PermissionError naming it) instead of being skipped as if empty."""
+
+    def fail(err: OSError) -> None:
+        raise err
+
+    return [
+        Path(top, name)
+        for top, dirs, files in os.walk(folder, onerror=fail)
+        for name in dirs + files
+    ]
 
 
 # ---------------------------------------------------------------- listing images
@@ -93,14 +108,14 @@ def list_split(source: Path, split: str) -> SplitListing:
 
 def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
-    for path in sorted(folder.rglob("*")):
+    for path in sorted(_walk(folder)):
         rel = path.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts):
             continue
         if path.is_dir() and len(rel.parts) == 1:
             by_class.setdefault(rel.parts[0], [])
         elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
-            display = f"{split}/{rel.as_posix()}"
+            display = printable(f"{split}/{rel.as_posix()}")
             if len(rel.parts) == 1:
                 raise _outside_class_folder(display, split)
             by_class.setdefault(rel.parts[0], []).append((display, path))
@@ -113,13 +128,16 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
         # Decompressing once up front is ~3× faster than letting tarfile seek in a gzip stream.
         data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         tar = tarfile.open(fileobj=io.BytesIO(data))
+        members = tar.getmembers()  # reads every header: a damaged body fails here, not later
     except (OSError, EOFError, zlib.error, tarfile.TarError) as err:
+        # tarfile's "could not be opened" lists one line per compression it tried; keep the first.
+        reason = (str(err).splitlines() or [type(err).__name__])[0].rstrip(":")
         raise TrickLabError(
-            f"cannot read archive {archive} ({err}); it is corrupt or not a tar archive"
+            f"{archive} is not a readable tar archive: {reason}; replace it with a tar of "
+            f"{split}/<class>/<image> (e.g. tar czf {split}.tar.gz {split})"
         ) from err
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
     with tar:
-        members = tar.getmembers()
         for member in members:
             _refuse_unsafe_member(member.name, archive)
         for member in members:
@@ -131,13 +149,18 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
             if member.isdir() and len(parts) == 1:
                 by_class.setdefault(parts[0], [])
             elif not member.isdir() and PurePosixPath(parts[-1]).suffix.lower() in IMAGE_SUFFIXES:
-                display = f"{member.name} (in {archive.name})"
+                display = printable(f"{member.name} (in {archive.name})")
                 if len(parts) == 1:
                     raise _outside_class_folder(display, split)
                 by_class.setdefault(parts[0], []).append(
                     (display, _read_member(tar, member, archive))
                 )
     return _sorted_by_name(by_class)
+
+
+def printable(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (kept as surrogates) shown as \\xff escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _sorted_by_name(by_class: dict[str, list[tuple[str, bytes | Path]]]):
@@ -180,19 +203,19 @@ def _index_classes(
 ) -> SplitListing:
     if not by_class:
         raise TrickLabError(f"{source} holds no class folders; expected {split}/<class>/<image>")
-    classes = sorted(by_class)
-    for name in classes:
+    names = sorted(by_class)
+    for name in names:
         if not by_class[name]:
             raise TrickLabError(
-                f"class folder {split}/{name} (in {source}) holds no images "
+                f"class folder {split}/{printable(name)} (in {source}) holds no images "
                 f"({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder"
             )
     entries = [
         ImageEntry(display, label, data)
-        for label, name in enumerate(classes)
+        for label, name in enumerate(names)
         for display, data in by_class[name]
     ]
-    return SplitListing(classes, entries)
+    return SplitListing([printable(name) for name in names], entries)
 
 
 # ---------------------------------------------------------------- decoding

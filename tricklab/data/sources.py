@@ -13,6 +13,7 @@ import io
 import logging
 import os
 import pickle
+import shutil
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -120,7 +121,7 @@ def load_dataset(
     _check_positive("test_size", test_size)
     _check_positive("image_size", image_size)
 
-    with _fits_in_memory(name):
+    with _fits_in_memory(name), _readable_files(name):
         if name == "synthetic":
             return make_synthetic(
                 train_size=train_size or SYNTHETIC_TRAIN_SIZE,
@@ -168,6 +169,19 @@ def _fits_in_memory(name: str) -> Iterator[None]:
         ) from None
 
 
+@contextlib.contextmanager
+def _readable_files(name: str) -> Iterator[None]:
+    """An OSError while reading the source (no permission, a folder where a file belongs, ...)
+    as one clear error naming the path; the cache and the download turn their own OSErrors."""
+    try:
+        yield
+    except OSError as exc:
+        where = os.fsdecode(exc.filename) if exc.filename else f"the {name} files"
+        raise TrickLabError(
+            f"cannot read {imagefolder.printable(where)}: {exc.strerror or exc}"
+        ) from exc
+
+
 def _check_positive(option: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise TrickLabError(f"{option}={value!r} must be a positive whole number (data.{option}=)")
@@ -206,13 +220,41 @@ def _cached_splits(
         log.info("loaded %s from cache %s in %.2f s", name, folder, time.perf_counter() - start)
         classes = cached["train"][2]
         return classes, {split: (images, labels) for split, (images, labels, _) in cached.items()}
+    created = _first_missing_folder(folder)
     cache.ensure_writable(folder)  # fail before a slow decode, not after
-    classes, splits = build()
+    try:
+        classes, splits = build()
+    except BaseException:
+        _remove_empty_folders(folder, created)  # a failed decode leaves no cache folder behind
+        raise
     log.info("decoded %s in %.2f s; caching it in %s", name, time.perf_counter() - start, folder)
     cache.write_cached_splits(
         folder, name, key, {s: (*arrays, classes) for s, arrays in splits.items()}
     )
     return classes, splits
+
+
+def _first_missing_folder(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet: what `mkdir(parents=True)` makes."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _remove_empty_folders(path: Path, created: Path | None) -> None:
+    """Remove `path` and its parents up to `created` (what we made), while they are empty."""
+    if created is None:
+        return
+    for folder in (path, *path.parents):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another run wrote there): keep it
+            return
+        if folder == created:
+            return
 
 
 # ---------------------------------------------------------------- image folders
@@ -500,6 +542,7 @@ def _download_with_torchvision(
     from torchvision import datasets
 
     log.info("downloading %s into %s", name, root)
+    created = _first_missing_folder(root)
     try:
         # torchvision prints its progress; library code keeps stdout clean.
         with contextlib.redirect_stdout(io.StringIO()):
@@ -510,7 +553,11 @@ def _download_with_torchvision(
             else:
                 for split in ("train", "test"):
                     _torchvision_split(name, root, split, download=True)
-    except (OSError, RuntimeError, ValueError) as err:
+    except BaseException as err:
+        if created is not None:  # everything under it was made by this failed download
+            shutil.rmtree(created, ignore_errors=True)
+        if not isinstance(err, (OSError, RuntimeError, ValueError)):
+            raise
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
         raise _not_found(name, looked_for, f"downloading failed: {first_line}") from err
 
