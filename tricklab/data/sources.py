@@ -27,6 +27,7 @@ from PIL import Image
 
 from tricklab.data import cache, imagefolder
 from tricklab.errors import TrickLabError
+from tricklab.paths import first_missing, remove_empty_dirs
 
 log = logging.getLogger(__name__)
 
@@ -220,41 +221,18 @@ def _cached_splits(
         log.info("loaded %s from cache %s in %.2f s", name, folder, time.perf_counter() - start)
         classes = cached["train"][2]
         return classes, {split: (images, labels) for split, (images, labels, _) in cached.items()}
-    created = _first_missing_folder(folder)
+    created = first_missing(folder)
     cache.ensure_writable(folder)  # fail before a slow decode, not after
     try:
         classes, splits = build()
     except BaseException:
-        _remove_empty_folders(folder, created)  # a failed decode leaves no cache folder behind
+        remove_empty_dirs(folder, created)  # a failed decode leaves no cache folder behind
         raise
     log.info("decoded %s in %.2f s; caching it in %s", name, time.perf_counter() - start, folder)
     cache.write_cached_splits(
         folder, name, key, {s: (*arrays, classes) for s, arrays in splits.items()}
     )
     return classes, splits
-
-
-def _first_missing_folder(path: Path) -> Path | None:
-    """The outermost folder of `path` that does not exist yet: what `mkdir(parents=True)` makes."""
-    missing = None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            break
-        missing = folder
-    return missing
-
-
-def _remove_empty_folders(path: Path, created: Path | None) -> None:
-    """Remove `path` and its parents up to `created` (what we made), while they are empty."""
-    if created is None:
-        return
-    for folder in (path, *path.parents):
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (another run wrote there): keep it
-            return
-        if folder == created:
-            return
 
 
 # ---------------------------------------------------------------- image folders
@@ -542,7 +520,7 @@ def _download_with_torchvision(
     from torchvision import datasets
 
     log.info("downloading %s into %s", name, root)
-    created = _first_missing_folder(root)
+    created = first_missing(root)
     try:
         # torchvision prints its progress; library code keeps stdout clean.
         with contextlib.redirect_stdout(io.StringIO()):

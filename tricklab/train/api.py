@@ -27,6 +27,7 @@ from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
 from tricklab.models import build_model
+from tricklab.paths import first_missing, remove_empty_dirs
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
@@ -227,7 +228,7 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
         raise TrickLabError("the run directory name is empty")
     out = Path(out_dir) if out_dir is not None else None
     device = resolve_device(recipe.run.device)
-    created = _first_missing(out) if out is not None else None  # what to remove if setup fails
+    created = first_missing(out) if out is not None else None  # what to remove if setup fails
     if out is not None:
         _make_run_dir(out)
     result = RunResult(status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device))
@@ -264,7 +265,7 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     except BaseException as exc:
         if isinstance(exc, TrickLabError) and not started:
             if created is not None:
-                _remove_empty_dirs(out, created)
+                remove_empty_dirs(out, created)
             raise
         if isinstance(exc, KeyboardInterrupt):
             result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
@@ -334,27 +335,6 @@ def _make_run_dir(out: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
-
-
-def _first_missing(path: Path) -> Path | None:
-    """The outermost folder of `path` that does not exist yet (None if `path` exists)."""
-    missing = None
-    for folder in [path, *path.parents]:
-        if folder.exists():
-            return missing
-        missing = folder
-    return missing
-
-
-def _remove_empty_dirs(path: Path, up_to: Path) -> None:
-    """Remove the folders train() made, from `path` up to `up_to`, while they are empty."""
-    for folder in [path, *path.parents]:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        if folder == up_to:
-            return
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:

@@ -1,0 +1,29 @@
+"""Folders made for an output: which ones were new, and removing them again when a step fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what `mkdir(parents=True)` makes);
+    None when `path` exists."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def remove_empty_dirs(path: Path, created: Path | None) -> None:
+    """Remove `path` and its parents up to `created` (what we made), while they are empty."""
+    if created is None:
+        return
+    for folder in (path, *path.parents):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (someone wrote there meanwhile) or gone: keep the rest
+            return
+        if folder == created:
+            return
