@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tricklab.cli import INTERRUPTED_EXIT_CODE
+from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import PRUNERS, SAMPLERS
 
 if TYPE_CHECKING:
@@ -186,10 +187,26 @@ def _baseline(args: argparse.Namespace) -> Any:
     name = tokens.pop(0) if tokens and "=" not in tokens[0] else None
     target = normalize_target(args.target) if args.target is not None else None
     budget = budget_overrides(args.budget_epochs, args.budget_seconds, target)
-    return load_recipe(name, [*budget, *tokens])
+    baseline = load_recipe(name, [*budget, *tokens])
+    # Each run's seed replaces the baseline's: one set here would be silently ignored.
+    seed_given = any(t.partition("=")[0].strip() == "run.seed" for t in tokens)
+    if seed_given or baseline.get("run.seed") != 0:
+        raise TrickLabError(
+            "run.seed is set by --seeds (seeds 0..N-1), it cannot be set in the baseline"
+        )
+    return baseline
+
+
+def _check_not_empty(args: argparse.Namespace, *options: str) -> None:
+    """An empty --study, --out, ... is a mistake (an unset variable), not a request for the default."""
+    for option in options:
+        value = getattr(args, option.lstrip("-"))
+        if value is not None and not value.strip():
+            raise TrickLabError(f"{option} is empty; give a value or leave it out")
 
 
 def _liveness(args: argparse.Namespace) -> Liveness:
+    """The workers' liveness settings; TrickLabError for a bad --heartbeat/--grace-seconds."""
     from tricklab.experiments.runner import Liveness
 
     return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
@@ -240,6 +257,8 @@ def run_ablate(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import ablate, plan_ablation
     from tricklab.experiments.storage import experiment_dir, storage_url
 
+    _check_not_empty(args, "--study", "--storage", "--out")
+    liveness = _liveness(args)
     baseline = _baseline(args)
     vary = parse_vary(args.vary)
     progress, out = _consoles(args.json)
@@ -269,7 +288,7 @@ def run_ablate(args: argparse.Namespace) -> int:
                 storage=args.storage,
                 out_dir=args.out,
                 on_run_end=_run_line(progress),
-                liveness=_liveness(args),
+                liveness=liveness,
             )
         except KeyboardInterrupt:
             return _interrupted()
@@ -283,6 +302,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.space import load_space
     from tricklab.experiments.storage import experiment_dir, storage_url
 
+    _check_not_empty(args, "--study", "--storage", "--out", "--space")
+    liveness = _liveness(args)
     base = _baseline(args)
     space = load_space(args.space)
     progress, out = _consoles(args.json)
@@ -327,7 +348,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 storage=args.storage,
                 out_dir=args.out,
                 on_run_end=_run_line(progress),
-                liveness=_liveness(args),
+                liveness=liveness,
             )
         except KeyboardInterrupt:
             return _interrupted()
@@ -340,6 +361,7 @@ def run_results(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import study_results
     from tricklab.experiments.stats import write_csv
 
+    _check_not_empty(args, "study", "--storage", "--out", "--reference", "--csv")
     target = normalize_target(args.target) if args.target is not None else None
     meta, rows = study_results(
         args.study, args.storage, out_dir=args.out, reference=args.reference, target=target

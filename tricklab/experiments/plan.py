@@ -28,6 +28,8 @@ from tricklab.errors import TrickLabError
 BASELINE = "baseline"
 SAMPLERS = ("grid", "random", "tpe")
 PRUNERS = ("none", "median")
+MAX_SEEDS = 10_000  # more is a typo: at a second a run, 10,000 seeds are hours per configuration
+SEEDS_ERROR = "run.seed is set by --seeds (seeds 0..N-1), it cannot be varied"
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,8 @@ def plan_configs(
     """
     if not vary:
         raise TrickLabError("nothing to vary: give at least one --vary KEY=V1,V2,...")
+    if "run.seed" in vary:
+        raise TrickLabError(SEEDS_ERROR)
     resolved = {}
     for key, values in vary.items():
         if not values:
@@ -201,9 +205,16 @@ def plan_configs(
 def plan_units(configs: Sequence[Config], seeds: int) -> list[Unit]:
     """Every (configuration, seed) pair, seed-major: all configs get seed 0 before any gets seed 1,
     so a study stopped half-way still has comparable seeds for every configuration."""
+    check_seeds(seeds)
+    return [Unit(config, seed) for seed in range(seeds) for config in configs]
+
+
+def check_seeds(seeds: int) -> None:
+    """TrickLabError unless 1 <= seeds <= MAX_SEEDS."""
     if seeds < 1:
         raise TrickLabError(f"--seeds {seeds} must be at least 1")
-    return [Unit(config, seed) for seed in range(seeds) for config in configs]
+    if seeds > MAX_SEEDS:
+        raise TrickLabError(f"--seeds {seeds} is too many; at most {MAX_SEEDS} seeds per config")
 
 
 def unit_recipe(baseline: Any, unit: Unit) -> Any:

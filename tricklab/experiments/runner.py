@@ -40,6 +40,7 @@ import functools
 import gc
 import json
 import logging
+import math
 import random
 import signal
 import sys
@@ -62,6 +63,7 @@ from tricklab.experiments.plan import (
     Config,
     Unit,
     baseline_identity,
+    check_seeds,
     default_study_name,
     plan_configs,
     plan_units,
@@ -93,6 +95,7 @@ log = logging.getLogger(__name__)
 
 TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=...) -> RunResult
 ACTIVE = (TrialState.WAITING, TrialState.RUNNING)
+MAX_HEARTBEAT_SECONDS = 86_400
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,26 @@ class Liveness:
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     poll_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--heartbeat-seconds", self.heartbeat_seconds),
+            ("--grace-seconds", self.grace_seconds),
+            ("poll_seconds", self.poll_seconds),
+        ):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise TrickLabError(f"{flag} {value} must be a finite number of seconds > 0")
+        if self.heartbeat_seconds > MAX_HEARTBEAT_SECONDS:  # beyond threading's timeouts
+            raise TrickLabError(
+                f"--heartbeat-seconds {self.heartbeat_seconds} must be at most "
+                f"{MAX_HEARTBEAT_SECONDS} (a day)"
+            )
+        # A live worker beats at least once per grace period, or others take its trial for dead.
+        if self.grace_seconds <= self.heartbeat_seconds:
+            raise TrickLabError(
+                f"--grace-seconds {self.grace_seconds} must be larger than the heartbeat "
+                f"interval ({self.heartbeat_seconds} s)"
+            )
 
 
 @dataclass
@@ -740,8 +763,7 @@ def check_sweep(
         raise TrickLabError(f"--trials {trials} must be at least 1")
     if sampler != "grid" and trials is None:
         raise TrickLabError(f"--sampler {sampler} needs --trials N")
-    if seeds < 1:
-        raise TrickLabError(f"--seeds {seeds} must be at least 1")
+    check_seeds(seeds)
     if sampler_seed is not None and not 0 <= sampler_seed < 2**32:
         raise TrickLabError(f"--sampler-seed {sampler_seed} must lie in [0, 2**32 - 1]")
     recipes = space.check(base)  # every choice and both ends of every range

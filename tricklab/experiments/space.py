@@ -2,17 +2,20 @@
 
     optim.name: [sgd, adam]                       # choices (categorical)
     optim.lr: {low: 1.0e-3, high: 1, log: true}   # float range, log scale
-    loader.batch_size: {low: 128, high: 1024, step: 128}   # int range (low, high and step ints)
+    loader.batch_size: {low: 128, high: 1024, step: 128}   # int range (an int field)
     schedule.name: {choices: [constant, cosine]}  # choices, long form
 
-Each entry becomes an Optuna distribution, so Optuna's samplers draw from it. The grid sampler
-needs a finite space: choices, or ranges with a `step` (they are discretised); a continuous range
-in a grid is an error that says what to add.
+The file is read as recipes are (true/false are the only booleans: `off` is the word "off"). Each
+entry becomes an Optuna distribution, so Optuna's samplers draw from it; a range is an int or a
+float range as the recipe field is. The grid sampler needs a finite space of at most
+MAX_GRID_POINTS points: choices, or ranges with a `step` (they are discretised); a continuous range
+in a grid is an error that says what to add. `run.seed` is no axis: `--seeds` sets it.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +31,11 @@ from optuna.distributions import (
 )
 
 from tricklab.errors import TrickLabError
-from tricklab.experiments.plan import format_value
+from tricklab.experiments.plan import SEEDS_ERROR, format_value
+from tricklab.train.recipe import field_table, read_yaml
 
 RANGE_KEYS = {"low", "high", "log", "step"}
+MAX_GRID_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,20 @@ class SearchSpace:
 
     def grid(self) -> list[dict[str, Any]]:
         """Every point of a finite space, in product order; TrickLabError for a continuous range."""
-        axes = [_grid_values(key, dist) for key, dist in self.distributions.items()]
+        axes = self._grid_axes()
         return [dict(zip(self.distributions, combo)) for combo in itertools.product(*axes)]
+
+    def _grid_axes(self) -> list[list[Any]]:
+        """Each axis's grid values, once their product is known to be small enough to list."""
+        sizes = [_grid_size(key, dist) for key, dist in self.distributions.items()]
+        total = math.prod(sizes)
+        if total > MAX_GRID_POINTS:
+            raise TrickLabError(
+                f"the grid has {total:,} points ({' × '.join(f'{n:,}' for n in sizes)}), more "
+                f"than {MAX_GRID_POINTS:,}; give coarser steps or fewer choices, or use "
+                "--sampler random|tpe"
+            )
+        return [_grid_values(dist) for dist in self.distributions.values()]
 
     def check(self, base: Any) -> list[Any]:
         """TrickLabError before any run if a key is unknown or a value is not valid for it:
@@ -66,8 +83,9 @@ class SearchSpace:
 
     def grid_space(self) -> SearchSpace:
         """The same space with every axis as the categorical of its grid values (for grid trials)."""
+        axes = self._grid_axes()
         return SearchSpace(
-            {k: CategoricalDistribution(_grid_values(k, d)) for k, d in self.distributions.items()}
+            {k: CategoricalDistribution(v) for k, v in zip(self.distributions, axes)}
         )
 
 
@@ -90,9 +108,13 @@ def load_space(path: str | Path) -> SearchSpace:
     if not path.is_file():
         raise TrickLabError(f"search space file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise TrickLabError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    except TrickLabError as exc:  # a key given twice
+        raise TrickLabError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise TrickLabError(f"cannot read search space file {path}: {exc.strerror}") from None
     return parse_space(data, source=str(path))
 
 
@@ -100,18 +122,28 @@ def parse_space(data: Any, source: str = "space") -> SearchSpace:
     """A search space from a mapping of recipe key -> list of choices or {low, high, log, step}."""
     if not isinstance(data, dict) or not data:
         raise TrickLabError(f"{source}: expected a mapping of recipe keys to choices or ranges")
+    if "run.seed" in data:
+        raise TrickLabError(f"{source}: {SEEDS_ERROR}")
     return SearchSpace({str(k): _distribution(str(k), v, source) for k, v in data.items()})
 
 
 def _number(key: str, name: str, value: Any, source: str) -> float | int:
-    if isinstance(value, str):  # PyYAML reads 1e-3 (no dot) as a string
+    if isinstance(value, str):  # YAML reads 1e-3 (no dot) as a string
         try:
             value = float(value)
         except ValueError:
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TrickLabError(f"{source}: {key}.{name}={value!r} is not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TrickLabError(f"{source}: {key}.{name}={value!r} is not a finite number")
     return value
+
+
+def _field_type(key: str) -> str | None:
+    """The recipe field's type without `| None` (`int`, `float`, ...); None for an unknown key
+    (`SearchSpace.check` names it)."""
+    return next((row["type"].split(" |")[0] for row in field_table() if row["key"] == key), None)
 
 
 def _distribution(key: str, spec: Any, source: str) -> BaseDistribution:
@@ -131,27 +163,56 @@ def _distribution(key: str, spec: Any, source: str) -> BaseDistribution:
     low = _number(key, "low", spec["low"], source)
     high = _number(key, "high", spec["high"], source)
     step = _number(key, "step", spec["step"], source) if spec.get("step") is not None else None
+    if step is not None and step <= 0:
+        raise TrickLabError(f"{source}: {key}.step={step} must be > 0")
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise TrickLabError(f"{source}: {key}.log must be true or false")
-    integer = all(isinstance(v, int) for v in (low, high) + ((step,) if step is not None else ()))
+    numbers = (low, high) + ((step,) if step is not None else ())
+    all_ints = all(isinstance(v, int) for v in numbers)
+    kind = _field_type(key)
+    if kind == "int" and not all_ints:
+        raise TrickLabError(
+            f"{source}: {key} is an integer field; its low, high and step must be integers"
+        )
+    if kind not in (None, "int", "float"):
+        raise TrickLabError(
+            f"{source}: {key} is a {kind} field, not a number; give it a list of choices"
+        )
     try:
-        if integer:
-            return IntDistribution(low, high, log=log, step=step or 1)
-        return FloatDistribution(float(low), float(high), log=log, step=step)
+        if kind == "int" or (kind is None and all_ints):
+            return IntDistribution(low, high, log=log, step=1 if step is None else step)
+        return FloatDistribution(
+            float(low), float(high), log=log, step=None if step is None else float(step)
+        )
     except ValueError as exc:
         raise TrickLabError(f"{source}: {key}: {exc}") from None
+    except ArithmeticError:  # a huge int, or a step Optuna's Decimal arithmetic cannot divide by
+        raise TrickLabError(
+            f"{source}: {key}: low, high or step is too large or too fine"
+        ) from None
 
 
-def _grid_values(key: str, dist: BaseDistribution) -> list[Any]:
+def _grid_size(key: str, dist: BaseDistribution) -> int | float:
+    """How many grid values an axis has (math.inf when too many to count); TrickLabError for a
+    continuous range."""
     if isinstance(dist, CategoricalDistribution):
-        return list(dist.choices)
+        return len(dist.choices)
     if isinstance(dist, IntDistribution):
-        return list(range(dist.low, dist.high + 1, dist.step))
+        return (dist.high - dist.low) // dist.step + 1
     if isinstance(dist, FloatDistribution) and dist.step is not None:
-        count = round((dist.high - dist.low) / dist.step)
-        return [round(dist.low + i * dist.step, 12) for i in range(count + 1)]
+        span = (dist.high - dist.low) / dist.step
+        return round(span) + 1 if math.isfinite(span) else math.inf
     raise TrickLabError(
         f"the grid sampler needs a finite space, but {key} is a continuous range; "
         "give it a list of choices or a step, or use --sampler random|tpe"
     )
+
+
+def _grid_values(dist: BaseDistribution) -> list[Any]:
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, IntDistribution):
+        return list(range(dist.low, dist.high + 1, dist.step))
+    count = round((dist.high - dist.low) / dist.step)
+    return [round(dist.low + i * dist.step, 12) for i in range(count + 1)]

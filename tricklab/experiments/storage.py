@@ -8,6 +8,8 @@ One Optuna study per experiment. `--storage` takes
 - any SQLAlchemy URL Optuna accepts (`postgresql://user@host/db`, `sqlite:///file.db`): for several
   machines use PostgreSQL;
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
+In-memory SQLite (`sqlite://`) is refused: it would store nothing to resume. A journal file that
+exists must start with an Optuna journal record, so no other file is ever appended to.
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
@@ -25,6 +27,7 @@ Optuna's own heartbeat exists only for RDB storages; this one works for journal 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -93,9 +96,21 @@ def _check_database_url(url: str) -> None:
     from sqlalchemy.engine import make_url
 
     try:
-        make_url(url).get_dialect()
+        parsed = make_url(url)
+        parsed.get_dialect()
     except Exception as exc:  # ArgumentError (unparsable), NoSuchModuleError (unknown kind)
-        raise TrickLabError(f"cannot open storage {url}: {type(exc).__name__}: {exc}") from None
+        raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise TrickLabError(
+            f"--storage {url} is an in-memory database: nothing would be stored or resumed; "
+            "give a file (sqlite:///PATH.db)"
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: SQLAlchemy adds the SQL and a web link on lines of their own."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
@@ -107,7 +122,11 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         _make_parent(path, url)
         if path.is_dir():
             raise TrickLabError(f"cannot open storage {url}: it is a folder")
-        return optuna.storages.JournalStorage(_journal_backend(str(path)))
+        _check_journal(path)
+        try:  # reads the whole journal: a damaged line fails here, before anything is written
+            return optuna.storages.JournalStorage(_journal_backend(str(path)))
+        except Exception as exc:
+            raise TrickLabError(f"cannot read journal {path}: {_one_line(exc)}") from None
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
@@ -125,9 +144,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if attempt + 1 == SCHEMA_RETRIES or not racing:
-                raise TrickLabError(
-                    f"cannot open storage {url}: {type(exc).__name__}: {exc}"
-                ) from None
+                raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -137,6 +154,26 @@ def _make_parent(path: Path, url: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
+
+
+def _check_journal(path: Path) -> None:
+    """TrickLabError unless `path` is missing, empty, or starts with an Optuna journal record:
+    Optuna would append to any file and only then fail to read it."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(1 << 20)  # a record is short; never read a whole big file
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise TrickLabError(f"cannot open storage journal:{path}: {exc.strerror or exc}") from None
+    if not first:
+        return
+    try:
+        record = json.loads(first)
+    except ValueError:  # not JSON, or not UTF-8
+        record = None
+    if not isinstance(record, dict) or "op_code" not in record:
+        raise TrickLabError(f"{path} is not an Optuna journal file; give another --storage path")
 
 
 def _journal_backend(path: str) -> Any:

@@ -320,7 +320,7 @@ def load_recipe(
     else:
         text, source = _read_recipe_text(str(name_or_path))
         try:
-            data = _read_yaml(text) or {}
+            data = read_yaml(text) or {}
         except yaml.YAMLError as exc:
             raise TrickLabError(f"{source}: not valid YAML ({exc.__class__.__name__})") from None
         except TrickLabError as exc:  # a key given twice
@@ -460,14 +460,14 @@ _RecipeLoader.add_implicit_resolver(
 )
 
 
-def _read_yaml(text: str) -> Any:
+def read_yaml(text: str) -> Any:
     """Recipe YAML (a file's text or one command-line value), read safely with YAML 1.2 booleans."""
     return yaml.load(text, Loader=_RecipeLoader)
 
 
 def _read_value(text: str) -> Any:
     """A command-line value: empty is None, anything else is read as recipe YAML."""
-    return _read_yaml(text) if text.strip() else None
+    return read_yaml(text) if text.strip() else None
 
 
 def _as_type(base: Any, value: Any) -> Any:

@@ -1,0 +1,282 @@
+"""Bad input to ablate / sweep / results: one line on stderr, exit code 2, nothing stored."""
+
+import math
+import os
+
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.cli import main
+from tricklab.errors import TrickLabError
+from tricklab.experiments import Liveness, ablate
+from tricklab.experiments.plan import MAX_SEEDS, parse_vary, plan_configs
+from tricklab.experiments.space import MAX_GRID_POINTS, load_space, parse_space
+from tricklab.train.recipe import load_recipe
+
+TINY = [*TINY_SYNTHETIC, "run.epochs=1"]
+SEED_MESSAGE = "run.seed is set by --seeds (seeds 0..N-1)"
+
+
+def ablate_args(tmp_path, *extra):
+    return ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--seeds", "1",
+            "--out", str(tmp_path / "exp"), *extra]  # fmt: skip
+
+
+def sweep_args(tmp_path, space_text, *extra):
+    (tmp_path / "space.yaml").write_text(space_text)
+    return ["sweep", "--baseline", *TINY, "--space", str(tmp_path / "space.yaml"),
+            "--out", str(tmp_path / "exp"), *extra]  # fmt: skip
+
+
+def one_error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def never_train(recipe, **kwargs):
+    raise AssertionError("no run may start on bad input")
+
+
+# ---------------------------------------------------------------- run.seed
+
+
+def test_varying_run_seed_in_an_ablation_is_a_user_error():
+    with pytest.raises(TrickLabError, match="run.seed is set by --seeds"):
+        plan_configs(load_recipe(None, ["data.name=synthetic"]), parse_vary(["run.seed=1,2"]))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda d: ["ablate", "--baseline", *TINY, "--vary", "run.seed=1", "--out", str(d / "exp")],
+        lambda d: ["ablate", "--baseline", *TINY, "run.seed=5", "--vary", "optim.lr=0.2",
+                   "--out", str(d / "exp")],
+        lambda d: sweep_args(d, "run.seed: [1, 2]\n", "--sampler", "grid"),
+    ],
+    ids=["ablate-vary", "baseline-override", "sweep-space"],
+)  # fmt: skip
+def test_run_seed_in_the_plan_or_the_baseline_gives_one_line_and_no_study(tmp_path, capsys, args):
+    assert main(args(tmp_path)) == 2
+    assert SEED_MESSAGE in one_error_line(capsys)
+    assert not (tmp_path / "exp").exists()
+
+
+# ---------------------------------------------------------------- the space file
+
+
+def test_space_file_is_read_like_a_recipe_so_off_stays_the_word_off(tmp_path):
+    (tmp_path / "space.yaml").write_text("tricks.compile: [off, default]\n")
+    space = load_space(tmp_path / "space.yaml")
+    assert space.distributions["tricks.compile"] == CategoricalDistribution(["off", "default"])
+    space.check(load_recipe(None, ["data.name=synthetic"]))  # "off" is a valid choice
+
+
+def test_yes_is_not_a_boolean_in_a_space_file(tmp_path):
+    (tmp_path / "space.yaml").write_text("optim.lr: {low: 0.01, high: 1, log: yes}\n")
+    with pytest.raises(TrickLabError, match="optim.lr.log must be true or false"):
+        load_space(tmp_path / "space.yaml")
+
+
+@pytest.mark.parametrize("step", [0, -32, 0.0])
+def test_a_range_step_must_be_positive(step):
+    with pytest.raises(TrickLabError, match="step=.* must be > 0"):
+        parse_space({"loader.batch_size": {"low": 32, "high": 64, "step": step}})
+
+
+def test_a_float_field_with_int_bounds_is_a_float_range():
+    space = parse_space({"optim.lr": {"low": 1, "high": 3}})
+    assert space.distributions["optim.lr"] == FloatDistribution(1.0, 3.0)
+
+
+def test_an_int_field_with_float_bounds_is_a_user_error():
+    with pytest.raises(TrickLabError, match="loader.batch_size is an integer field"):
+        parse_space({"loader.batch_size": {"low": 32.0, "high": 64}})
+
+
+def test_a_range_on_a_field_that_is_not_a_number_is_a_user_error():
+    with pytest.raises(TrickLabError, match="optim.name is a str field"):
+        parse_space({"optim.name": {"low": 1, "high": 3}})
+
+
+@pytest.mark.parametrize(
+    "range_",
+    [{"low": 0.0, "high": "1e400"}, {"low": 0.0, "high": 1.0e300, "step": 1.0e-300}],
+    ids=["infinite-high", "step-too-fine"],
+)
+def test_a_range_no_distribution_can_hold_is_a_user_error(range_):
+    with pytest.raises(TrickLabError, match="optim.lr"):
+        parse_space({"optim.lr": range_})
+
+
+def test_a_grid_too_large_to_list_is_refused_before_it_is_built(tmp_path, capsys):
+    args = sweep_args(tmp_path, "loader.batch_size: {low: 1, high: 2147483647}\n",
+                      "--sampler", "grid", "--dry-run")  # fmt: skip
+    assert main(args) == 2
+    assert f"2,147,483,647 points (2,147,483,647), more than {MAX_GRID_POINTS:,}" in one_error_line(capsys)
+    space = parse_space({"optim.lr": {"low": 0.0, "high": 1.0, "step": 1e-3},
+                         "loader.batch_size": {"low": 1, "high": 1000}})  # fmt: skip
+    with pytest.raises(TrickLabError, match=r"1,001,000 points \(1,001 × 1,000\)"):
+        space.grid()
+
+
+def test_a_range_end_outside_the_fields_bounds_is_refused_by_the_field(tmp_path, capsys):
+    args = sweep_args(tmp_path, "loader.batch_size: {low: 1, high: 100000000000000000000}\n",
+                      "--sampler", "grid", "--dry-run")  # fmt: skip
+    assert main(args) == 2
+    assert "loader.batch_size=100000000000000000000 must be <=" in one_error_line(capsys)
+
+
+# ---------------------------------------------------------------- liveness and counts
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--grace-seconds", "-1"], "--grace-seconds -1.0 must be a finite number of seconds > 0"),
+        (["--grace-seconds", "0"], "--grace-seconds 0.0 must be"),
+        (["--grace-seconds", "nan"], "--grace-seconds nan must be"),
+        (["--grace-seconds", "inf"], "--grace-seconds inf must be"),
+        (["--heartbeat-seconds", "0"], "--heartbeat-seconds 0.0 must be"),
+        (["--heartbeat-seconds", "1e12", "--grace-seconds", "1e13"], "must be at most"),
+        (["--grace-seconds", "5"], "larger than the heartbeat interval"),
+        (["--seeds", "1000000000"], f"at most {MAX_SEEDS} seeds"),
+    ],
+    ids=["grace-negative", "grace-zero", "grace-nan", "grace-inf", "heartbeat-zero",
+         "heartbeat-huge", "grace-below-heartbeat", "seeds-huge"],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["ablate", "sweep"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_bad_liveness_or_too_many_seeds_gives_one_line_and_no_study(
+    tmp_path, capsys, extra, message, command, dry_run
+):
+    if command == "ablate":
+        args = ablate_args(tmp_path, *extra)
+    else:
+        args = sweep_args(tmp_path, "optim.lr: [0.1, 0.2]\n", "--sampler", "grid", *extra)
+    assert main(args + ["--dry-run"] * dry_run) == 2
+    assert message in one_error_line(capsys)
+    assert not (tmp_path / "exp").exists()
+
+
+def test_liveness_refuses_a_grace_period_a_live_worker_could_outlast():
+    with pytest.raises(TrickLabError, match="--grace-seconds -1 must be"):
+        Liveness(grace_seconds=-1)
+    with pytest.raises(TrickLabError, match="larger than the heartbeat"):
+        Liveness(heartbeat_seconds=10, grace_seconds=10)
+    assert math.isclose(Liveness(heartbeat_seconds=0.5, grace_seconds=1).grace_seconds, 1)
+
+
+# ---------------------------------------------------------------- storages
+
+
+@pytest.mark.parametrize("content", ["garbage\n", "[1, 2]\n", "\xff\xfe\n"], ids=["text", "json-list", "binary"])
+@pytest.mark.parametrize("command", ["ablate", "results"])
+def test_a_file_that_is_not_a_journal_is_refused_and_left_as_it_was(
+    tmp_path, capsys, content, command
+):
+    journal = tmp_path / "bad.journal"
+    journal.write_bytes(content.encode("latin-1"))
+    before = journal.read_bytes()
+    if command == "ablate":
+        args = ablate_args(tmp_path, "--storage", f"journal:{journal}")
+    else:
+        args = ["results", "x", "--storage", f"journal:{journal}"]
+    assert main(args) == 2
+    assert f"{journal} is not an Optuna journal file" in one_error_line(capsys)
+    assert journal.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["ablate", "results"])
+def test_a_journal_optuna_cannot_replay_gives_one_line_and_is_left_as_it_was(
+    tmp_path, capsys, command
+):
+    journal = tmp_path / "bad.journal"
+    journal.write_text('{"op_code": 99}\n')
+    if command == "ablate":
+        args = ablate_args(tmp_path, "--storage", f"journal:{journal}")
+    else:
+        args = ["results", "x", "--storage", f"journal:{journal}"]
+    assert main(args) == 2
+    assert f"cannot read journal {journal}" in one_error_line(capsys)
+    assert journal.read_text() == '{"op_code": 99}\n'
+
+
+def test_an_empty_journal_file_is_a_new_journal(tmp_path):
+    journal = tmp_path / "new.journal"
+    journal.touch()
+    baseline = load_recipe(None, ["data.name=synthetic"])
+
+    def train(recipe, **kwargs):
+        raise RuntimeError("boom")  # a failed run is stored like any other
+
+    summary = ablate(baseline, {"optim.lr": [0.4]}, 1, storage=f"journal:{journal}",
+                     out_dir=tmp_path, train_fn=train, liveness=Liveness(poll_seconds=0.05))  # fmt: skip
+    assert summary.status_counts == {"failed": 2}
+    assert journal.read_text().startswith('{"op_code":')
+
+
+GARBAGE_DB = lambda p: p.write_bytes(os.urandom(4096))  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    "make, args, message",
+    [
+        (GARBAGE_DB, ["results", "x", "--storage", "sqlite:///{p}"], "file is not a database"),
+        (GARBAGE_DB, ["results", "x", "--storage", "{p}"], "file is not a database"),
+        (GARBAGE_DB, ["--storage", "{p}"], "file is not a database"),
+        (lambda p: p.mkdir(), ["--storage", "{p}"], "unable to open database file"),
+        (lambda p: p.mkdir(), ["results", "x", "--storage", "{p}"], "no study database at {p}"),
+    ],
+    ids=["results-garbage-url", "results-garbage-path", "ablate-garbage", "ablate-folder",
+         "results-folder"],
+)  # fmt: skip
+def test_a_database_that_cannot_be_opened_gives_one_line(tmp_path, capsys, make, args, message):
+    path = tmp_path / "some.db"
+    make(path)
+    args = [a.format(p=path) for a in args]
+    assert main(args if args[0] == "results" else ablate_args(tmp_path, *args)) == 2
+    line = one_error_line(capsys)
+    assert str(path) in line and message.format(p=path) in line
+
+
+@pytest.mark.parametrize("storage", ["sqlite://", "sqlite:///:memory:"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_an_in_memory_database_is_refused_for_it_would_store_nothing(tmp_path, capsys, storage, dry_run):
+    args = ablate_args(tmp_path, "--storage", storage) + ["--dry-run"] * dry_run
+    assert main(args) == 2
+    assert "is an in-memory database" in one_error_line(capsys)
+    args = sweep_args(tmp_path, "optim.lr: [0.1, 0.2]\n", "--trials", "1", "--storage", storage)
+    assert main(args) == 2
+    assert "is an in-memory database" in one_error_line(capsys)
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (lambda d: ablate_args(d, "--study", ""), "--study"),
+        (lambda d: ablate_args(d, "--dry-run") + ["--out", ""], "--out"),
+        (lambda d: sweep_args(d, "optim.lr: [0.1]\n", "--trials", "1", "--study", " "), "--study"),
+        (lambda d: ["results", "x", "--out", str(d / "exp"), "--csv", ""], "--csv"),
+        (lambda d: ["results", "", "--out", str(d / "exp")], "study"),
+    ],
+    ids=["ablate-study", "ablate-out", "sweep-study", "results-csv", "results-study"],
+)
+def test_an_empty_name_or_path_is_a_user_error_not_the_default(tmp_path, capsys, args, option):
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # an empty --out would have meant the current folder
+    try:
+        assert main(args(tmp_path)) == 2
+    finally:
+        os.chdir(cwd)
+    assert one_error_line(capsys) == f"error: {option} is empty; give a value or leave it out"
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["space.yaml"])
+
+
+def test_a_key_given_twice_in_a_space_file_is_refused(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("optim.lr: [0.1, 0.2]\noptim.lr: [0.3]\n")
+    with pytest.raises(TrickLabError, match=r"space.yaml: 'optim.lr' is given twice \(line 2\)"):
+        load_space(path)
