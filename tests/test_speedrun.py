@@ -337,7 +337,7 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
         (["--peak-tflops", "inf"], "--peak-tflops must be a positive"),
         (["--target", "150"], "target accuracy 150.0 must be a fraction in (0, 1] or a percentage"),
         (["--target", "0"], "target accuracy 0.0 must be"),
-        (["--warmup-epochs", "-1"], "--warmup-epochs must be >= 0"),
+        (["--warmup-epochs", "-1"], "--warmup-epochs must be a number >= 0"),
     ],
 )
 def test_speedrun_cli_bad_input_gives_one_line_and_exit_2(args, message, capsys):

@@ -104,7 +104,7 @@ class SpeedrunSummary:
 
 def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
     """Two-sided 95 % Student-t confidence interval of the mean; None for fewer than two values."""
-    from tricklab.experiments.stats import mean_interval
+    from tricklab.measure.intervals import mean_interval
 
     _, _, low, high = mean_interval(values, 0.95)
     return None if low is None else (low, high)
