@@ -171,10 +171,15 @@ def test_liveness_refuses_a_grace_period_a_live_worker_could_outlast():
 # ---------------------------------------------------------------- storages
 
 
-@pytest.mark.parametrize("content", ["garbage\n", "[1, 2]\n", "\xff\xfe\n"], ids=["text", "json-list", "binary"])
+@pytest.mark.parametrize(
+    "content, message",
+    [("garbage\n", "is not an Optuna journal file"), ("[1, 2]\n", "is not an Optuna journal file"),
+     ("\xff\xfe\n", "is not an Optuna journal file"), ('{"op_code": 99}\n', "cannot read journal")],
+    ids=["text", "json-list", "binary", "unknown-op"],
+)
 @pytest.mark.parametrize("command", ["ablate", "results"])
 def test_a_file_that_is_not_a_journal_is_refused_and_left_as_it_was(
-    tmp_path, capsys, content, command
+    tmp_path, capsys, content, message, command
 ):
     journal = tmp_path / "bad.journal"
     journal.write_bytes(content.encode("latin-1"))
@@ -184,23 +189,9 @@ def test_a_file_that_is_not_a_journal_is_refused_and_left_as_it_was(
     else:
         args = ["results", "x", "--storage", f"journal:{journal}"]
     assert main(args) == 2
-    assert f"{journal} is not an Optuna journal file" in one_error_line(capsys)
+    line = one_error_line(capsys)
+    assert message in line and str(journal) in line
     assert journal.read_bytes() == before
-
-
-@pytest.mark.parametrize("command", ["ablate", "results"])
-def test_a_journal_optuna_cannot_replay_gives_one_line_and_is_left_as_it_was(
-    tmp_path, capsys, command
-):
-    journal = tmp_path / "bad.journal"
-    journal.write_text('{"op_code": 99}\n')
-    if command == "ablate":
-        args = ablate_args(tmp_path, "--storage", f"journal:{journal}")
-    else:
-        args = ["results", "x", "--storage", f"journal:{journal}"]
-    assert main(args) == 2
-    assert f"cannot read journal {journal}" in one_error_line(capsys)
-    assert journal.read_text() == '{"op_code": 99}\n'
 
 
 def test_an_empty_journal_file_is_a_new_journal(tmp_path):
