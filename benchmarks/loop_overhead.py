@@ -22,6 +22,7 @@ Needs `pip install -e ".[bench]"` for Lightning. Goal: tricklab <= 1.03x bare an
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -31,6 +32,7 @@ from torch import nn
 from tricklab.data.augment import channel_stats, normalize
 from tricklab.data.loaders import DeviceLoader
 from tricklab.data.sources import load_dataset
+from tricklab.measure.intervals import mean_interval
 from tricklab.models import build_model
 from tricklab.train.api import train
 from tricklab.train.recipe import load_recipe
@@ -162,6 +164,12 @@ def time_lightning(epochs: int, batch: int, metrics: bool) -> float:
     return EpochTimer.seconds
 
 
+def ratio_interval(ratios: list[float]) -> str:
+    """95% Student-t interval of the geometric mean of paired ratios: how precise this run is."""
+    _, _, low, high = mean_interval([math.log(r) for r in ratios])
+    return "-" if low is None else f"{math.exp(low):.3f}-{math.exp(high):.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
@@ -195,15 +203,17 @@ def main() -> None:
         + ("all keep train loss/acc per epoch" if args.same_metrics else "only tricklab keeps metrics")
     )
     print()
-    print("| loop | median s | ms/step | vs bare (median of paired ratios) | vs Lightning |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| loop | median s | ms/step | vs bare (median of paired ratios) | 95% CI | vs Lightning | 95% CI |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, values in times.items():
         med = statistics.median(values)
-        vs_bare = statistics.median(v / b for v, b in zip(values, bare))
-        vs_lightning = statistics.median(v / li for v, li in zip(values, lightning))
-        print(
-            f"| {name} | {med:.3f} | {1000 * med / steps:.2f} | {vs_bare:.3f}x | {vs_lightning:.3f}x |"
-        )
+        cells = []
+        for reference in (bare, lightning):
+            ratios = [v / r for v, r in zip(values, reference)]
+            cells += [f"{statistics.median(ratios):.3f}x", ratio_interval(ratios)]
+        print(f"| {name} | {med:.3f} | {1000 * med / steps:.2f} | " + " | ".join(cells) + " |")
     print()
     for name, values in times.items():
         print(f"{name}: " + ", ".join(f"{v:.2f}" for v in values) + " s")
