@@ -30,6 +30,14 @@ INTERRUPTED_EXIT_CODE = 130
 MAX_CLASSES = 100_000  # 128 + SIGINT: what a shell reports after Ctrl-C
 
 
+def check_not_empty(args: argparse.Namespace, *options: str) -> None:
+    """An empty --out, --study, ... is a mistake (an unset variable), not a request for the default."""
+    for option in options:
+        value = getattr(args, option.lstrip("-").replace("-", "_"))
+        if value is not None and not value.strip():
+            raise TrickLabError(f"{option} is empty; give a value or leave it out")
+
+
 def _recipe_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     """Split positional words into an optional recipe (no '=') and key=value overrides."""
     words = list(args.words)
@@ -130,8 +138,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tricklab.train.recipe import load_recipe
 
     name, overrides = _recipe_and_overrides(args)
-    if args.out is not None and not args.out.strip():
-        raise TrickLabError("--out is empty: give a folder name")
+    check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)
     out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name or 'default'}"
     try:

@@ -375,6 +375,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
 def cmd_speedrun(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from tricklab.cli import check_not_empty
     from tricklab.experiments.plan import normalize_target
     from tricklab.train.api import check_setup
     from tricklab.train.recipe import load_recipe
@@ -384,8 +385,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
         raise TrickLabError(
             f"expected key=value overrides, got '{bad[0]}' (the recipe goes after --recipe)"
         )
-    if args.out is not None and not args.out.strip():
-        raise TrickLabError("--out is empty: give a folder name")
+    check_not_empty(args, "--out")
     target = normalize_target(args.target) if args.target is not None else None
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)

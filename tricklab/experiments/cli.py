@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tricklab.cli import INTERRUPTED_EXIT_CODE
+from tricklab.cli import INTERRUPTED_EXIT_CODE, check_not_empty
 from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import PRUNERS, SAMPLERS
 
@@ -197,14 +197,6 @@ def _baseline(args: argparse.Namespace) -> Any:
     return baseline
 
 
-def _check_not_empty(args: argparse.Namespace, *options: str) -> None:
-    """An empty --study, --out, ... is a mistake (an unset variable), not a request for the default."""
-    for option in options:
-        value = getattr(args, option.lstrip("-"))
-        if value is not None and not value.strip():
-            raise TrickLabError(f"{option} is empty; give a value or leave it out")
-
-
 def _liveness(args: argparse.Namespace) -> Liveness:
     """The workers' liveness settings; TrickLabError for a bad --heartbeat/--grace-seconds."""
     from tricklab.experiments.runner import Liveness
@@ -257,7 +249,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import ablate, plan_ablation
     from tricklab.experiments.storage import experiment_dir, storage_url
 
-    _check_not_empty(args, "--study", "--storage", "--out")
+    check_not_empty(args, "--study", "--storage", "--out")
     liveness = _liveness(args)
     baseline = _baseline(args)
     vary = parse_vary(args.vary)
@@ -302,7 +294,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.space import load_space
     from tricklab.experiments.storage import experiment_dir, storage_url
 
-    _check_not_empty(args, "--study", "--storage", "--out", "--space")
+    check_not_empty(args, "--study", "--storage", "--out", "--space")
     liveness = _liveness(args)
     base = _baseline(args)
     space = load_space(args.space)
@@ -361,7 +353,7 @@ def run_results(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import study_results
     from tricklab.experiments.stats import write_csv
 
-    _check_not_empty(args, "study", "--storage", "--out", "--reference", "--csv")
+    check_not_empty(args, "study", "--storage", "--out", "--reference", "--csv")
     target = normalize_target(args.target) if args.target is not None else None
     meta, rows = study_results(
         args.study, args.storage, out_dir=args.out, reference=args.reference, target=target

@@ -334,25 +334,25 @@ def _read_recipe_text(name: str) -> tuple[str, str]:
     if not name.strip():
         raise TrickLabError("empty recipe name: give a built-in recipe (`tricklab recipes`) or a .yaml path")
     path = Path(name)
-    builtin = builtin_recipes()
-    if path.is_file() or (name not in builtin and (path.suffix in (".yaml", ".yml") or path.exists())):
-        if path.is_dir():
-            raise TrickLabError(f"recipe file {path} is a folder, not a YAML file")
-        if not path.is_file():
-            raise TrickLabError(f"recipe file {path} does not exist")
+    if path.is_file():
         try:
             return path.read_text(encoding="utf-8"), str(path)
         except UnicodeDecodeError:
             raise TrickLabError(f"recipe file {path} is not UTF-8 text") from None
         except OSError as exc:
             raise TrickLabError(f"cannot read recipe file {path}: {exc.strerror}") from None
-    if name not in builtin:
-        close = difflib.get_close_matches(name, builtin, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        raise TrickLabError(
-            f"unknown recipe '{name}': {hint}built-in recipes: {', '.join(builtin)} (or give a .yaml path)"
-        )
-    return resources.files("tricklab.recipes").joinpath(f"{name}.yaml").read_text(), name
+    builtin = builtin_recipes()
+    if name in builtin:
+        return resources.files("tricklab.recipes").joinpath(f"{name}.yaml").read_text(), name
+    if path.is_dir():
+        raise TrickLabError(f"recipe file {path} is a folder, not a YAML file")
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        raise TrickLabError(f"recipe file {path} does not exist")
+    close = difflib.get_close_matches(name, builtin, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise TrickLabError(
+        f"unknown recipe '{name}': {hint}built-in recipes: {', '.join(builtin)} (or give a .yaml path)"
+    )
 
 
 def _split_key(key: str, source: str) -> tuple[str, str]:
@@ -392,6 +392,9 @@ def _type_name(tp: Any) -> str:
     return tp.__name__
 
 
+INT_MAX = 2**31 - 1  # the bound of an int field that names none
+
+
 def _coerce(key: str, value: Any, source: str) -> Any:
     """Check `value` against the field's type, allowed values and bound; return it typed."""
     section, name = key.split(".")
@@ -423,9 +426,6 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     if maximum is not None and typed > maximum:
         raise TrickLabError(f"{source}: {key}={value!r} must be <= {maximum}")
     return typed
-
-
-INT_MAX = 2**31 - 1
 
 
 _BAD = object()
