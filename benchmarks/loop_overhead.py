@@ -2,7 +2,8 @@
 
 Same model (a tiny airbench net), same data path (the same DeviceLoader batches of synthetic
 images), same optimizer and number of steps, on the CPU. Each is timed over its training steps only
-(no evaluation, no setup), repeated, interleaved, and the medians compared. The model is tiny on
+(no evaluation, no setup), repeated, interleaved in an order rotated each repeat, and the medians
+compared. The model is tiny on
 purpose: the loop's own cost per step shows only when a step is short (as on a GPU).
 
     python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
@@ -188,10 +189,14 @@ def main() -> None:
         "Lightning Trainer": time_lightning,
     }
     times = {name: [] for name in runners}
-    for _ in range(args.repeats):  # interleaved, so drifts in machine load hit all three alike
-        for name, run in runners.items():
+    names = list(runners)
+    for repeat in range(args.repeats):
+        # Interleaved, so drifts in machine load hit all three alike, and in an order rotated each
+        # repeat, so no contender always runs first or right after the same other one.
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
             torch.set_num_threads(args.threads)
-            times[name].append(run(args.epochs, args.batch_size, args.same_metrics))
+            times[name].append(runners[name](args.epochs, args.batch_size, args.same_metrics))
     # Ratios are taken within each repeat (paired), then their median: a slow spell of a shared
     # machine then slows both sides of a ratio instead of one contender's median.
     bare, lightning = times["bare PyTorch loop"], times["Lightning Trainer"]
