@@ -3,8 +3,8 @@
 Same model (a tiny airbench net), same data path (the same DeviceLoader batches of synthetic
 images), same optimizer and number of steps, on the CPU. Each is timed over its training steps only
 (no evaluation, no setup), repeated, interleaved in an order rotated each repeat, and the medians
-compared. The model is tiny on
-purpose: the loop's own cost per step shows only when a step is short (as on a GPU).
+compared. The model is tiny on purpose: the loop's own cost per step shows only when a step is
+short (as on a GPU).
 
     python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
                                        [--same-metrics]
