@@ -23,6 +23,23 @@ def test_version_and_help():
     assert "train" in run_cli("--help").stdout
 
 
+def test_light_commands_do_not_load_torch():
+    """--help, --version, `tricks`, `recipes` and a bad override answer without importing torch
+    (seconds of start-up); `tricklab.train` is still the function once asked for."""
+    probe = (
+        "import sys, tricklab; from tricklab.cli import main\n"
+        "assert main(['tricks']) == 0 and main(['recipes']) == 0\n"
+        "assert main(['train', 'optim.lrr=1']) == 2\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "from tricklab.train import loop\n"
+        "assert callable(tricklab.train) and tricklab.train.__module__ == 'tricklab.train.api'\n"
+        "assert 'torch' in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "optim.lr" in out.stderr  # the bad key's error named the closest valid one
+
+
 def test_train_json_prints_result_last(tmp_path, capsys):
     assert main(["train", *TINY, "--out", str(tmp_path), "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

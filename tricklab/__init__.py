@@ -1,20 +1,47 @@
-"""tricklab: train CIFAR-scale image classifiers fast and measure honestly which tricks help.
+"""tricklab: train CIFAR-scale image classifiers fast and measure honestly which training tricks help.
 
     import tricklab
     recipe = tricklab.load_recipe("speedrun94", ["run.epochs=5"])
     result = tricklab.train(recipe)          # -> tricklab.RunResult
+
+Names that need torch (train, RunResult, load_dataset, Dataset, build_model, list_models) are
+imported on first use, so `import tricklab` (and the CLI's --help, --version, `tricklab tricks`)
+starts without loading torch.
 """
+
+import importlib
 
 __version__ = "0.1.0"
 
-from tricklab.data.sources import Dataset, load_dataset  # noqa: E402
 from tricklab.errors import TrickLabError  # noqa: E402
-from tricklab.models import build_model, list_models  # noqa: E402
-
-# `train` the function shadows the `tricklab.train` subpackage as an attribute of this package;
-# import submodules with `from tricklab.train import api` (which still works), not attribute access.
-from tricklab.train.api import RunResult, train  # noqa: E402, I001
 from tricklab.train.recipe import Recipe, load_recipe  # noqa: E402
+
+# Importing tricklab.train.recipe bound the `tricklab.train` subpackage as an attribute here; the
+# name belongs to the function `tricklab.train(recipe)`. The subpackage stays importable
+# (`from tricklab.train import api`), not reachable by attribute access.
+del train  # noqa: F821
+
+_LAZY = {
+    "Dataset": "tricklab.data.sources",
+    "load_dataset": "tricklab.data.sources",
+    "build_model": "tricklab.models",
+    "list_models": "tricklab.models",
+    "RunResult": "tricklab.train.api",
+    "train": "tricklab.train.api",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tricklab' has no attribute '{name}'")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "Dataset", "Recipe", "RunResult", "TrickLabError", "build_model", "list_models",

@@ -134,12 +134,13 @@ def print_result(result) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from tricklab.train.api import train
     from tricklab.train.recipe import load_recipe
 
     name, overrides = _recipe_and_overrides(args)
     check_not_empty(args, "--out")
-    recipe = load_recipe(name, overrides)
+    recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
+    from tricklab.train.api import train
+
     out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name or 'default'}"
     try:
         if args.json:
