@@ -150,7 +150,12 @@ def test_grid_of_a_continuous_range_says_what_to_add():
 
 
 @pytest.mark.parametrize(
-    "data", [{}, {"optim.lr": []}, {"optim.lr": {"low": 1}}, {"optim.lr": {"low": 2.0, "high": 1.0}}]
+    "data",
+    [
+        {}, {"optim.lr": []}, {"optim.lr": {"low": 1}}, {"optim.lr": {"low": 2.0, "high": 1.0}},
+        {"optim.lr": [[0.1, 0.2]]}, {"model.widths": [8, 16]}, {"model.widths": [[8, "wide"]]},
+        {"model.widths": {"low": 8, "high": 16}},
+    ],
 )
 def test_malformed_space_is_a_user_error(data):
     with pytest.raises(TrickLabError):

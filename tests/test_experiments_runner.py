@@ -303,6 +303,27 @@ def test_grid_sweep_runs_each_point_once_per_seed_with_its_params(baseline, tmp_
     assert len(rows) == 4 and rows[0].is_reference and rows[0].n == 2
 
 
+@pytest.mark.parametrize("sampler", ["grid", "random"])
+def test_a_list_field_is_swept_over_list_choices(baseline, tmp_path, sampler):
+    widths_seen = []
+
+    def train_fn(recipe, **kwargs):
+        widths_seen.append(recipe.model.widths)
+        return fake_train(recipe, **kwargs)
+
+    space = parse_space({"model.widths": [[8, 16, 16], [16, 32, 32]], "optim.lr": [0.1]})
+    summary = sweep(
+        baseline, space, trials=None if sampler == "grid" else 6, sampler=sampler, sampler_seed=0,
+        out_dir=tmp_path, train_fn=train_fn, liveness=FAST,
+    )  # fmt: skip
+    assert summary.status_counts["complete"] == (2 if sampler == "grid" else 6)
+    assert {tuple(w) for w in widths_seen} == {(8, 16, 16), (16, 32, 32)}
+    trials = unit_trials(summary.study, tmp_path)
+    assert {t.params["model.widths"] for t in trials} == {"[8, 16, 16]", "[16, 32, 32]"}
+    labels = {row.config_id for row in results(summary.study, out_dir=tmp_path)}
+    assert any("model.widths=[16, 32, 32]" in label for label in labels)
+
+
 def test_grid_sweep_of_a_continuous_range_is_a_user_error(baseline, tmp_path):
     space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0}})
     with pytest.raises(TrickLabError, match="finite space"):

@@ -4,6 +4,7 @@
     optim.lr: {low: 1.0e-3, high: 1, log: true}   # float range, log scale
     loader.batch_size: {low: 128, high: 1024, step: 128}   # int range (an int field)
     schedule.name: {choices: [constant, cosine]}  # choices, long form
+    model.widths: [[32, 128, 128], [64, 256, 256]]   # a list field's choices are lists
 
 The file is read as recipes are (true/false are the only booleans: `off` is the word "off"). Each
 entry becomes an Optuna distribution, so Optuna's samplers draw from it; a range is an int or a
@@ -98,8 +99,11 @@ def _suggest(trial: optuna.Trial, key: str, dist: BaseDistribution) -> Any:
 
 
 def overrides_for(params: Mapping[str, Any]) -> list[str]:
-    """Sampled params as recipe overrides."""
-    return [f"{k}={format_value(v)}" for k, v in params.items()]
+    """Sampled params as recipe overrides (a list field's choice is already its YAML text)."""
+    return [
+        f"{k}={v if isinstance(v, str) and _is_list_field(k) else format_value(v)}"
+        for k, v in params.items()
+    ]
 
 
 def load_space(path: str | Path) -> SearchSpace:
@@ -146,12 +150,30 @@ def _field_type(key: str) -> str | None:
     return next((row["type"].split(" |")[0] for row in field_table() if row["key"] == key), None)
 
 
+def _is_list_field(key: str) -> bool:
+    return (_field_type(key) or "").startswith("list[")
+
+
+def _is_scalar_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    )
+
+
 def _distribution(key: str, spec: Any, source: str) -> BaseDistribution:
     if isinstance(spec, dict) and set(spec) == {"choices"}:
         spec = spec["choices"]
     if isinstance(spec, list):
         if not spec:
             raise TrickLabError(f"{source}: {key} has an empty list of choices")
+        if _is_list_field(key):  # each choice a list, held by Optuna as its YAML text
+            bad = [c for c in spec if c is not None and not _is_scalar_list(c)]
+            if bad:
+                raise TrickLabError(
+                    f"{source}: {key} is a list field; each choice must be a list of numbers "
+                    f"(e.g. [[64, 256, 256], [32, 128, 128]]), not {bad[0]!r}"
+                )
+            spec = [c if c is None else format_value(c) for c in spec]
         bad = [c for c in spec if not (c is None or isinstance(c, (bool, int, float, str)))]
         if bad:
             raise TrickLabError(f"{source}: {key} choices must be scalars, not {bad[0]!r}")
