@@ -1,7 +1,9 @@
 """Bad input to ablate / sweep / results: one line on stderr, exit code 2, nothing stored."""
 
+import contextlib
 import math
 import os
+import sqlite3
 
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
@@ -230,6 +232,19 @@ def test_a_database_that_cannot_be_opened_gives_one_line(tmp_path, capsys, make,
     assert main(args if args[0] == "results" else ablate_args(tmp_path, *args)) == 2
     line = one_error_line(capsys)
     assert str(path) in line and message.format(p=path) in line
+
+
+def test_another_programs_sqlite_database_is_refused_and_left_as_it_was(tmp_path, capsys):
+    path = tmp_path / "app.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+        db.commit()
+    before = path.read_bytes()
+    for args in (ablate_args(tmp_path, "--storage", str(path)), ["results", "x", "--storage", str(path)]):
+        assert main(args) == 2
+        line = one_error_line(capsys)
+        assert str(path) in line and "without Optuna's tables (it has users)" in line
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("storage", ["sqlite://", "sqlite:///:memory:"])

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -133,6 +134,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         if must_exist and not path.is_file():
             raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
         _make_parent(path, url)
+        _check_sqlite(path)
         # A heartbeat thread and readers share the file: wait for its lock rather than fail.
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     for attempt in range(SCHEMA_RETRIES):
@@ -174,6 +176,24 @@ def _check_journal(path: Path) -> None:
         record = None
     if not isinstance(record, dict) or "op_code" not in record:
         raise TrickLabError(f"{path} is not an Optuna journal file; give another --storage path")
+
+
+def _check_sqlite(path: Path) -> None:
+    """TrickLabError if `path` is an SQLite database with tables but none of Optuna's: Optuna
+    would add its tables to another program's database."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            tables = sorted(row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+    except sqlite3.Error:  # not a database, locked, ...: opening it says why
+        return
+    if tables and "studies" not in tables:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise TrickLabError(
+            f"{path} is an SQLite database without Optuna's tables (it has {shown}); "
+            "give another --storage path"
+        )
 
 
 def _journal_backend(path: str) -> Any:
