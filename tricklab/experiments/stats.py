@@ -253,6 +253,9 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
     names = [f.name for f in fields(ConfigStats) if f.name != "failures"]
     header = names + [f"failures_{kind}" for kind in FAILURE_KINDS]
     path = Path(path)
+    # A rename would replace a file the user may not write (root too: its mode says read-only).
+    if path.is_file() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o200):
+        raise TrickLabError(f"cannot write the CSV file {path}: it is read-only")
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
