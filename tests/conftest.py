@@ -33,3 +33,13 @@ def cifar10_jpeg(cifar10_jpeg_dir, tricklab_cache_dir):
     from tricklab.data.sources import load_dataset
 
     return load_dataset("imagefolder", cifar10_jpeg_dir, cache_dir=tricklab_cache_dir)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of its own for the session (tests/postgres_server.py); skips without one."""
+    from postgres_server import Server
+
+    server = Server()
+    yield server
+    server.stop()

@@ -247,6 +247,12 @@ def test_another_programs_sqlite_database_is_refused_and_left_as_it_was(tmp_path
     assert path.read_bytes() == before
 
 
+def test_a_storage_whose_driver_is_missing_names_it(tmp_path, capsys):
+    assert main(ablate_args(tmp_path, "--storage", "postgresql+pg8000://u@127.0.0.1:1/db")) == 2
+    line = one_error_line(capsys)
+    assert "pg8000 is not installed" in line and 'pip install "tricklab[postgres]"' in line
+
+
 @pytest.mark.parametrize("storage", ["sqlite://", "sqlite:///:memory:"])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_an_in_memory_database_is_refused_for_it_would_store_nothing(tmp_path, capsys, storage, dry_run):

@@ -166,12 +166,18 @@ def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_e
     assert sorted(trial_status(t) for t in trials) == ["complete"] * 4 + ["interrupted"]
 
 
-def test_two_worker_processes_on_one_journal_storage_cover_the_grid_exactly_once(
-    tmp_path, start_worker
+@pytest.mark.parametrize("kind", ["journal", "postgresql"])
+def test_two_worker_processes_on_one_shared_storage_cover_the_grid_exactly_once(
+    tmp_path, start_worker, request, kind
 ):
+    """The journal file for several processes on one machine; PostgreSQL for several machines
+    (a real server, skipped where the machine has no PostgreSQL install or driver)."""
     vary, seeds = "optim.lr=0.05,0.4", 2  # 3 configs x 2 seeds
-    journal = str(tmp_path / "study.journal")
-    cmd = ablate_command(tmp_path, vary, seeds, storage=journal)
+    if kind == "journal":
+        storage = str(tmp_path / "study.journal")
+    else:
+        storage = request.getfixturevalue("postgres_server").new_database()
+    cmd = ablate_command(tmp_path, vary, seeds, storage=storage)
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     workers = [start_worker(cmd, log) for log in logs]
     finished = [finish_worker(w, log) for w, log in zip(workers, logs)]
@@ -179,7 +185,7 @@ def test_two_worker_processes_on_one_journal_storage_cover_the_grid_exactly_once
         assert code == 0, output
 
     units = planned_units(vary, seeds)
-    trials = study_trials(journal, tmp_path)
+    trials = study_trials(storage, tmp_path)
     assert complete_per_unit(trials) == {unit: 1 for unit in units}  # none skipped, none twice
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     # A trial given up because its unit was taken is no run; every other trial is a complete one.

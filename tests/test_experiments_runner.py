@@ -264,6 +264,7 @@ def test_sampled_sweep_runs_the_requested_trials_each_with_every_seed(baseline, 
     space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0, "log": True}, "optim.name": ["sgd", "adam"]})
     run = dict(trials=4, sampler="tpe", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST)
     summary = sweep(baseline, space, **run)
+    assert summary.planned == summary.ran == 4  # trials, each with its 2 seeds
     trials = unit_trials(summary.study, tmp_path)
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
     assert all(len(t.user_attrs["runs"]) == 2 for t in trials)

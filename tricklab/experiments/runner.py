@@ -148,8 +148,9 @@ class RunEvent:
 class ExperimentSummary:
     """What an `ablate` or `sweep` call leaves: counts and the statistics of the whole study.
 
-    status_counts: the final status of each unit of this plan (ablation, grid sweep) or of each
-    sampled configuration (random/TPE sweep); `missing` counts units with no try yet."""
+    planned, ran (by this call) and already_done count units: (config, seed) runs of an ablation or
+    grid sweep, sampled configurations with all their seeds in a random/TPE sweep. status_counts:
+    the final status of each such unit; `missing` counts units with no try yet."""
 
     study: str
     storage: str
@@ -552,7 +553,8 @@ def run_sampled(
     prune: bool = False,
     on_run_end: Callable[[RunEvent], None] | None = None,
 ) -> int:
-    """Run sampled trials until the study holds `trials` units (see the module doc); runs done."""
+    """Run sampled trials until the study holds `trials` units (see the module doc); returns how
+    many trials (each with all its seeds) this call ran."""
     session_start = datetime.now()
     ran = 0
     while True:
@@ -610,7 +612,7 @@ def run_sampled(
                 prune,
                 on_run_end,
             )
-        ran += len(records)
+        ran += 1  # a sampled configuration, all its seeds: the unit `planned` counts
         if records and records[-1]["status"] == "interrupted":
             raise KeyboardInterrupt
 

@@ -5,8 +5,8 @@ One Optuna study per experiment. `--storage` takes
   time is what SQLite does well);
 - `journal:PATH`, or a path ending in `.journal`/`.log`: Optuna's journal file storage, for several
   worker processes on one machine (or on a shared file system with working locks);
-- any SQLAlchemy URL Optuna accepts (`postgresql://user@host/db`, `sqlite:///file.db`): for several
-  machines use PostgreSQL;
+- any SQLAlchemy URL Optuna accepts (`postgresql+psycopg://user@host/db`, `sqlite:///file.db`): for
+  several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
 In-memory SQLite (`sqlite://`) is refused: it would store nothing to resume. A journal file that
 exists must start with an Optuna journal record, so no other file is ever appended to.
@@ -141,7 +141,14 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         try:
             return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
         except ImportError as exc:
-            raise TrickLabError(f"storage {url} needs a database driver: {exc}") from None
+            missing = getattr(exc.__cause__, "name", None) or "its driver"
+            hint = (
+                '; for PostgreSQL: pip install "tricklab[postgres]" (psycopg 3) and a '
+                "postgresql+psycopg:// URL" if url.startswith("postgresql") else ""
+            )
+            raise TrickLabError(
+                f"storage {url} needs a database driver: {missing} is not installed{hint}"
+            ) from None
         except Exception as exc:  # SQLAlchemy raises many kinds for a bad URL or a lost server
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
