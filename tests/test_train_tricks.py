@@ -94,6 +94,21 @@ def test_tta_flip_averages_mirrored_logits():
         assert torch.equal(tta_logits(model, x, "none"), model(x))
 
 
+@pytest.mark.parametrize("tta", ["flip", "flip-translate"])
+def test_tta_survives_a_forward_that_reuses_its_output_memory(tta):
+    """A forward compiled with CUDA graphs replays into one output buffer, overwriting the
+    previous call's logits: TTA must not hold one call's output across the next call."""
+    model = small_net().eval()
+    x = torch.randn(4, 3, 8, 8)
+    buffer = torch.empty(4, 10)
+
+    def replaying_forward(images):
+        return buffer.copy_(model(images))
+
+    with torch.no_grad():
+        assert torch.allclose(tta_logits(replaying_forward, x, tta), tta_logits(model, x, tta), atol=1e-6)
+
+
 def test_tta_flip_translate_adds_the_one_pixel_shifts_with_reflected_borders():
     model = small_net().eval()
     x = torch.randn(4, 3, 8, 8)

@@ -9,8 +9,13 @@ import torch.nn.functional as F
 
 
 def flip_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor) -> torch.Tensor:
-    """Mean of the logits of the images and of their mirror images."""
-    return 0.5 * (forward(images) + forward(images.flip(-1)))
+    """Mean of the logits of the images and of their mirror images.
+
+    The first logits are cloned before the second call: a forward compiled with CUDA graphs
+    (tricks.compile=reduce-overhead or max-autotune) replays into the same output memory, so its
+    first output would be overwritten by the second."""
+    first = forward(images).clone()
+    return 0.5 * (first + forward(images.flip(-1)))
 
 
 def tta_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, tta: str) -> torch.Tensor:
