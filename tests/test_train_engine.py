@@ -64,6 +64,31 @@ def test_nan_loss_stops_the_cpu_run_at_that_step(monkeypatch):
     assert len(steps) == result.diverged_step  # not one step more
 
 
+@pytest.mark.parametrize(
+    "error",
+    [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+     RuntimeError("CUDA error: out of memory")],  # what cuBLAS/cuDNN raise
+    ids=["OutOfMemoryError", "cuda-error"],
+)
+def test_out_of_memory_mid_run_gives_oom_and_returns(monkeypatch, tmp_path, error):
+    from tricklab.train import loop
+
+    steps = []
+    real_step = loop.train_step
+
+    def step_until_oom(*args):
+        steps.append(1)
+        if len(steps) == 15:  # in the second epoch (10 steps each)
+            raise error
+        return real_step(*args)
+
+    monkeypatch.setattr(loop, "train_step", step_until_oom)
+    result = train(tiny("run.epochs=2"), out_dir=tmp_path)  # returns: the next run can go on
+    assert result.status == "oom" and "out of memory" in result.error
+    assert result.epochs_completed == 1 and result.train_seconds == result.epochs[0]["train_seconds"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "oom"
+
+
 def test_weights_broken_by_the_last_step_give_diverged_and_strict_json(tmp_path):
     # One step: its loss (computed before the update) is finite, the update is not.
     result = train(tiny("optim.lr=1e30", "run.epochs=0.1"), out_dir=tmp_path)

@@ -180,14 +180,6 @@ def _default_train() -> TrainFn:
     return train
 
 
-def _is_oom(exc: BaseException) -> bool:
-    import torch
-
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
 def _free_memory() -> None:
     import torch
 
@@ -270,6 +262,8 @@ def train_one(
         if on_epoch is not None:
             on_epoch(row, len(epochs))
 
+    from tricklab.train.api import is_out_of_memory
+
     start = time.perf_counter()
     status, error, result = "failed", None, None
     try:
@@ -283,11 +277,12 @@ def train_one(
     except Exception as exc:
         if _stop_requested.is_set():  # a library turned the stop's KeyboardInterrupt into its own error
             status, error = "interrupted", INTERRUPTED_ERROR
-        elif _is_oom(exc):
+        elif is_out_of_memory(exc):
             status, error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
-            _free_memory()
         else:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
+    if status == "oom":  # here, not in `except`: its traceback would keep the run's tensors alive
+        _free_memory()
     if result is not None:
         record = result.to_dict()
     else:

@@ -260,24 +260,25 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
                 save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
         result.peak_memory = peak_memory(device)
         result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
-    except torch.cuda.OutOfMemoryError as exc:
-        result.status, result.error = "oom", str(exc).splitlines()[0]
     except BaseException as exc:
         if isinstance(exc, TrickLabError) and not started:
             if created is not None:
                 remove_empty_dirs(out, created)
             raise
-        if isinstance(exc, KeyboardInterrupt):
+        if is_out_of_memory(exc):  # recorded, not raised; memory is freed below, outside `except`
+            result.status, result.error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
+        elif isinstance(exc, KeyboardInterrupt):
             result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         else:
             result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
         result.epochs_completed = len(result.epochs)
         if result.epochs:
             result.train_seconds = result.epochs[-1]["train_seconds"]
-        result.wall_seconds = time.perf_counter() - wall_start
-        if out is not None:
-            _write_json_atomic(out / "result.json", result.to_dict())
-        raise
+        if result.status != "oom":
+            result.wall_seconds = time.perf_counter() - wall_start
+            if out is not None:
+                _write_json_atomic(out / "result.json", result.to_dict())
+            raise
     if result.status == "oom":  # free what the failed run held, so the next run can go on
         parts = None
         gc.collect()
@@ -286,6 +287,14 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     if out is not None:
         _write_json_atomic(out / "result.json", result.to_dict())
     return result
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA out-of-memory, as torch.cuda.OutOfMemoryError or as a CUDA error from a library
+    (cuBLAS, cuDNN: `CUDA error: out of memory`)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
 def json_safe(value: Any) -> Any:
