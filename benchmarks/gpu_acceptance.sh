@@ -24,7 +24,7 @@
 #     benchmarks/gpu_acceptance.sh speedrun94
 #     benchmarks/gpu_acceptance.sh speedrun96
 #     benchmarks/gpu_acceptance.sh resnet18-fast
-# (or RUNS_SPEEDRUN94=12 twice if even one recipe does not fit). Each call writes the table of what
+# (not one recipe over two calls: each call runs seeds 0..N-1). Each call writes the table of what
 # it ran; for one table over several calls, fetch their summary.json files and run
 #     python3 benchmarks/speedrun_table.py a/speedrun94/summary.json b/speedrun96/summary.json ...
 #
