@@ -324,6 +324,32 @@ def test_compile_time_is_measured_apart():
 
 
 @pytest.mark.slow
+def test_compiling_happens_in_the_warm_up_not_in_timed_steps(monkeypatch):
+    """torch.compile guards on shapes and requires_grad: the last, smaller batch and the frozen
+    whitening bias would each recompile inside a timed epoch unless the warm-up met them."""
+    from torch._dynamo.utils import counters
+
+    from tricklab.train import loop
+
+    compiled = []  # graphs compiled during each timed step
+    real_step = loop.train_step
+
+    def counting_step(*args):
+        before = counters["stats"]["unique_graphs"]
+        out = real_step(*args)
+        compiled.append(counters["stats"]["unique_graphs"] - before)
+        return out
+
+    monkeypatch.setattr(loop, "train_step", counting_step)  # the loop's steps, not the warm-up's
+    torch._dynamo.reset()
+    # 500 images in batches of 60: 8 full and one of 20; the bias freezes from the second epoch.
+    result = train(tiny("tricks.compile=default", "run.epochs=2", "loader.batch_size=60",
+                        "model.whiten_bias_epochs=1"))
+    assert result.status == "complete" and len(compiled) == 18
+    assert counters["stats"]["unique_graphs"] >= 2 and sum(compiled) == 0
+
+
+@pytest.mark.slow
 def test_real_cifar10_subset_is_learned_far_above_chance(cifar10_jpeg_dir, tricklab_cache_dir):
     recipe = load_recipe(None, [
         "data.name=imagefolder", f"data.dir={cifar10_jpeg_dir}", f"data.cache_dir={tricklab_cache_dir}",

@@ -181,7 +181,8 @@ def speedrun(
     `peak_tflops` overrides the device's peak from the table in `tricklab.measure.mfu` (needed for
     MFU on a device the table lacks, the CPU included). `target_accuracy` defaults to the recipe's
     run.target_accuracy. `warmup_epochs`: None trains the warm-up for the recipe's full length,
-    0 skips it, a number shortens it (one epoch already autotunes every shape). With `out_dir`,
+    0 skips it, a number shortens it (one epoch meets every batch shape, which cuDNN autotunes;
+    with tricks.compile each run compiles in its own warm-up steps, timed apart). With `out_dir`,
     each run writes its directory (warmup/, seed-0/, ...) and summary.json goes beside them.
     `on_run` is called with each finished run, the warm-up included (its `warmup` is True)."""
     from tricklab.train.api import train

@@ -165,26 +165,49 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
 
 
 def warm_up(p: Parts) -> float:
-    """Run one train step and one eval batch (compilation, autotuning), then restore every state.
+    """Run every kind of train step the loop will meet, and eval batches, then restore every state.
 
-    Returns its seconds, so compilation stays out of train_seconds."""
+    Kinds: a full batch; the last, smaller batch of an epoch when the loader keeps it; both again
+    with the parameters the loop will freeze (the whitening bias after model.whiten_bias_epochs)
+    frozen. torch.compile guards on input shapes and on requires_grad, so each kind compiles
+    once; each runs twice, since CUDA graphs (compile modes reduce-overhead, max-autotune) are
+    recorded on a function's second call. Returns its seconds, so that compiling stays out of
+    train_seconds."""
     saved = copy.deepcopy((p.model.state_dict(), p.optimizer.state_dict(),
                            p.scheduler.state_dict(), p.scaler.state_dict()))
+    loader = p.train_loader
+    num_epochs = math.ceil(p.total_steps / len(loader))
+    frozen = [param for name, param in p.model.named_parameters()
+              if param.requires_grad and name in p.freeze_after_epochs
+              and num_epochs - 1 >= math.ceil(p.freeze_after_epochs[name])]
     sync(p.device)
     start = time.perf_counter()
     p.model.train()
-    images, labels = next(iter(p.train_loader))
-    train_step(p, images, labels)
+    images, labels = next(iter(loader))
+    batches = [(images, labels)]
+    rest = 0 if loader.drop_last else loader.num_samples % loader.batch_size
+    if rest:
+        batches.append((images[:rest], labels[:rest]))
+    for freeze in (False, True) if frozen else (False,):
+        for param in frozen:
+            param.requires_grad_(not freeze)
+        for x, y in batches:
+            for _ in range(2):
+                train_step(p, x, y)
+    for param in frozen:
+        param.requires_grad_(True)
     p.model.eval()
+    eval_images = next(iter(p.eval_loader))[0]
     with torch.inference_mode(), p.autocast():
-        p.forward(next(iter(p.eval_loader))[0])
+        for _ in range(2):
+            p.forward(eval_images)
     sync(p.device)
     seconds = time.perf_counter() - start
     p.model.load_state_dict(saved[0])
     p.optimizer.load_state_dict(saved[1])
     p.scheduler.load_state_dict(saved[2])
     p.scaler.load_state_dict(saved[3])
-    p.train_loader.set_epoch(0)
+    loader.set_epoch(0)
     return seconds
 
 
