@@ -6,6 +6,7 @@ To act on a worker in the middle of a run without racing its end, the test stops
 checks in the storage that its trial is still RUNNING, and only then signals it.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -91,7 +92,7 @@ def complete_per_unit(trials):
     return Counter(t.user_attrs["unit"] for t in trials if trial_status(t) == "complete")
 
 
-def stop_mid_run(worker, log_path, out_dir, after_complete):
+def stop_mid_run(worker, log_path, out_dir, after_complete, spec=None):
     """SIGSTOP the worker while it runs a trial, once `after_complete` trials are complete.
 
     Returns that trial, RUNNING in the storage while the worker is stopped; its run has begun
@@ -101,9 +102,13 @@ def stop_mid_run(worker, log_path, out_dir, after_complete):
     while time.monotonic() < deadline:
         if worker.poll() is not None:
             raise AssertionError(f"worker exited early:\n{log_path.read_text()}")
-        # The worker makes its claim lock once the database and the study exist: opening them
-        # earlier would race the worker creating them.
-        if study is None and (out_dir / "study.db.claim-lock").exists():
+        # The default SQLite file: the worker makes its claim lock once the database and the
+        # study exist (opening them earlier would race the worker creating them). A server
+        # database: the study can be looked up until it exists.
+        if study is None and spec is not None:
+            with contextlib.suppress(KeyError):
+                study = optuna.load_study(study_name=STUDY, storage=open_storage(spec, must_exist=True))
+        elif study is None and (out_dir / "study.db.claim-lock").exists():
             storage = open_storage(storage_url(None, out_dir), must_exist=True)
             study = optuna.load_study(study_name=STUDY, storage=storage)
         if study is not None:
@@ -131,17 +136,19 @@ def _running_here(trial, pid):
     )
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_exactly_once(
-    tmp_path, start_worker
+    tmp_path, start_worker, request, kind
 ):
     vary, seeds = "optim.lr=0.4", 2
-    cmd = ablate_command(tmp_path, vary, seeds)
+    spec = request.getfixturevalue("postgres_server").new_database() if kind == "postgresql" else None
+    cmd = ablate_command(tmp_path, vary, seeds, storage=spec)
     worker = start_worker(cmd, tmp_path / "killed.log")
-    lost = stop_mid_run(worker, tmp_path / "killed.log", tmp_path, after_complete=1)
+    lost = stop_mid_run(worker, tmp_path / "killed.log", tmp_path, after_complete=1, spec=spec)
     os.kill(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=TIMEOUT) == -signal.SIGKILL
 
-    trials = study_trials(None, tmp_path)
+    trials = study_trials(spec, tmp_path)
     assert [t.number for t in trials if t.state == TrialState.RUNNING] == [lost.number]
     done_before = len([t for t in trials if t.state == TrialState.COMPLETE])
     assert done_before >= 1
@@ -160,7 +167,7 @@ def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_e
     assert summary["ran"] == len(units) - done_before
     assert summary["status_counts"] == {"complete": 4}
 
-    trials = study_trials(None, tmp_path)
+    trials = study_trials(spec, tmp_path)
     assert complete_per_unit(trials) == {unit: 1 for unit in units}
     assert trial_status(trials[lost.number]) == "interrupted"
     assert sorted(trial_status(t) for t in trials) == ["complete"] * 4 + ["interrupted"]
