@@ -121,8 +121,9 @@ def register(subparsers: Any) -> None:
 
 
 _STORAGE_HELP = (
-    "Optuna storage: sqlite:///file.db, postgresql://..., or journal:PATH / PATH.journal for "
-    "several worker processes (default: sqlite in the experiment folder)"
+    "Optuna storage: sqlite:///file.db; journal:PATH / PATH.journal for several worker "
+    "processes; postgresql+psycopg://USER@HOST/DB for several machines (pip install "
+    "'tricklab[postgres]'). Default: sqlite in the experiment folder"
 )
 
 
