@@ -31,7 +31,13 @@ _LAZY = {
 }
 
 
+# Subpackages reachable as attributes once asked for (`tricklab.experiments.ablate(...)`).
+_SUBMODULES = ("data", "experiments", "measure", "models", "speedrun")
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tricklab.{name}")  # the import binds it here too
     if name not in _LAZY:
         raise AttributeError(f"module 'tricklab' has no attribute '{name}'")
     value = getattr(importlib.import_module(_LAZY[name]), name)
