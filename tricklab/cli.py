@@ -26,8 +26,8 @@ from tricklab.errors import TrickLabError
 console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
 
-INTERRUPTED_EXIT_CODE = 130
-MAX_CLASSES = 100_000  # 128 + SIGINT: what a shell reports after Ctrl-C
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
+MAX_CLASSES = 100_000
 
 
 def check_not_empty(args: argparse.Namespace, *options: str) -> None:
@@ -181,7 +181,7 @@ def cmd_tricks(args: argparse.Namespace) -> int:
             allowed += f" in [{low}, {high}]"
         elif low is not None:
             allowed += f" ≥ {low}"
-        table.add_row(*(cell for cell in (r["key"], str(r["default"]), allowed, r["doc"])))
+        table.add_row(r["key"], str(r["default"]), allowed, r["doc"])
     console.print(table)
     return 0
 

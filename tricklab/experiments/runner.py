@@ -262,7 +262,7 @@ def train_one(
         if on_epoch is not None:
             on_epoch(row, len(epochs))
 
-    from tricklab.train.api import is_out_of_memory
+    from tricklab.train.api import out_of_memory_error
 
     start = time.perf_counter()
     status, error, result = "failed", None, None
@@ -277,8 +277,8 @@ def train_one(
     except Exception as exc:
         if _stop_requested.is_set():  # a library turned the stop's KeyboardInterrupt into its own error
             status, error = "interrupted", INTERRUPTED_ERROR
-        elif is_out_of_memory(exc):
-            status, error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
+        elif oom := out_of_memory_error(exc):
+            status, error = "oom", oom
         else:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
     if status == "oom":  # here, not in `except`: its traceback would keep the run's tensors alive

@@ -31,7 +31,15 @@ from tricklab.paths import first_missing, remove_empty_dirs
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
-from tricklab.train.loop import Parts, evaluate, run_loop, sync, train_step
+from tricklab.train.loop import (
+    Parts,
+    evaluate,
+    frozen_in_epoch,
+    num_epochs,
+    run_loop,
+    sync,
+    train_step,
+)
 from tricklab.train.optim import build_optimizer
 from tricklab.train.recipe import Recipe
 from tricklab.train.schedule import build_scheduler
@@ -176,10 +184,8 @@ def warm_up(p: Parts) -> float:
     saved = copy.deepcopy((p.model.state_dict(), p.optimizer.state_dict(),
                            p.scheduler.state_dict(), p.scaler.state_dict()))
     loader = p.train_loader
-    num_epochs = math.ceil(p.total_steps / len(loader))
-    frozen = [param for name, param in p.model.named_parameters()
-              if param.requires_grad and name in p.freeze_after_epochs
-              and num_epochs - 1 >= math.ceil(p.freeze_after_epochs[name])]
+    # Freezing only grows with the epoch: the last epoch has every parameter the loop will freeze.
+    frozen = [param for param in frozen_in_epoch(p, num_epochs(p) - 1) if param.requires_grad]
     sync(p.device)
     start = time.perf_counter()
     p.model.train()
@@ -285,11 +291,10 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
         result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
     except BaseException as exc:
         if isinstance(exc, TrickLabError) and not started:
-            if created is not None:
-                remove_empty_dirs(out, created)
+            remove_empty_dirs(out, created)
             raise
-        if is_out_of_memory(exc):  # recorded, not raised; memory is freed below, outside `except`
-            result.status, result.error = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
+        if oom := out_of_memory_error(exc):  # recorded, not raised; memory freed below, outside `except`
+            result.status, result.error = "oom", oom
         elif isinstance(exc, KeyboardInterrupt):
             result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         else:
@@ -312,12 +317,15 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     return result
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA out-of-memory, as torch.cuda.OutOfMemoryError or as a CUDA error from a library
-    (cuBLAS, cuDNN: `CUDA error: out of memory`)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+def out_of_memory_error(exc: BaseException) -> str | None:
+    """The one-line error of a CUDA out-of-memory (torch.cuda.OutOfMemoryError, or a CUDA error
+    from a library such as cuBLAS or cuDNN: `CUDA error: out of memory`); None for other errors."""
+    oom = isinstance(exc, torch.cuda.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    )
+    if not oom:
+        return None
+    return str(exc).splitlines()[0] if str(exc) else "out of memory"
 
 
 def json_safe(value: Any) -> Any:

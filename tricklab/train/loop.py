@@ -87,17 +87,25 @@ def evaluate(p: Parts, tta: str = "none") -> tuple[float, float]:
     return correct.item() / count, loss_sum.item() / count
 
 
+def num_epochs(p: Parts) -> int:
+    """Epochs the loop starts (the last one partial when run.epochs is fractional)."""
+    return math.ceil(p.total_steps / len(p.train_loader))
+
+
+def frozen_in_epoch(p: Parts, epoch: int) -> list[nn.Parameter]:
+    """The parameters the loop no longer trains in `epoch` (0-based): model.whiten_bias_epochs."""
+    return [param for name, param in p.model.named_parameters()
+            if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]]
+
+
 def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> Outcome:
     """Train for run.epochs (fractional allowed); evaluate every run.eval_every epochs and at the end."""
     out = Outcome()
-    steps_per_epoch = len(p.train_loader)
-    num_epochs = math.ceil(p.total_steps / steps_per_epoch)
     step, best, evals_since_best = 0, None, 0
     check_every = 1 if p.device.type == "cpu" else CHECK_EVERY_STEPS
-    for epoch in range(num_epochs):
-        for name, param in p.model.named_parameters():
-            if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]:
-                param.requires_grad_(False)
+    for epoch in range(num_epochs(p)):
+        for param in frozen_in_epoch(p, epoch):
+            param.requires_grad_(False)
         p.model.train()
         # Per-step results stay on the device, unreduced: appending costs no kernel launch, and
         # the epoch's sums take a few at its end.
