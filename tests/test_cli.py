@@ -212,6 +212,38 @@ def test_train_with_bad_data_or_model_leaves_nothing_behind(tmp_path, capsys, ba
     assert not (tmp_path / "run").exists()
 
 
+def test_train_without_out_makes_a_new_folder_named_after_the_recipe_file_for_each_run(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "tiny.yaml").write_text("run:\n  epochs: 1\n")
+    for _ in range(2):  # within a second or two: the second gets its own numbered folder
+        assert main(["train", "cfg/tiny.yaml", *TINY, "--json"]) == 0
+    capsys.readouterr()
+    folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(folders) == 2 and all(f.split("-", 2)[2].startswith("tiny") for f in folders), folders
+    assert all((tmp_path / "runs" / f / "result.json").exists() for f in folders)
+
+
+def test_train_with_bad_setup_and_no_out_leaves_no_runs_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *TINY, "model.name=nosuchnet"]) == 2
+    assert "nosuchnet" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_into_a_folder_that_holds_a_run_is_refused_and_leaves_it_as_it_was(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "run.checkpoint=true", "--out", str(out), "--json"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["train", *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: run directory") and "already holds a run" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
     import signal
     import time

@@ -4,6 +4,7 @@ import gzip
 import io
 import os
 import pickle
+import shutil
 import tarfile
 import urllib.error
 import urllib.request
@@ -388,6 +389,39 @@ def test_imagefolder_skips_hidden_files_and_folders(tmp_path):
     assert ds.classes == ["ant", "cat", "dog"] and len(ds.train) == 12
 
 
+def test_imagefolder_takes_val_as_the_test_split_when_there_is_no_test(tmp_path):
+    written = make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 3, "val": 2})
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert len(ds.test) == 4 and ds.test.labels.tolist() == [0, 0, 1, 1]
+    expected = np.stack([written[f"val/{c}/{i:04d}.png"] for c in ("a", "b") for i in range(2)])
+    assert torch.equal(ds.test.images, torch.from_numpy(expected).permute(0, 3, 1, 2))
+    tar_split(tmp_path / "data", "val", tmp_path / "val.tar.gz")  # the same as an archive
+    shutil.rmtree(tmp_path / "data" / "val")
+    (tmp_path / "val.tar.gz").rename(tmp_path / "data" / "val.tar.gz")
+    from_archive = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert torch.equal(from_archive.test.images, ds.test.images)
+
+
+def test_imagefolder_prefers_test_over_val(tmp_path):
+    make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 3, "val": 2, "test": 1})
+    assert len(load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache").test) == 2
+
+
+def test_imagefolder_follows_linked_class_folders_and_ends_link_cycles(tmp_path):
+    make_tree(tmp_path / "real", classes=("a", "b"), per_split={"train": 3, "test": 1})
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    for name in ("a", "b"):
+        (tmp_path / "data" / "train" / name).symlink_to(tmp_path / "real" / "train" / name)
+    (tmp_path / "data" / "test").symlink_to(tmp_path / "real" / "test")
+    (tmp_path / "real" / "train" / "a" / "loop").symlink_to(tmp_path / "real" / "train" / "a")
+    linked = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    (tmp_path / "real" / "train" / "a" / "loop").unlink()
+    real = load_dataset("imagefolder", tmp_path / "real", cache_dir=tmp_path / "cache")
+    assert torch.bincount(linked.train.labels).tolist() == [3, 3]
+    assert torch.equal(linked.train.images, real.train.images)
+    assert torch.equal(linked.test.images, real.test.images)
+
+
 def test_imagefolder_different_test_classes_raise(tmp_path):
     make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 1})
     make_tree(tmp_path / "data", classes=("a", "c"), per_split={"test": 1})
@@ -454,6 +488,32 @@ def test_cifar10_pickle_naming_a_foreign_function_is_refused(tmp_path):
     )
     with pytest.raises(TrickLabError, match=r"cannot read test_batch .*refusing to load os.system"):
         load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
+
+
+def test_cifar10_batch_with_labels_that_are_not_numbers_is_refused(tmp_path):
+    write_fake_cifar(tmp_path / "data")
+    with tarfile.open(tmp_path / "data" / "cifar-10-python.tar.gz") as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    data = np.zeros((4, 3072), dtype=np.uint8)
+    batch = {b"data": data, b"labels": [b"x", 1, 2, 3]}
+    (tmp_path / "x" / "cifar-10-batches-py" / "test_batch").write_bytes(pickle.dumps(batch, protocol=2))
+    with pytest.raises(TrickLabError, match=r"^test_batch in .* is not an official CIFAR batch"):
+        load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
+
+
+def test_cifar10_archive_lacking_a_batch_names_it(tmp_path):
+    write_fake_cifar(tmp_path / "data")
+    archive = tmp_path / "data" / "cifar-10-python.tar.gz"
+    with tarfile.open(archive) as tar:
+        kept = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if not m.name.endswith("data_batch_1")]
+    with tarfile.open(archive, "w:gz") as tar:
+        for member, blob in kept:
+            tar.addfile(member, io.BytesIO(blob))
+    with pytest.raises(TrickLabError) as caught:
+        load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert str(caught.value) == (
+        f"archive {archive} lacks cifar-10-batches-py/data_batch_1; it is not the official release"
+    )
 
 
 def test_cifar10_without_files_and_download_off_names_the_files(tmp_path):

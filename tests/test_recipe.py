@@ -124,9 +124,21 @@ def test_yaml_file_with_unknown_section_is_refused(tmp_path):
 
 def test_invalid_yaml_is_one_clear_error(tmp_path):
     path = tmp_path / "r.yaml"
-    path.write_text("optim: [unclosed\n")
-    with pytest.raises(TrickLabError, match="not valid YAML"):
+    path.write_text("run:\n  epochs: 2\noptim: [unclosed\n")
+    with pytest.raises(TrickLabError, match=r"r\.yaml: not valid YAML at line 4, column 1 \(expected ',' or ']'"):
         load_recipe(path)
+
+
+@pytest.mark.parametrize("override", ["run.eval_every=0.3", "model.whiten_bias_epochs=0.5"])
+def test_epoch_counts_the_loop_acts_on_at_epoch_ends_must_be_whole(override):
+    with pytest.raises(TrickLabError, match=f"{override} must be a whole number of epochs"):
+        load_recipe(None, [override])
+    load_recipe(None, [override.split("=")[0] + "=2"])
+
+
+def test_early_stopping_without_evaluations_is_refused():
+    with pytest.raises(TrickLabError, match="early_stopping_patience needs evaluations"):
+        load_recipe(None, ["run.early_stopping_patience=3", "run.eval_every=0"])
 
 
 def test_missing_recipe_file_and_unknown_name():

@@ -284,9 +284,17 @@ def test_whitening_bias_is_frozen_after_its_epochs():
     assert seen == [True, False]
 
 
-def test_ema_and_lookahead_runs_evaluate_averaged_weights():
-    result = train(tiny("tricks.ema_decay=0.9", "tricks.ema_every=2", "tricks.lookahead=true", "run.epochs=1"))
-    assert result.status == "complete"
+@pytest.mark.parametrize("lookahead", [False, True], ids=["ema", "lookahead"])
+def test_the_final_accuracy_with_and_without_tta_scores_the_weights_the_run_ends_with(lookahead, tmp_path):
+    # 13 steps, averaged every 5: the last steps move the live weights away from the average.
+    recipe = tiny("tricks.ema_decay=0.9", "tricks.ema_every=5", f"tricks.lookahead={lookahead}",
+                  "run.epochs=1.3", "tricks.tta=flip", "run.checkpoint=true")
+    result = train(recipe, out_dir=tmp_path / "run")
+    saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    p = prepared()
+    p.model.load_state_dict(saved["model"])
+    assert (result.val_acc, result.val_loss) == evaluate(p)
+    assert (result.val_acc_tta, result.val_loss_tta) == evaluate(p, "flip")
 
 
 def test_lookahead_without_ema_decay_is_refused():
@@ -362,3 +370,15 @@ def test_real_cifar10_subset_is_learned_far_above_chance(cifar10_jpeg_dir, trick
     result = train(recipe)
     assert result.status == "complete"
     assert result.val_acc >= 0.35  # chance is 0.10; measured 0.408 (2026-11-22, 2-core CPU)
+
+
+def test_the_whitening_is_fitted_on_a_seeded_sample_of_every_class_not_the_first_images():
+    # An image folder's split is sorted by class: its first 5,000 images are one class.
+    labels = torch.arange(10).repeat_interleave(1000)
+    images = labels.view(-1, 1, 1, 1).expand(-1, 3, 2, 2).to(torch.uint8)
+    sample = api.init_sample(images, seed=0)
+    counts = torch.bincount(sample[:, 0, 0, 0].long(), minlength=10)
+    assert len(sample) == api.INIT_FROM_DATA_IMAGES == 5000
+    assert counts.min() > 400 and counts.max() < 600  # about 500 of each class
+    assert torch.equal(sample, api.init_sample(images, seed=0))
+    assert not torch.equal(sample, api.init_sample(images, seed=1))

@@ -21,6 +21,7 @@ from rich.text import Text
 
 import tricklab
 from tricklab.errors import TrickLabError
+from tricklab.paths import first_missing, new_numbered_dir, remove_empty_dirs
 
 # Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
 console = Console(markup=False)
@@ -133,6 +134,20 @@ def print_result(result) -> None:
     console.print(table)
 
 
+def _default_run_dir(recipe_name: str | None) -> tuple[Path, Path]:
+    """A new folder runs/<date-time>-<recipe> (numbered if taken) and the outermost folder made.
+
+    Made here, not by train(): two runs started in the same second get two folders."""
+    stem = Path(recipe_name).name.removesuffix(".yaml").removesuffix(".yml") if recipe_name else "default"
+    runs = Path("runs")
+    outermost = first_missing(runs)
+    try:
+        out = new_numbered_dir(runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}")
+    except OSError as exc:
+        raise TrickLabError(f"cannot make a run directory under {runs}: {exc.strerror or exc}") from None
+    return out, outermost or out
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from tricklab.train.recipe import load_recipe
 
@@ -141,7 +156,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
     from tricklab.train.api import train
 
-    out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name or 'default'}"
+    out, made = (Path(args.out), None) if args.out else _default_run_dir(name)
     try:
         if args.json:
             result = train(recipe, out_dir=out)
@@ -157,6 +172,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             else:
                 err_console.print(f"run directory: {out}")
         raise
+    finally:
+        if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
+            remove_empty_dirs(out, made)
     if args.json:
         print(json.dumps(result.to_dict()))
     return 0 if result.status not in ("diverged", "oom", "failed") else 1

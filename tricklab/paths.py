@@ -27,3 +27,17 @@ def remove_empty_dirs(path: Path, created: Path | None) -> None:
             return
         if folder == created:
             return
+
+
+def new_numbered_dir(base: Path) -> Path:
+    """Make and return `base`, or `base-2`, `base-3`, ... if taken: each caller gets its own folder,
+    also when several processes start at once (mkdir either creates the folder or fails)."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for number in range(1, 10_000):
+        folder = base if number == 1 else base.with_name(f"{base.name}-{number}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{base} and 9,999 numbered variants exist")

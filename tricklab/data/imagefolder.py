@@ -28,7 +28,8 @@ from tricklab.errors import TrickLabError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-SPLIT_NAMES = ("train", "test")
+# Folder (or archive) names of each split; torchvision/Lightning layouts often call the test split val/.
+SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
 # Pillow modes that hold one grey channel; everything else is converted to RGB.
 _GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"}
 
@@ -63,8 +64,10 @@ def find_split_sources(root: Path) -> dict[str, Path]:
             "pointing at a folder holding train/<class>/<image> or train.tar.gz"
         )
     sources = {}
-    for split in SPLIT_NAMES:
-        candidates = [root / split] + [root / f"{split}{suffix}" for suffix in ARCHIVE_SUFFIXES]
+    for split, names in SPLIT_FOLDERS.items():
+        candidates = [
+            path for name in names for path in [root / name, *(root / f"{name}{s}" for s in ARCHIVE_SUFFIXES)]
+        ]
         found = next((c for c in candidates if c.is_dir() or (c.suffix and c.is_file())), None)
         if found is not None:
             sources[split] = found
@@ -90,18 +93,25 @@ def _walk(folder: Path) -> list[Path]:
     def fail(err: OSError) -> None:
         raise err
 
-    return [
-        Path(top, name)
-        for top, dirs, files in os.walk(folder, onerror=fail)
-        for name in dirs + files
-    ]
+    paths = []
+    # Linked class folders are followed (as torchvision's ImageFolder does); a link to a folder
+    # it sits in is listed but not entered, so a cycle ends.
+    for top, dirs, files in os.walk(folder, onerror=fail, followlinks=True):
+        inside = Path(top).relative_to(folder).parents
+        if os.path.realpath(top) in {os.path.realpath(folder / p) for p in inside}:
+            dirs.clear()
+            continue
+        paths += [Path(top, name) for name in dirs + files]
+    return paths
 
 
 # ---------------------------------------------------------------- listing images
 
 
-def list_split(source: Path, split: str) -> SplitListing:
+def list_split(source: Path) -> SplitListing:
     """The classes (sorted folder names) and images of one split, in (class, path) order."""
+    name = source.name  # train, test or val; of an archive, without .tar.gz
+    split = next((name.removesuffix(s) for s in ARCHIVE_SUFFIXES if source.is_file() and name.endswith(s)), name)
     files = _archive_files(source, split) if source.is_file() else _folder_files(source, split)
     return _index_classes(files, source, split)
 
@@ -254,7 +264,7 @@ def decode_imagefolder(
     All splits share one size (else `image_size` must be given) and one channel count: 1 when
     every image is grey, else 3 (grey images are replicated into RGB, as Pillow's convert does).
     """
-    listings = {split: list_split(source, split) for split, source in sources.items()}
+    listings = {split: list_split(source) for split, source in sources.items()}
     classes = listings["train"].classes
     for split, listing in listings.items():
         if listing.classes != classes:

@@ -392,9 +392,13 @@ def _read_cifar(name: str, fmt: _CifarFormat, source: Path, image_size: int | No
         for file in files:
             batch = _unpickle(blobs[file], file, source)
             data = np.asarray(batch.get(b"data"))
-            batch_labels = np.asarray(batch.get(fmt.label_key, []), dtype=np.int64)
+            try:
+                batch_labels = np.asarray(batch.get(fmt.label_key, []), dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                batch_labels = None
             if (
-                data.dtype != np.uint8
+                batch_labels is None
+                or data.dtype != np.uint8
                 or data.ndim != 2
                 or data.shape[1] != 3 * 32 * 32
                 or len(batch_labels) != len(data)
@@ -418,14 +422,15 @@ def _read_cifar_files(fmt: _CifarFormat, source: Path) -> dict[str, bytes]:
     try:
         with tarfile.open(source, "r:gz") as tar:
             for n in names:
-                member = tar.extractfile(f"{fmt.folder}/{n}")
+                try:
+                    member = tar.extractfile(f"{fmt.folder}/{n}")
+                except KeyError:
+                    member = None
                 if member is None:
-                    raise KeyError(n)
+                    raise TrickLabError(
+                        f"archive {source} lacks {fmt.folder}/{n}; it is not the official release"
+                    )
                 blobs[n] = member.read()
-    except KeyError as err:
-        raise TrickLabError(
-            f"archive {source} lacks {fmt.folder}/{err.args[0]}; it is not the official release"
-        ) from err
     except (OSError, EOFError, tarfile.TarError) as err:
         raise TrickLabError(f"cannot read archive {source} ({err}); download it again") from err
     return blobs

@@ -46,6 +46,8 @@ from tricklab.train.schedule import build_scheduler
 
 # Images used to compute data-dependent initialisations (airbench's whitening layer).
 INIT_FROM_DATA_IMAGES = 5000
+# What a run writes in its directory; a directory holding any of them is not reused.
+RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
 STORAGE_DTYPES = {"uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -104,10 +106,11 @@ def load_data(recipe: Recipe) -> Dataset:
     )
 
 
-def build_loaders(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Any, Any]:
-    """Train and eval loaders of the recipe's kind, normalized with the train split's statistics."""
+def build_loaders(
+    recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
+) -> tuple[Any, Any]:
+    """Train and eval loaders of the recipe's kind, normalized with the given channel statistics."""
     lc, a = recipe.loader, recipe.aug
-    mean, std = channel_stats(dataset.train.images)
     common = dict(
         mean=mean, std=std, device=device, dtype=precision.input_dtype(recipe.tricks.precision),
         channels_last=recipe.tricks.channels_last, seed=recipe.run.seed,
@@ -127,6 +130,16 @@ def build_loaders(recipe: Recipe, dataset: Dataset, device: torch.device) -> tup
     return train, evaluation
 
 
+def init_sample(images: torch.Tensor, seed: int) -> torch.Tensor:
+    """A seeded random sample of the train split for data-dependent init (the whitening conv).
+
+    Random, not the first images: an image folder's split is sorted by class, so its first 5,000
+    images would all be one class and the whitening fitted to airplanes alone."""
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(images), generator=generator)[:INIT_FROM_DATA_IMAGES]
+    return images[order]
+
+
 def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Parts, dict]:
     """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`."""
     t, m = recipe.tricks, recipe.model
@@ -135,11 +148,11 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     model = build_model(m.name, num_classes=dataset.num_classes, in_channels=c, image_size=h,
                         width=m.width, widths=m.widths, pretrained=m.pretrained).to(device)
     info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
-    train_loader, eval_loader = build_loaders(recipe, dataset, device)
+    mean, std = channel_stats(dataset.train.images)
+    train_loader, eval_loader = build_loaders(recipe, dataset, device, mean, std)
     init = getattr(model, "init_from_data", None)
     if init is not None:
-        mean, std = channel_stats(dataset.train.images)
-        init(normalize(dataset.train.images[:INIT_FROM_DATA_IMAGES].to(device), mean, std))
+        init(normalize(init_sample(dataset.train.images, recipe.run.seed).to(device), mean, std))
     freeze = {}
     if m.whiten_bias_epochs > 0:
         if not hasattr(model, "whiten"):
@@ -260,6 +273,12 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     created = first_missing(out) if out is not None else None  # what to remove if setup fails
     if out is not None:
         _make_run_dir(out)
+        previous = [name for name in RUN_FILES if (out / name).exists()]
+        if previous:
+            raise TrickLabError(
+                f"run directory {out} already holds a run ({', '.join(previous)}); "
+                "give another one or remove it"
+            )
     result = RunResult(status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device))
     started = False
 

@@ -44,8 +44,12 @@ class WeightAverage:
     @contextlib.contextmanager
     @torch.no_grad()
     def swapped_in(self) -> Iterator[None]:
-        """Evaluate with the averaged weights, then restore the live ones."""
-        if self.average is None or self.lookahead:
+        """Evaluate with the averaged weights, then restore the live ones.
+
+        Also with lookahead: between copy-backs the live weights drift from the average, and the
+        model keeps the average at the end (airbench copies it back before its final evaluations),
+        so every evaluation scores the weights the run ends with."""
+        if self.average is None:
             yield
             return
         saved = [t.clone() for t in self.live]

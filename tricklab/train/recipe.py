@@ -62,7 +62,7 @@ class ModelConfig:
     pretrained: bool = _f(False, "load torchvision ImageNet weights (torchvision families)")
     whiten_bias_epochs: float = _f(
         0.0,
-        "train the whitening conv's bias for this many epochs, then freeze it (airbench)",
+        "train the whitening conv's bias for this many whole epochs, then freeze it (airbench)",
         minimum=0,
     )
 
@@ -180,7 +180,7 @@ class RunConfig:
     )
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
-        1.0, "evaluate every this many epochs (the last epoch always)", minimum=0
+        1.0, "evaluate every this many whole epochs (the last epoch always; 0: only the last)", minimum=0
     )
     target_accuracy: float | None = _f(None, "record time-to-target at this val accuracy (0..1)")
     stop_at_target: bool = _f(False, "stop training when target_accuracy is reached")
@@ -322,7 +322,9 @@ def load_recipe(
         try:
             data = read_yaml(text) or {}
         except yaml.YAMLError as exc:
-            raise TrickLabError(f"{source}: not valid YAML ({exc.__class__.__name__})") from None
+            mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise TrickLabError(f"{source}: not valid YAML{where} ({problem or type(exc).__name__})") from None
         except TrickLabError as exc:  # a key given twice
             raise TrickLabError(f"{source}: {exc}") from None
         recipe = Recipe.from_dict(data, source=source)
@@ -516,6 +518,14 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
         )
     if recipe.tricks.ema_decay >= 1:
         raise TrickLabError(f"{source}: tricks.ema_decay must be < 1 (1 would never move the average)")
+    whole = {"run.eval_every": recipe.run.eval_every, "model.whiten_bias_epochs": recipe.model.whiten_bias_epochs}
+    for key, value in whole.items():  # the loop acts on them at epoch ends
+        if value != int(value):
+            raise TrickLabError(f"{source}: {key}={value} must be a whole number of epochs")
+    if recipe.run.early_stopping_patience > 0 and recipe.run.eval_every == 0:
+        raise TrickLabError(
+            f"{source}: run.early_stopping_patience needs evaluations to watch; set run.eval_every >= 1"
+        )
     budget = recipe.run.time_budget_seconds
     if budget is not None and not budget > 0:
         raise TrickLabError(f"{source}: run.time_budget_seconds={budget} must be > 0 (or empty: none)")
