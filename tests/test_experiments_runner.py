@@ -7,6 +7,7 @@ the diverging run use the real engine on the synthetic dataset.
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -286,8 +287,72 @@ def test_median_pruner_stops_hopeless_trials_and_records_them_pruned(baseline, t
     assert pruned and all(t.params["optim.lr"] < 1.0 for t in pruned)
     assert any(t.params["optim.lr"] == 1.0 and t.state == TrialState.COMPLETE for t in trials)
     assert all(t.user_attrs["status"] == "pruned" for t in pruned)
-    assert all(t.intermediate_values for t in trials)
+    reused = [t for t in trials if any("reused_from_trial" in r for r in t.user_attrs["runs"])]
+    assert reused  # lr 1.0 drawn again: its run is reused, not reported again
+    assert all(t.intermediate_values for t in trials if t not in reused)
     assert summary.status_counts["pruned"] == len(pruned)
+
+
+def epochs_fake_train(recipe, *, on_epoch=None, out_dir=None):
+    """fake_train's accuracies over the recipe's run.epochs epochs, reported as they end."""
+    accuracy = 0.5 + 0.1 * recipe.optim.lr + 0.01 * recipe.run.seed
+    epochs = int(recipe.run.epochs)
+    for epoch in range(1, epochs + 1):
+        if on_epoch is not None:
+            on_epoch({"epoch": epoch, "val_acc": accuracy * epoch / epochs, "train_seconds": epoch})
+    return RunResult(status="complete", val_acc=accuracy, val_loss=1.0, train_seconds=1.0, recipe=recipe.to_dict())
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_the_pruner_stops_runs_between_epochs_never_one_that_has_finished(tmp_path, epochs):
+    base = load_recipe(None, ["data.name=synthetic", f"run.epochs={epochs}"])
+    space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0}})
+    summary = sweep(
+        base, space, 16, sampler="random", pruner="median", sampler_seed=0,
+        out_dir=tmp_path, train_fn=epochs_fake_train, liveness=FAST,
+    )  # fmt: skip
+    pruned = [t for t in unit_trials(summary.study, tmp_path) if t.state == TrialState.PRUNED]
+    if epochs == 1:
+        assert not pruned and summary.status_counts == {"complete": 16}
+    else:
+        assert pruned and all(max(t.intermediate_values) < epochs for t in pruned)
+
+
+def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once(baseline, tmp_path):
+    calls = []
+
+    def train_fn(recipe, **kwargs):
+        calls.append(recipe.run.seed)
+        return fake_train(recipe, **kwargs)
+
+    space = parse_space({"optim.lr": [0.3]})
+    summary = sweep(baseline, space, 3, sampler="random", seeds=2, out_dir=tmp_path, train_fn=train_fn,
+                    liveness=FAST)
+    assert calls == [0, 1]  # the 2nd and 3rd trials drew the same point: no seed runs twice
+    trials = unit_trials(summary.study, tmp_path)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert len({t.value for t in trials}) == 1
+    (row,) = results(summary.study, out_dir=tmp_path)
+    assert row.n == 2  # two seeded runs, not six
+
+
+def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs_the_rest(baseline, tmp_path):
+    calls = []
+
+    def train_fn(recipe, **kwargs):
+        calls.append(recipe.run.seed)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fake_train(recipe, **kwargs)
+
+    space = parse_space({"optim.lr": [0.3]})
+    run = dict(trials=1, sampler="random", seeds=3, out_dir=tmp_path, train_fn=train_fn, liveness=FAST)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(baseline, space, **run)
+    summary = sweep(baseline, space, **run)
+    assert calls == [0, 1, 1, 2]  # seed 0 is kept from the interrupted try
+    (row,) = results(summary.study, out_dir=tmp_path)
+    assert row.n == 3 and summary.status_counts == {"complete": 1}
 
 
 def test_grid_sweep_runs_each_point_once_per_seed_with_its_params(baseline, tmp_path):
@@ -351,19 +416,31 @@ def test_a_bad_value_anywhere_in_the_space_fails_before_any_run(baseline, tmp_pa
         (lambda d: (d / "adir").mkdir(), ["--storage", "journal:{d}/adir"], "it is a folder"),
         (lambda d: (d / "afile").touch(), ["--out", "{d}/afile"], "cannot open storage"),
         (lambda d: (d / "s.yaml").write_bytes(b"\xff\xfe\x00"), ["--space", "{d}/s.yaml"], "not valid YAML"),
+        (lambda d: (d / "x.journal").write_text("notes\n"), ["--storage", "{d}/x.journal"],
+         "not an Optuna journal file"),
+        (lambda d: sqlite3.connect(d / "x.db").execute("CREATE TABLE notes (t TEXT)").connection.commit(),
+         ["--storage", "{d}/x.db"], "without Optuna's tables"),
+        (lambda d: None, ["--storage", "postgresql+psycopg://u@127.0.0.1:1/db"],
+         "cannot open storage postgresql+psycopg://u@127.0.0.1:1/db"),
     ],
-    ids=["unwritable-journal", "journal-is-a-folder", "out-is-a-file", "space-not-utf8"],
-)
-def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsys, make, extra, message):
+    ids=["unwritable-journal", "journal-is-a-folder", "out-is-a-file", "space-not-utf8", "not-a-journal",
+         "another-programs-sqlite", "no-server"],
+)  # fmt: skip
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsys, make, extra, message, dry_run):
+    if "postgresql" in message:
+        pytest.importorskip("psycopg")
     make(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
     extra = [word.format(d=tmp_path) for word in extra]
     if "--space" in extra:
         args = ["sweep", *extra, "--trials", "1"]
     else:
         args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--budget-epochs", "0.01", *extra]
-    assert main(args) == 2
+    assert main(args + ["--dry-run"] * dry_run) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+    assert sorted(tmp_path.rglob("*")) == before  # nothing made
 
 
 @pytest.mark.parametrize("dry_run", [False, True])

@@ -248,7 +248,7 @@ def _run_line(console: Console) -> Any:
 def run_ablate(args: argparse.Namespace) -> int:
     from tricklab.experiments.plan import default_study_name, parse_vary
     from tricklab.experiments.runner import ablate, plan_ablation
-    from tricklab.experiments.storage import experiment_dir, storage_url
+    from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out")
     liveness = _liveness(args)
@@ -259,6 +259,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         configs, units = plan_ablation(baseline, vary, args.seeds, args.grid)
         name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
         url = storage_url(args.storage, experiment_dir(name, args.out))
+        check_storage(url)
         plan = {
             "study": name,
             "storage": url,
@@ -293,7 +294,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.plan import default_study_name
     from tricklab.experiments.runner import check_sweep, grid_configs, sweep
     from tricklab.experiments.space import load_space
-    from tricklab.experiments.storage import experiment_dir, storage_url
+    from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out", "--space")
     liveness = _liveness(args)
@@ -309,9 +310,11 @@ def run_sweep(args: argparse.Namespace) -> int:
             args.sampler,
             args.trials if args.sampler == "grid" else None,
         )
+        url = storage_url(args.storage, experiment_dir(name, args.out))
+        check_storage(url)
         plan: dict[str, Any] = {
             "study": name,
-            "storage": storage_url(args.storage, experiment_dir(name, args.out)),
+            "storage": url,
             "sampler": args.sampler,
             "pruner": args.pruner,
             "seeds": args.seeds,

@@ -25,7 +25,9 @@ trial RUNNING until the next worker sees its process gone (same host) or its hea
 
 Sampled sweeps (random, TPE) have no plan of points: a trial is one sampled configuration run with
 every seed (the objective is the mean accuracy; only the first seed reports per-epoch accuracy to
-the pruner; a configuration whose seed fails stops there and the trial takes that status). A worker
+the pruner; a configuration whose seed fails stops there and the trial takes that status). Each
+complete seed is stored as it ends, and a (configuration, seed) that already ran complete, in an
+earlier trial that drew the same point or in an interrupted try of this one, is not run again. A worker
 asks Optuna for a new trial while fewer than `trials` units exist, then counts the units created
 before its trial: if that reaches `trials`, the trial is a surplus made by a concurrent worker and
 is skipped, so the study holds exactly `trials` sampled units. Failed/oom/interrupted trials of an
@@ -301,15 +303,17 @@ def train_one(
     return _jsonable(record)
 
 
-def _pruning_reporter(trial: optuna.Trial) -> Callable[[dict, int], None]:
-    """Report each epoch's val_acc to the study's pruner; raise TrialPruned when it says so."""
+def _pruning_reporter(trial: optuna.Trial, recipe: Any) -> Callable[[dict, int], None]:
+    """Report each epoch's val_acc to the study's pruner; raise TrialPruned when it says so,
+    except after the last epoch: a run that has finished is kept, not thrown away."""
+    last_epoch = math.ceil(recipe.run.epochs)
 
     def on_epoch(row: dict, epoch: int) -> None:
         accuracy = row.get("val_acc")
         if accuracy is None:
             return
         trial.report(float(accuracy), epoch)
-        if trial.should_prune():
+        if epoch < last_epoch and trial.should_prune():
             raise optuna.TrialPruned(f"pruned after epoch {epoch} (val_acc {accuracy:.4f})")
 
     return on_epoch
@@ -481,7 +485,7 @@ def run_units(
                 space.suggest(trial)
             with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
                 recipe = unit_recipe(baseline, unit)
-                record = train_one(recipe, train_fn, _pruning_reporter(trial) if prune else None)
+                record = train_one(recipe, train_fn, _pruning_reporter(trial, recipe) if prune else None)
             record["seed"] = unit.seed
             _finish_trial(study, trial, [record], record["status"], record["error"])
         ran += 1
@@ -511,7 +515,11 @@ def _run_sampled_trial(
         trial.set_user_attr("config_id", config_id)
         trial.set_user_attr("overrides", overrides)
         records: list[dict] = []
+        done = _complete_runs(study, config_id)
         for seed in range(seeds):
+            if seed in done:  # drawn before, or run by this trial's interrupted try: not again
+                records.append(done[seed])
+                continue
             try:
                 recipe = base.override([*overrides, f"run.seed={seed}"])
             except TrickLabError as exc:  # a sampled combination the recipe rejects
@@ -519,10 +527,12 @@ def _run_sampled_trial(
                     {"seed": seed, "status": "failed", "error": str(exc), "accuracy": None}
                 )
                 break
-            reporter = _pruning_reporter(trial) if prune and seed == 0 else None
+            reporter = _pruning_reporter(trial, recipe) if prune and seed == 0 else None
             record = train_one(recipe, train_fn, reporter)
             record["seed"] = seed
             records.append(record)
+            if record["status"] in COMPLETE_STATUSES:  # kept if the worker dies before the last seed
+                trial.set_user_attr("runs", records)
             if on_run_end is not None:
                 on_run_end(_event(trial.number, config_id, record))
             if record["status"] not in COMPLETE_STATUSES:
@@ -531,6 +541,25 @@ def _run_sampled_trial(
     status = failed[0]["status"] if failed else "complete"
     _finish_trial(study, trial, records, status, failed[0].get("error") if failed else None)
     return records
+
+
+def _complete_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
+    """{seed: a short record of its complete run} for a sampled configuration, from earlier trials.
+
+    Random and TPE samplers may draw a point again; its seeds already ran, and the same seeded run
+    counted twice would shrink the confidence interval for nothing. The short record names the
+    trial holding the full one (results take that one)."""
+    found: dict[int, dict] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("config_id") != config_id:
+            continue
+        for run in t.user_attrs.get("runs") or []:
+            if run.get("status") in COMPLETE_STATUSES and "reused_from_trial" not in run:
+                found.setdefault(int(run["seed"]), {
+                    "seed": run["seed"], "status": run["status"], "error": None,
+                    "accuracy": run["accuracy"], "reused_from_trial": t.number,
+                })
+    return found
 
 
 @stoppable

@@ -98,7 +98,8 @@ def headline_accuracy(record: dict[str, Any]) -> float | None:
 
 
 def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
-    """One record per (unit, seed): its final outcome (a done run if any, else the latest try).
+    """One record per (configuration, seed): its final outcome (a done run if any, else the latest
+    try).
 
     Records hold config_id, overrides, seed, status, error, accuracy, train_seconds,
     time_to_target_seconds, target_accuracy, trial (number) and what the run stored.
@@ -129,12 +130,16 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
             if record["config_id"] is None:
                 continue  # killed before its parameters were drawn: nothing to attribute
             # A unit's trial that never reached tell() (its worker died after storing the run) is
-            # interrupted whatever its stored run says; the unit runs again and counts once.
-            if status in ("running", "waiting") or (
-                status == "interrupted" and "unit" in trial.user_attrs
+            # interrupted whatever its stored run says; the unit runs again and counts once. A
+            # sampled trial stores each complete seed as it ends: those stand.
+            kept = unit.startswith("sample-") and record["status"] in COMPLETE_STATUSES
+            if not kept and (
+                status in ("running", "waiting")
+                or (status == "interrupted" and "unit" in trial.user_attrs)
             ):
                 record["status"] = status
-            key = (unit, int(record.get("seed", 0)))
+            # One record per seeded configuration: a sampled point drawn twice reuses its runs.
+            key = (record["config_id"], int(record.get("seed", 0)))
             previous = latest.get(key)
             if previous is None or previous["status"] not in DONE_STATUSES:
                 latest[key] = record

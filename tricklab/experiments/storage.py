@@ -32,6 +32,7 @@ import logging
 import os
 import socket
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -141,14 +142,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         try:
             return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
         except ImportError as exc:
-            missing = getattr(exc.__cause__, "name", None) or "its driver"
-            hint = (
-                '; for PostgreSQL: pip install "tricklab[postgres]" (psycopg 3) and a '
-                "postgresql+psycopg:// URL" if url.startswith("postgresql") else ""
-            )
-            raise TrickLabError(
-                f"storage {url} needs a database driver: {missing} is not installed{hint}"
-            ) from None
+            raise _driver_missing(url, exc) from None
         except Exception as exc:  # SQLAlchemy raises many kinds for a bad URL or a lost server
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
@@ -156,6 +150,50 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
                 raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
+    missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
+    hint = (
+        '; for PostgreSQL: pip install "tricklab[postgres]" (psycopg 3) and a '
+        "postgresql+psycopg:// URL" if url.startswith("postgresql") else ""
+    )
+    return TrickLabError(f"storage {url} needs a database driver: {missing} is not installed{hint}")
+
+
+def check_storage(url: str) -> None:
+    """What `open_storage(url)` would refuse, found leaving nothing behind (for --dry-run): a file
+    storage is read if it exists, else its folder must be one we can write in; a database server
+    is connected to once (driver, address, credentials) and nothing is created in it."""
+    for prefix in ("journal:", "sqlite:///"):
+        if not url.startswith(prefix):
+            continue
+        path = Path(url[len(prefix) :])
+        if path.is_dir():
+            raise TrickLabError(f"cannot open storage {url}: it is a folder")
+        if path.exists():
+            if path.stat().st_size > 0:  # an empty file would get Optuna's tables
+                open_storage(url, must_exist=True)
+            return
+        folder = next(p for p in path.parents if p.exists())
+        try:
+            tempfile.TemporaryDirectory(dir=folder).cleanup()
+        except OSError as exc:
+            raise TrickLabError(f"cannot open storage {url}: {folder}: {exc.strerror or exc}") from None
+        return
+    from sqlalchemy import create_engine
+
+    try:
+        engine = create_engine(url)
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
+    except ImportError as exc:
+        raise _driver_missing(url, exc) from None
+    except Exception as exc:
+        raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
 
 
 def _make_parent(path: Path, url: str) -> None:
