@@ -363,6 +363,15 @@ def test_imagefolder_of_grey_images_keeps_one_channel(tmp_path):
     ).image_shape == (1, 8, 8)
 
 
+def test_imagefolder_scales_16_bit_grey_to_8_bits_instead_of_clipping(tmp_path):
+    make_tree(tmp_path / "data", classes=("a",), per_split={"train": 1, "test": 1}, grey=True)
+    deep = (np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000)  # 0 .. 63,000
+    Image.fromarray(deep).save(tmp_path / "data" / "train" / "a" / "9999.png")
+    ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert ds.image_shape == (1, 8, 8)
+    assert torch.equal(ds.train.images[-1, 0], torch.from_numpy((deep >> 8).astype(np.uint8)))
+
+
 def test_imagefolder_mixing_grey_and_colour_gives_rgb_with_grey_replicated(tmp_path):
     make_tree(tmp_path / "data", classes=("a",), per_split={"train": 1, "test": 1})
     grey = np.full((8, 8), 77, dtype=np.uint8)

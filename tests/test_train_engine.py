@@ -382,3 +382,37 @@ def test_the_whitening_is_fitted_on_a_seeded_sample_of_every_class_not_the_first
     assert counts.min() > 400 and counts.max() < 600  # about 500 of each class
     assert torch.equal(sample, api.init_sample(images, seed=0))
     assert not torch.equal(sample, api.init_sample(images, seed=1))
+
+
+@pytest.mark.parametrize(("train_size", "steps_per_epoch"), [(500, 10), (250, 5)])
+def test_the_ema_starts_after_its_warmup_epochs_whatever_the_data_size(train_size, steps_per_epoch):
+    p = prepared("tricks.ema_decay=0.9", "tricks.ema_warmup_epochs=2", f"data.train_size={train_size}")
+    assert len(p.train_loader) == steps_per_epoch
+    for step in range(2 * steps_per_epoch):
+        p.ema.update(step)
+        assert p.ema.average is None
+    p.ema.update(2 * steps_per_epoch)  # the first step of epoch 3 starts it
+    assert p.ema.average is not None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "device", "expected"),
+    [
+        ([], "cpu", False),
+        (["tricks.compile=default"], "cpu", True),
+        (["tricks.cudnn_benchmark=true"], "cpu", False),  # no cuDNN on the CPU
+        (["tricks.cudnn_benchmark=true"], "cuda", True),  # autotuning stays out of train_seconds
+        ([], "cuda", False),
+    ],
+)
+def test_warm_up_steps_run_when_first_steps_do_one_off_work(overrides, device, expected):
+    assert api.needs_warm_up(tiny(*overrides).tricks, torch.device(device)) is expected
+
+
+def test_runs_of_every_seed_see_the_same_images_and_data_seed_draws_others():
+    base = api.load_data(tiny())
+    other_run = api.load_data(tiny("run.seed=7"))
+    other_data = api.load_data(tiny("data.seed=7"))
+    for split in ("train", "test"):
+        assert torch.equal(getattr(base, split).images, getattr(other_run, split).images)
+        assert not torch.equal(getattr(base, split).images, getattr(other_data, split).images)

@@ -26,6 +26,8 @@ from PIL import Image, ImageFile
 from tricklab.data.cache import fingerprint_tree, sha256_file
 from tricklab.errors import TrickLabError
 
+# Part of the cache key: raised when decoding changes what images come out (2: 16-bit grey scaled).
+DECODER_VERSION = 2
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 # Folder (or archive) names of each split; torchvision/Lightning layouts often call the test split val/.
@@ -247,6 +249,9 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
             img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
+            if img.mode.startswith("I;16"):
+                # 16-bit grey (PNG): keep the top 8 bits; Pillow's convert("L") would clip at 255.
+                return Image.fromarray((np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8), "L")
             mode = "L" if img.mode in _GRAY_MODES else "RGB"
             return img if img.mode == mode else img.convert(mode)
     except Exception as err:  # Pillow raises many types for bad files (OSError, SyntaxError, ...)

@@ -243,6 +243,7 @@ def _load_imagefolder(root: Path, image_size: int | None, cache_dir: str | Path 
     key_parts = {
         "sources": {split: imagefolder.source_fingerprint(path) for split, path in sources.items()},
         "image_size": image_size,
+        "decoder": imagefolder.DECODER_VERSION,
     }
     return _cached_splits(
         "imagefolder",

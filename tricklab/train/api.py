@@ -61,7 +61,7 @@ class RunResult:
     val_acc_tta: float | None = None
     val_loss_tta: float | None = None
     train_seconds: float = 0.0  # optimizer steps only, device-synchronised; no eval, no compile
-    compile_seconds: float = 0.0  # torch.compile warm-up, measured apart
+    compile_seconds: float = 0.0  # warm-up (torch.compile, cuDNN autotuning), measured apart
     wall_seconds: float = 0.0  # everything, data loading included
     time_to_target_seconds: float | None = None
     peak_memory_bytes: int | None = None
@@ -102,7 +102,7 @@ def load_data(recipe: Recipe) -> Dataset:
     d = recipe.data
     return load_dataset(
         d.name, d.dir, train_size=d.train_size, test_size=d.test_size, image_size=d.image_size,
-        val_fraction=d.val_fraction, seed=recipe.run.seed, cache_dir=d.cache_dir,
+        val_fraction=d.val_fraction, seed=d.seed, cache_dir=d.cache_dir,
     )
 
 
@@ -169,7 +169,9 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     forward = model if t.compile == "off" else torch.compile(model, mode=t.compile)
     ema = None
     if t.ema_decay > 0:
-        ema = WeightAverage(model, t.ema_decay, t.ema_every, t.ema_warmup_steps, t.lookahead,
+        # In epochs, not steps, so the start moves with the data size and batch (a subset, a CPU run).
+        warmup_steps = math.ceil(t.ema_warmup_epochs * len(train_loader))
+        ema = WeightAverage(model, t.ema_decay, t.ema_every, warmup_steps, t.lookahead,
                             t.ema_decay_power, total_steps)
     elif t.lookahead:
         raise TrickLabError("tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)")
@@ -183,6 +185,13 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
         total_steps=total_steps, ema=ema, freeze_after_epochs=freeze,
     )
     return parts, info
+
+
+def needs_warm_up(tricks: Any, device: torch.device) -> bool:
+    """Whether the first steps of each shape do one-off work that must stay out of train_seconds:
+    torch.compile compiling, or cuDNN autotuning (tricks.cudnn_benchmark on CUDA) timing its
+    convolution algorithms."""
+    return tricks.compile != "off" or (tricks.cudnn_benchmark and device.type == "cuda")
 
 
 def warm_up(p: Parts) -> float:
@@ -300,7 +309,7 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
                 recipe.to_yaml(out / "recipe.yaml")
                 (out / "metrics.jsonl").write_text("")
             started = True
-            if recipe.tricks.compile != "off":
+            if needs_warm_up(recipe.tricks, device):
                 result.compile_seconds = warm_up(parts)
             outcome = run_loop(parts, recipe.run, record_epoch)
             _finish(result, parts, outcome, recipe)

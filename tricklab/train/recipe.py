@@ -52,6 +52,13 @@ class DataConfig:
         0.1, "held-out fraction when the source has no test split", minimum=0, maximum=1
     )
     cache_dir: str | None = _f(None, "decoded-dataset cache (default ~/.cache/tricklab)")
+    seed: int = _f(
+        0,
+        "seed of the subsets, the held-out split and synthetic images; apart from run.seed, so "
+        "runs of every seed are trained and scored on the same images",
+        minimum=0,
+        maximum=2**32 - 1,
+    )
 
 
 @dataclass
@@ -160,8 +167,8 @@ class TricksConfig:
         0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1
     )
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
-    ema_warmup_steps: int = _f(
-        0, "steps before the EMA starts (it copies the weights then)", minimum=0
+    ema_warmup_epochs: float = _f(
+        0.0, "epochs before the EMA starts (it copies the weights then; airbench: 3)", minimum=0
     )
     ema_decay_power: float = _f(
         0.0,
