@@ -327,6 +327,36 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
     assert summary["accuracy_ci95"] is None and summary["accuracy_std"] is None  # one run
 
 
+@pytest.mark.parametrize("stop_at_call", [1, 3])
+def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
+    stop_at_call, tmp_path, monkeypatch, capsys
+):
+    from tricklab.train import api as train_api
+
+    calls, real_train = [], train_api.train
+
+    def train(recipe, **kwargs):
+        calls.append(recipe.run.seed)
+        if len(calls) == stop_at_call:
+            raise KeyboardInterrupt
+        return real_train(recipe, **kwargs)
+
+    monkeypatch.setattr(train_api, "train", train)
+    out = tmp_path / "out"
+    code = main(["speedrun", *TINY_SPEEDRUN94, "data.train_size=100", "--runs", "3",
+                 "--warmup-epochs", "0", "--json", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 130
+    if stop_at_call == 1:  # nothing finished: nothing to summarize
+        assert captured.out == "" and not (out / "summary.json").exists()
+        return
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary["interrupted"] is True and summary["runs_planned"] == 3
+    assert summary["n"] == 2 and [r["seed"] for r in summary["runs"]] == [0, 1]
+    assert "interrupted after 2 of 3 runs" in captured.err
+    assert json.loads((out / "summary.json").read_text())["n"] == 2
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -2,6 +2,7 @@
 
 import json
 import math
+import warnings
 
 import pytest
 import torch
@@ -416,3 +417,14 @@ def test_runs_of_every_seed_see_the_same_images_and_data_seed_draws_others():
     for split in ("train", "test"):
         assert torch.equal(getattr(base, split).images, getattr(other_run, split).images)
         assert not torch.equal(getattr(base, split).images, getattr(other_data, split).images)
+
+
+def test_steps_the_grad_scaler_skips_raise_no_scheduler_warning(monkeypatch):
+    # A huge initial scale: the first fp16 gradients overflow, GradScaler skips those steps.
+    monkeypatch.setattr(api.precision, "grad_scaler_for",
+                        lambda precision, device: torch.amp.GradScaler(device, init_scale=2.0**100))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(tiny("tricks.precision=16-mixed", "run.epochs=1"))
+    assert result.status == "complete"
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]

@@ -87,6 +87,8 @@ class SpeedrunSummary:
     dataset: dict = field(default_factory=dict)
     date: str = ""
     recipe: dict = field(default_factory=dict)
+    runs_planned: int = 0
+    interrupted: bool = False  # stopped by Ctrl-C / SIGTERM: the statistics cover the runs before
 
     @property
     def n(self) -> int:
@@ -207,21 +209,39 @@ def speedrun(
             on_run(warmup)
 
     records, results = [], []
-    for seed in range(runs):
-        run_out = out / f"seed-{seed}" if out is not None else None
-        result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out)
-        if warmup is None and seed == 0:
-            peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
-        record = _run_record(result, seed, peak, False, run_out)
-        records.append(record)
-        results.append(result)
-        if on_run is not None:
-            on_run(record)
+    interrupted = False
+    try:
+        for seed in range(runs):
+            run_out = out / f"seed-{seed}" if out is not None else None
+            result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out)
+            if warmup is None and seed == 0:
+                peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
+            record = _run_record(result, seed, peak, False, run_out)
+            records.append(record)
+            results.append(result)
+            if on_run is not None:
+                on_run(record)
+    except KeyboardInterrupt:
+        if not records:
+            raise
+        interrupted = True
 
     summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
+    summary.runs_planned, summary.interrupted = runs, interrupted
     if out is not None:
         (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+    if interrupted:
+        raise SpeedrunInterrupted(summary)
     return summary
+
+
+class SpeedrunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) after some counted runs; `summary` holds their statistics (and went to
+    summary.json with --out). Still a KeyboardInterrupt for callers that only stop."""
+
+    def __init__(self, summary: SpeedrunSummary) -> None:
+        super().__init__(f"interrupted after {summary.n} of {summary.runs_planned} runs")
+        self.summary = summary
 
 
 def summarize(
@@ -327,7 +347,8 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     from rich.table import Table
 
     table = Table(
-        title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}",
+        title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}"
+        + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
         show_header=False,
     )
     ci = summary.accuracy_ci95
@@ -376,7 +397,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
 def cmd_speedrun(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tricklab.cli import check_not_empty
+    from tricklab.cli import INTERRUPTED_EXIT_CODE, check_not_empty
     from tricklab.experiments.plan import normalize_target
     from tricklab.train.api import check_setup
     from tricklab.train.recipe import load_recipe
@@ -407,19 +428,25 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
         style = "red" if run.status in FAILED else ("dim" if run.warmup else None)
         out_console.print(run_line(run), highlight=False, style=style)
 
-    summary = speedrun(
-        recipe,
-        args.runs,
-        peak_tflops=args.peak_tflops,
-        out_dir=args.out,
-        on_run=show,
-        target_accuracy=target,
-        warmup_epochs=args.warmup_epochs,
-        recipe_name=args.recipe,
-    )
+    try:
+        summary = speedrun(
+            recipe,
+            args.runs,
+            peak_tflops=args.peak_tflops,
+            out_dir=args.out,
+            on_run=show,
+            target_accuracy=target,
+            warmup_epochs=args.warmup_epochs,
+            recipe_name=args.recipe,
+        )
+    except SpeedrunInterrupted as stop:  # the runs that finished are summarized all the same
+        summary = stop.summary
+        err.print(f"interrupted after {summary.n} of {summary.runs_planned} runs", highlight=False)
     out_console.print(render_summary(summary))
     if args.json:
         print(json.dumps(summary.to_dict()))
+    if summary.interrupted:
+        return INTERRUPTED_EXIT_CODE
     return 1 if summary.failed else 0
 
 

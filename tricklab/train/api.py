@@ -10,6 +10,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,7 +303,11 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     try:
         dataset = load_data(recipe)
         reset_peak_memory(device)
-        with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
+        with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark), \
+                warnings.catch_warnings():
+            # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while it
+            # finds its scale); the schedule steps anyway, and torch warns as if it were a mistake.
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
             parts, info = prepare(recipe, dataset, device)
             result.params, result.forward_macs = info["params"], info["forward_macs"]
             if out is not None:
