@@ -205,7 +205,11 @@ def main() -> None:
         f"CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}; widths {WIDTHS}, "
         f"{TRAIN_SIZE} synthetic 3x{IMAGE_SIZE}x{IMAGE_SIZE} images, batch {args.batch_size}, {steps} steps, "
         f"SGD momentum 0.9; {args.repeats} interleaved repeats; "
-        + ("all keep train loss/acc per epoch" if args.same_metrics else "only tricklab keeps metrics")
+        + (
+            "all keep train loss/acc per epoch"
+            if args.same_metrics
+            else "only tricklab keeps metrics"
+        )
     )
     print()
     print(

@@ -71,13 +71,17 @@ class Server:
         self.databases += 1
         name = f"tricklab_test_{self.databases}"
         # CREATE DATABASE cannot run in a transaction: autocommit.
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
-                             autocommit=True) as connection:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as connection:
             connection.execute(f"CREATE DATABASE {name}")
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
         if os.path.isdir(os.path.join(self.data, "global")):
-            subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-m", "immediate", "stop"],
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [*self.as_user, self.pg_ctl, "-D", self.data, "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
         shutil.rmtree(self.root, ignore_errors=True)

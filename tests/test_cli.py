@@ -8,9 +8,17 @@ import pytest
 
 from tricklab.cli import main
 
-TINY = ["data.name=synthetic", "data.train_size=200", "data.test_size=100", "model.name=airbench",
-        "model.widths=[8, 16, 16]", "loader.kind=device", "loader.batch_size=50", "run.epochs=1",
-        "run.device=cpu"]
+TINY = [
+    "data.name=synthetic",
+    "data.train_size=200",
+    "data.test_size=100",
+    "model.name=airbench",
+    "model.widths=[8, 16, 16]",
+    "loader.kind=device",
+    "loader.batch_size=50",
+    "run.epochs=1",
+    "run.device=cpu",
+]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -63,12 +71,18 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "synthetic", "oops"], "key=value"),
         (["data", "show", "imagefolder", "--data-dir", "/no/such/dir"], "/no/such/dir"),
         (["data", "show", "nosuchset"], "unknown dataset"),
-        (["train", "model.widths=[8,x]"], "expected list[int] | None"),  # brackets printed as they are
+        (
+            ["train", "model.widths=[8,x]"],
+            "expected list[int] | None",
+        ),  # brackets printed as they are
         (["data", "show", "imagefolder", "--data-dir", "/no/[such]/dir"], "/no/[such]/dir"),
         (["train", "optim.lr=[1"], "optim.lr='[1' is not valid YAML"),
         (["train", "optim.name=="], "optim.name='=' is not valid YAML"),
         (["speedrun", "optim.lr=[1"], "is not valid YAML"),
-        (["ablate", "--baseline", "optim.lr=0.1", "--vary", "optim.lr=[1", "--dry-run"], "is not valid YAML"),
+        (
+            ["ablate", "--baseline", "optim.lr=0.1", "--vary", "optim.lr=[1", "--dry-run"],
+            "is not valid YAML",
+        ),
         (["train", ""], "empty recipe name"),
         (["train", "."], "is a folder"),
         (["train", "loader.batch_size=100000000000000000000"], "must be <= 2147483647"),
@@ -93,8 +107,13 @@ def test_user_mistakes_give_one_line_and_exit_2(args, message, capsys):
 
 @pytest.mark.parametrize(
     "args, message",
-    [(["train", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
-     (["ablate", "--seeds", "1", "--vary", "optim.lr=1", "stray"], "unrecognized arguments: stray")],
+    [
+        (["train", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
+        (
+            ["ablate", "--seeds", "1", "--vary", "optim.lr=1", "stray"],
+            "unrecognized arguments: stray",
+        ),
+    ],
 )
 def test_unknown_arguments_give_one_line_and_exit_2(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -108,7 +127,9 @@ def test_overrides_may_follow_options(tmp_path, capsys):
     # as users type them: options first, then the recipe and its key=value words
     assert main(["train", "--out", str(tmp_path / "a"), "--json", *TINY, "run.epochs=0.5"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["recipe"]["run"]["epochs"] == 0.5 and result["recipe"]["data"]["name"] == "synthetic"
+    assert (
+        result["recipe"]["run"]["epochs"] == 0.5 and result["recipe"]["data"]["name"] == "synthetic"
+    )
 
 
 def test_speedrun_with_bad_setup_prints_one_line_and_leaves_no_folder(tmp_path, capsys):
@@ -147,8 +168,16 @@ def test_data_show_json(capsys):
 
 
 def test_data_show_real_cifar10(cifar10_jpeg_dir, tricklab_cache_dir, capsys):
-    args = ["data", "show", "imagefolder", "--data-dir", str(cifar10_jpeg_dir),
-            "--cache-dir", str(tricklab_cache_dir), "--json"]
+    args = [
+        "data",
+        "show",
+        "imagefolder",
+        "--data-dir",
+        str(cifar10_jpeg_dir),
+        "--cache-dir",
+        str(tricklab_cache_dir),
+        "--json",
+    ]
     assert main(args) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["image_shape"] == [3, 32, 32]
@@ -200,11 +229,23 @@ def test_recipe_file_that_is_not_text_gives_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("as_json", [False, True])
 @pytest.mark.parametrize(
-    "bad", [["data.name=imagefolder", "data.dir=NOPE"], ["model.name=nosuchnet"], ["loader.batch_size=1000", "loader.drop_last=true"]]
+    "bad",
+    [
+        ["data.name=imagefolder", "data.dir=NOPE"],
+        ["model.name=nosuchnet"],
+        ["loader.batch_size=1000", "loader.drop_last=true"],
+    ],
 )
 def test_train_with_bad_data_or_model_leaves_nothing_behind(tmp_path, capsys, bad, as_json):
     bad = [b.replace("NOPE", str(tmp_path / "nope")) for b in bad]
-    args = ["train", "data.name=synthetic", "data.train_size=64", *bad, "--out", str(tmp_path / "run")]
+    args = [
+        "train",
+        "data.name=synthetic",
+        "data.train_size=64",
+        *bad,
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert main(args + ["--json"] * as_json) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
@@ -222,7 +263,9 @@ def test_train_without_out_makes_a_new_folder_named_after_the_recipe_file_for_ea
         assert main(["train", "cfg/tiny.yaml", *TINY, "--json"]) == 0
     capsys.readouterr()
     folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert len(folders) == 2 and all(f.split("-", 2)[2].startswith("tiny") for f in folders), folders
+    assert len(folders) == 2 and all(f.split("-", 2)[2].startswith("tiny") for f in folders), (
+        folders
+    )
     assert all((tmp_path / "runs" / f / "result.json").exists() for f in folders)
 
 

@@ -365,7 +365,7 @@ def test_imagefolder_of_grey_images_keeps_one_channel(tmp_path):
 
 def test_imagefolder_scales_16_bit_grey_to_8_bits_instead_of_clipping(tmp_path):
     make_tree(tmp_path / "data", classes=("a",), per_split={"train": 1, "test": 1}, grey=True)
-    deep = (np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000)  # 0 .. 63,000
+    deep = np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000  # 0 .. 63,000
     Image.fromarray(deep).save(tmp_path / "data" / "train" / "a" / "9999.png")
     ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
     assert ds.image_shape == (1, 8, 8)
@@ -413,7 +413,9 @@ def test_imagefolder_takes_val_as_the_test_split_when_there_is_no_test(tmp_path)
 
 def test_imagefolder_prefers_test_over_val(tmp_path):
     make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 3, "val": 2, "test": 1})
-    assert len(load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache").test) == 2
+    assert (
+        len(load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache").test) == 2
+    )
 
 
 def test_imagefolder_follows_linked_class_folders_and_ends_link_cycles(tmp_path):
@@ -505,7 +507,9 @@ def test_cifar10_batch_with_labels_that_are_not_numbers_is_refused(tmp_path):
         tar.extractall(tmp_path / "x", filter="data")
     data = np.zeros((4, 3072), dtype=np.uint8)
     batch = {b"data": data, b"labels": [b"x", 1, 2, 3]}
-    (tmp_path / "x" / "cifar-10-batches-py" / "test_batch").write_bytes(pickle.dumps(batch, protocol=2))
+    (tmp_path / "x" / "cifar-10-batches-py" / "test_batch").write_bytes(
+        pickle.dumps(batch, protocol=2)
+    )
     with pytest.raises(TrickLabError, match=r"^test_batch in .* is not an official CIFAR batch"):
         load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
 
@@ -514,7 +518,11 @@ def test_cifar10_archive_lacking_a_batch_names_it(tmp_path):
     write_fake_cifar(tmp_path / "data")
     archive = tmp_path / "data" / "cifar-10-python.tar.gz"
     with tarfile.open(archive) as tar:
-        kept = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if not m.name.endswith("data_batch_1")]
+        kept = [
+            (m, tar.extractfile(m).read())
+            for m in tar.getmembers()
+            if not m.name.endswith("data_batch_1")
+        ]
     with tarfile.open(archive, "w:gz") as tar:
         for member, blob in kept:
             tar.addfile(member, io.BytesIO(blob))

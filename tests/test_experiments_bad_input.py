@@ -116,7 +116,9 @@ def test_a_grid_too_large_to_list_is_refused_before_it_is_built(tmp_path, capsys
     args = sweep_args(tmp_path, "loader.batch_size: {low: 1, high: 2147483647}\n",
                       "--sampler", "grid", "--dry-run")  # fmt: skip
     assert main(args) == 2
-    assert f"2,147,483,647 points (2,147,483,647), more than {MAX_GRID_POINTS:,}" in one_error_line(capsys)
+    assert f"2,147,483,647 points (2,147,483,647), more than {MAX_GRID_POINTS:,}" in one_error_line(
+        capsys
+    )
     space = parse_space({"optim.lr": {"low": 0.0, "high": 1.0, "step": 1e-3},
                          "loader.batch_size": {"low": 1, "high": 1000}})  # fmt: skip
     with pytest.raises(TrickLabError, match=r"1,001,000 points \(1,001 × 1,000\)"):
@@ -175,8 +177,12 @@ def test_liveness_refuses_a_grace_period_a_live_worker_could_outlast():
 
 @pytest.mark.parametrize(
     "content, message",
-    [("garbage\n", "is not an Optuna journal file"), ("[1, 2]\n", "is not an Optuna journal file"),
-     ("\xff\xfe\n", "is not an Optuna journal file"), ('{"op_code": 99}\n', "cannot read journal")],
+    [
+        ("garbage\n", "is not an Optuna journal file"),
+        ("[1, 2]\n", "is not an Optuna journal file"),
+        ("\xff\xfe\n", "is not an Optuna journal file"),
+        ('{"op_code": 99}\n', "cannot read journal"),
+    ],
     ids=["text", "json-list", "binary", "unknown-op"],
 )
 @pytest.mark.parametrize("command", ["ablate", "results"])
@@ -240,7 +246,10 @@ def test_another_programs_sqlite_database_is_refused_and_left_as_it_was(tmp_path
         db.execute("CREATE TABLE users (name TEXT)")
         db.commit()
     before = path.read_bytes()
-    for args in (ablate_args(tmp_path, "--storage", str(path)), ["results", "x", "--storage", str(path)]):
+    for args in (
+        ablate_args(tmp_path, "--storage", str(path)),
+        ["results", "x", "--storage", str(path)],
+    ):
         assert main(args) == 2
         line = one_error_line(capsys)
         assert str(path) in line and "without Optuna's tables (it has users)" in line
@@ -255,7 +264,9 @@ def test_a_storage_whose_driver_is_missing_names_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("storage", ["sqlite://", "sqlite:///:memory:"])
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_an_in_memory_database_is_refused_for_it_would_store_nothing(tmp_path, capsys, storage, dry_run):
+def test_an_in_memory_database_is_refused_for_it_would_store_nothing(
+    tmp_path, capsys, storage, dry_run
+):
     args = ablate_args(tmp_path, "--storage", storage) + ["--dry-run"] * dry_run
     assert main(args) == 2
     assert "is an in-memory database" in one_error_line(capsys)

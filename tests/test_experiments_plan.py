@@ -138,7 +138,9 @@ def test_space_entries_become_optuna_distributions():
 
 
 def test_grid_of_a_space_enumerates_choices_and_stepped_ranges():
-    space = parse_space({"optim.name": ["sgd", "adam"], "loader.batch_size": {"low": 64, "high": 192, "step": 64}})
+    space = parse_space(
+        {"optim.name": ["sgd", "adam"], "loader.batch_size": {"low": 64, "high": 192, "step": 64}}
+    )
     assert len(space.grid()) == 2 * 3
     assert {"optim.name": "adam", "loader.batch_size": 192} in space.grid()
 
@@ -152,8 +154,13 @@ def test_grid_of_a_continuous_range_says_what_to_add():
 @pytest.mark.parametrize(
     "data",
     [
-        {}, {"optim.lr": []}, {"optim.lr": {"low": 1}}, {"optim.lr": {"low": 2.0, "high": 1.0}},
-        {"optim.lr": [[0.1, 0.2]]}, {"model.widths": [8, 16]}, {"model.widths": [[8, "wide"]]},
+        {},
+        {"optim.lr": []},
+        {"optim.lr": {"low": 1}},
+        {"optim.lr": {"low": 2.0, "high": 1.0}},
+        {"optim.lr": [[0.1, 0.2]]},
+        {"model.widths": [8, 16]},
+        {"model.widths": [[8, "wide"]]},
         {"model.widths": {"low": 8, "high": 16}},
     ],
 )

@@ -107,7 +107,9 @@ def stop_mid_run(worker, log_path, out_dir, after_complete, spec=None):
         # database: the study can be looked up until it exists.
         if study is None and spec is not None:
             with contextlib.suppress(KeyError):
-                study = optuna.load_study(study_name=STUDY, storage=open_storage(spec, must_exist=True))
+                study = optuna.load_study(
+                    study_name=STUDY, storage=open_storage(spec, must_exist=True)
+                )
         elif study is None and (out_dir / "study.db.claim-lock").exists():
             storage = open_storage(storage_url(None, out_dir), must_exist=True)
             study = optuna.load_study(study_name=STUDY, storage=storage)
@@ -141,7 +143,9 @@ def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_e
     tmp_path, start_worker, request, kind
 ):
     vary, seeds = "optim.lr=0.4", 2
-    spec = request.getfixturevalue("postgres_server").new_database() if kind == "postgresql" else None
+    spec = (
+        request.getfixturevalue("postgres_server").new_database() if kind == "postgresql" else None
+    )
     cmd = ablate_command(tmp_path, vary, seeds, storage=spec)
     worker = start_worker(cmd, tmp_path / "killed.log")
     lost = stop_mid_run(worker, tmp_path / "killed.log", tmp_path, after_complete=1, spec=spec)

@@ -78,7 +78,9 @@ def test_tiny_ablation_runs_end_to_end_and_results_json_round_trips(tmp_path, ca
 
     trial = unit_trials(summary["study"], tmp_path)[0]
     run = trial.user_attrs["runs"][0]
-    assert run["recipe"]["run"]["epochs"] == 1 and run["recipe"]["run"]["early_stopping_patience"] == 0
+    assert (
+        run["recipe"]["run"]["epochs"] == 1 and run["recipe"]["run"]["early_stopping_patience"] == 0
+    )
     assert len(run["epochs"]) == 1 and run["hardware"] and run["tricklab_version"]
     assert trial.value == pytest.approx(run["val_acc"])
 
@@ -123,7 +125,9 @@ def test_any_other_exception_gives_failed_with_its_message(baseline, tmp_path):
             raise ValueError("bad batch")
         return fake_train(recipe, **kwargs)
 
-    summary = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    summary = ablate(
+        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+    )
     assert summary.status_counts == {"complete": 2, "failed": 2}
     failed = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "failed"]
     assert {t.user_attrs["error"] for t in failed} == {"ValueError: bad batch"}
@@ -138,10 +142,14 @@ def test_rerun_skips_completed_units_and_runs_failed_ones_again(baseline, tmp_pa
             raise RuntimeError("flaky disk")
         return fake_train(recipe, **kwargs)
 
-    first = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    first = ablate(
+        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+    )
     assert first.status_counts == {"complete": 2, "failed": 2}
     broken["on"] = False
-    second = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    second = ablate(
+        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+    )
     assert second.ran == 2 and second.already_done == 2
     assert second.status_counts == {"complete": 4}
     assert set(complete_per_unit(unit_trials(second.study, tmp_path)).values()) == {1}
@@ -158,7 +166,9 @@ def test_ctrl_c_marks_the_running_trial_interrupted_and_a_rerun_finishes(baselin
 
     with pytest.raises(KeyboardInterrupt):
         ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
-    summary = ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+    summary = ablate(
+        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+    )
     trials = unit_trials(summary.study, tmp_path)
     assert [trial_status(t) for t in trials].count("interrupted") == 1
     assert not [t for t in trials if t.state == TrialState.RUNNING]
@@ -167,7 +177,9 @@ def test_ctrl_c_marks_the_running_trial_interrupted_and_a_rerun_finishes(baselin
 
 
 @pytest.mark.parametrize("library_error", [False, True], ids=["dropped", "turned-into-an-error"])
-def test_a_ctrl_c_that_python_drops_still_stops_the_worker(baseline, tmp_path, capsys, library_error):
+def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
+    baseline, tmp_path, capsys, library_error
+):
     """A signal handler's KeyboardInterrupt raised inside __del__ is dropped ("Exception ignored
     in ..."); one raised inside a library callback may come back as another error. Either way the
     worker stops after that run, marks it interrupted and prints no traceback."""
@@ -205,7 +217,13 @@ def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):
     study.enqueue_trial({}, user_attrs=attrs)  # as two workers starting together would
     study.enqueue_trial({}, user_attrs=attrs)
     summary = ablate(
-        baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+        baseline,
+        {"optim.lr": [0.4]},
+        2,
+        study="s",
+        out_dir=tmp_path,
+        train_fn=fake_train,
+        liveness=FAST,
     )
     trials = unit_trials("s", tmp_path)
     assert summary.status_counts == {"complete": 4}
@@ -224,7 +242,13 @@ def test_a_trial_whose_worker_died_is_run_again(baseline, tmp_path):
     dead.wait()
     storage.set_trial_system_attr(lost._trial_id, WORKER_ATTR, {"host": _host(), "pid": dead.pid})
     summary = ablate(
-        baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+        baseline,
+        {"optim.lr": [0.4]},
+        2,
+        study="s",
+        out_dir=tmp_path,
+        train_fn=fake_train,
+        liveness=FAST,
     )
     assert summary.status_counts == {"complete": 4}
     assert trial_status(storage.get_trial(lost._trial_id)) == "interrupted"
@@ -262,8 +286,12 @@ def test_a_study_name_holding_another_baseline_is_a_user_error(baseline, tmp_pat
 
 
 def test_sampled_sweep_runs_the_requested_trials_each_with_every_seed(baseline, tmp_path):
-    space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0, "log": True}, "optim.name": ["sgd", "adam"]})
-    run = dict(trials=4, sampler="tpe", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST)
+    space = parse_space(
+        {"optim.lr": {"low": 0.01, "high": 1.0, "log": True}, "optim.name": ["sgd", "adam"]}
+    )
+    run = dict(
+        trials=4, sampler="tpe", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+    )
     summary = sweep(baseline, space, **run)
     assert summary.planned == summary.ran == 4  # trials, each with its 2 seeds
     trials = unit_trials(summary.study, tmp_path)
@@ -300,7 +328,13 @@ def epochs_fake_train(recipe, *, on_epoch=None, out_dir=None):
     for epoch in range(1, epochs + 1):
         if on_epoch is not None:
             on_epoch({"epoch": epoch, "val_acc": accuracy * epoch / epochs, "train_seconds": epoch})
-    return RunResult(status="complete", val_acc=accuracy, val_loss=1.0, train_seconds=1.0, recipe=recipe.to_dict())
+    return RunResult(
+        status="complete",
+        val_acc=accuracy,
+        val_loss=1.0,
+        train_seconds=1.0,
+        recipe=recipe.to_dict(),
+    )
 
 
 @pytest.mark.parametrize("epochs", [1, 3])
@@ -318,7 +352,9 @@ def test_the_pruner_stops_runs_between_epochs_never_one_that_has_finished(tmp_pa
         assert pruned and all(max(t.intermediate_values) < epochs for t in pruned)
 
 
-def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once(baseline, tmp_path):
+def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once(
+    baseline, tmp_path
+):
     calls = []
 
     def train_fn(recipe, **kwargs):
@@ -326,8 +362,16 @@ def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once
         return fake_train(recipe, **kwargs)
 
     space = parse_space({"optim.lr": [0.3]})
-    summary = sweep(baseline, space, 3, sampler="random", seeds=2, out_dir=tmp_path, train_fn=train_fn,
-                    liveness=FAST)
+    summary = sweep(
+        baseline,
+        space,
+        3,
+        sampler="random",
+        seeds=2,
+        out_dir=tmp_path,
+        train_fn=train_fn,
+        liveness=FAST,
+    )
     assert calls == [0, 1]  # the 2nd and 3rd trials drew the same point: no seed runs twice
     trials = unit_trials(summary.study, tmp_path)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
@@ -336,7 +380,9 @@ def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once
     assert row.n == 2  # two seeded runs, not six
 
 
-def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs_the_rest(baseline, tmp_path):
+def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs_the_rest(
+    baseline, tmp_path
+):
     calls = []
 
     def train_fn(recipe, **kwargs):
@@ -346,7 +392,9 @@ def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs
         return fake_train(recipe, **kwargs)
 
     space = parse_space({"optim.lr": [0.3]})
-    run = dict(trials=1, sampler="random", seeds=3, out_dir=tmp_path, train_fn=train_fn, liveness=FAST)
+    run = dict(
+        trials=1, sampler="random", seeds=3, out_dir=tmp_path, train_fn=train_fn, liveness=FAST
+    )
     with pytest.raises(KeyboardInterrupt):
         sweep(baseline, space, **run)
     summary = sweep(baseline, space, **run)
@@ -358,7 +406,13 @@ def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs
 def test_grid_sweep_runs_each_point_once_per_seed_with_its_params(baseline, tmp_path):
     space = parse_space({"optim.lr": [0.1, 0.2], "optim.name": ["sgd", "adam"]})
     summary = sweep(
-        baseline, space, sampler="grid", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST
+        baseline,
+        space,
+        sampler="grid",
+        seeds=2,
+        out_dir=tmp_path,
+        train_fn=fake_train,
+        liveness=FAST,
     )
     trials = unit_trials(summary.study, tmp_path)
     assert summary.planned == 8 and summary.status_counts == {"complete": 8}
@@ -427,7 +481,9 @@ def test_a_bad_value_anywhere_in_the_space_fails_before_any_run(baseline, tmp_pa
          "another-programs-sqlite", "no-server"],
 )  # fmt: skip
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsys, make, extra, message, dry_run):
+def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(
+    tmp_path, capsys, make, extra, message, dry_run
+):
     if "postgresql" in message:
         pytest.importorskip("psycopg")
     make(tmp_path)
@@ -436,7 +492,16 @@ def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsy
     if "--space" in extra:
         args = ["sweep", *extra, "--trials", "1"]
     else:
-        args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--budget-epochs", "0.01", *extra]
+        args = [
+            "ablate",
+            "--baseline",
+            *TINY,
+            "--vary",
+            "optim.lr=0.2",
+            "--budget-epochs",
+            "0.01",
+            *extra,
+        ]
     assert main(args + ["--dry-run"] * dry_run) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
@@ -468,9 +533,16 @@ def test_bad_storage_out_or_space_file_gives_one_line_and_exit_2(tmp_path, capsy
 )  # fmt: skip
 def test_bad_input_stops_an_experiment_before_any_run(tmp_path, capsys, args, message, dry_run):
     """Every run would fail on it: one line, exit 2, no run and no storage, with or without --dry-run."""
-    (tmp_path / "space.yaml").write_text("model.name: [airbench, nosuchnet]\n" if "nosuchnet" in message
-                                         else "optim.lr: [0.1, 0.2]\n")
-    args = [a.format(d=tmp_path) for a in args] + ["--out", str(tmp_path / "exp")] + ["--dry-run"] * dry_run
+    (tmp_path / "space.yaml").write_text(
+        "model.name: [airbench, nosuchnet]\n"
+        if "nosuchnet" in message
+        else "optim.lr: [0.1, 0.2]\n"
+    )
+    args = (
+        [a.format(d=tmp_path) for a in args]
+        + ["--out", str(tmp_path / "exp")]
+        + ["--dry-run"] * dry_run
+    )
     assert main(args) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
@@ -479,7 +551,16 @@ def test_bad_input_stops_an_experiment_before_any_run(tmp_path, capsys, args, me
 
 
 def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):
-    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.3,0.4", "--vary", "aug.flip=none,random", "--grid"]
+    args = [
+        "ablate",
+        "--baseline",
+        *TINY,
+        "--vary",
+        "optim.lr=0.3,0.4",
+        "--vary",
+        "aug.flip=none,random",
+        "--grid",
+    ]
     args += ["--seeds", "3", "--out", str(tmp_path / "exp"), "--dry-run", "--json"]
     assert main(args) == 0
     plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

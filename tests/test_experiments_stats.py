@@ -42,7 +42,9 @@ def records(config_id, accuracies, seconds, status="complete", target=0.94):
 
 def test_mean_interval_is_student_t_around_the_mean():
     mean, std, low, high = mean_interval(BASE_ACC)
-    ref = stats.t.interval(0.95, len(BASE_ACC) - 1, loc=np.mean(BASE_ACC), scale=stats.sem(BASE_ACC))
+    ref = stats.t.interval(
+        0.95, len(BASE_ACC) - 1, loc=np.mean(BASE_ACC), scale=stats.sem(BASE_ACC)
+    )
     assert mean == pytest.approx(0.94)
     assert std == pytest.approx(np.std(BASE_ACC, ddof=1))
     assert (low, high) == pytest.approx(ref)
@@ -61,7 +63,9 @@ def test_welch_difference_interval_and_p_value_match_scipy():
 
 def test_speedup_is_the_ratio_of_geometric_means_with_a_welch_interval_on_log_times():
     speedup, low, high, p = speedup_interval(BASE_SECONDS, TRICK_SECONDS)
-    assert speedup == pytest.approx(math.exp(np.mean(np.log(BASE_SECONDS)) - np.mean(np.log(TRICK_SECONDS))))
+    assert speedup == pytest.approx(
+        math.exp(np.mean(np.log(BASE_SECONDS)) - np.mean(np.log(TRICK_SECONDS)))
+    )
     assert speedup == pytest.approx(1.2494115621)
     assert (low, high) == pytest.approx((1.214099, 1.28575121), rel=1e-6)
     assert p == pytest.approx(1.2697369709e-07, rel=1e-6)
@@ -114,7 +118,8 @@ def test_without_a_baseline_the_best_config_is_the_reference():
 
 def test_rows_round_trip_through_dicts_and_csv(tmp_path):
     rows = config_stats(
-        records("baseline", BASE_ACC, BASE_SECONDS) + records("tricks.fast=true", TRICK_ACC, TRICK_SECONDS)
+        records("baseline", BASE_ACC, BASE_SECONDS)
+        + records("tricks.fast=true", TRICK_ACC, TRICK_SECONDS)
     )
     assert [ConfigStats.from_dict(r.to_dict()) for r in rows] == rows
     write_csv(rows, tmp_path / "rows.csv")
@@ -139,7 +144,9 @@ def test_csv_over_a_read_only_file_is_a_user_error_and_leaves_it(tmp_path):
     target.chmod(0o444)
     with pytest.raises(TrickLabError, match="rows.csv: it is read-only"):
         write_csv(rows, target)
-    assert target.read_text() == "kept\n" and sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
+    assert target.read_text() == "kept\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "rows.csv"
+    ]
 
 
 def test_welch_on_identical_runs_gives_no_warning():
@@ -188,3 +195,17 @@ def test_a_running_trial_whose_worker_process_is_gone_reads_as_interrupted():
         )
     statuses = {r["seed"]: r["status"] for r in collect_runs(study)}
     assert statuses == {gone.pid: "interrupted", os.getpid(): "running"}
+
+
+def test_the_table_shows_runs_at_the_target_and_the_mean_seconds_to_reach_it():
+    from tricklab.experiments.cli import console, stats_table
+
+    rows = records("baseline", [0.941, 0.945, 0.930], [10.0, 11.0, 12.0])
+    for row, seconds in zip(rows, [6.0, 8.0, None]):
+        row["time_to_target_seconds"] = seconds
+    (stat,) = config_stats(rows)
+    assert stat.time_to_target_seconds_mean == pytest.approx(7.0)
+    out = console()
+    with out.capture() as captured:
+        out.print(stats_table([stat]))
+    assert "2/3, 7.0" in captured.get()

@@ -222,7 +222,10 @@ def test_pretrained_offline_raises_naming_the_hub_cache(tmp_path, monkeypatch, c
         build_model("squeezenet", num_classes=10, pretrained=True)
     assert torch.hub.get_dir() in str(info.value)
     assert "squeezenet1_1-" in str(info.value)
-    assert capsys.readouterr() == ("", "")  # torch.hub's "Downloading: ..." dropped: one line in all
+    assert capsys.readouterr() == (
+        "",
+        "",
+    )  # torch.hub's "Downloading: ..." dropped: one line in all
 
 
 def test_pretrained_loads_cached_weights_and_replaces_only_the_head(tmp_path, monkeypatch):

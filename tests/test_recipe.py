@@ -16,8 +16,16 @@ def test_defaults_are_plain_pytorch():
 
 
 def test_dotted_overrides_are_typed():
-    r = load_recipe(None, ["optim.lr=0.2", "tricks.precision=bf16-mixed", "run.epochs=1.5",
-                           "model.widths=[8, 16, 32]", "run.target_accuracy=0.9"])
+    r = load_recipe(
+        None,
+        [
+            "optim.lr=0.2",
+            "tricks.precision=bf16-mixed",
+            "run.epochs=1.5",
+            "model.widths=[8, 16, 32]",
+            "run.target_accuracy=0.9",
+        ],
+    )
     assert r.optim.lr == 0.2
     assert r.tricks.precision == "bf16-mixed"
     assert r.run.epochs == 1.5
@@ -62,7 +70,9 @@ def test_value_below_minimum_is_refused():
         load_recipe(None, ["loader.batch_size=0"])
 
 
-@pytest.mark.parametrize("override", ["optim.lr=nan", "optim.lr=.inf", "optim.lr=-.inf", "run.epochs=inf"])
+@pytest.mark.parametrize(
+    "override", ["optim.lr=nan", "optim.lr=.inf", "optim.lr=-.inf", "run.epochs=inf"]
+)
 def test_nan_and_infinity_are_refused(override):
     with pytest.raises(TrickLabError, match="finite number"):
         load_recipe(None, [override])
@@ -125,7 +135,9 @@ def test_yaml_file_with_unknown_section_is_refused(tmp_path):
 def test_invalid_yaml_is_one_clear_error(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("run:\n  epochs: 2\noptim: [unclosed\n")
-    with pytest.raises(TrickLabError, match=r"r\.yaml: not valid YAML at line 4, column 1 \(expected ',' or ']'"):
+    with pytest.raises(
+        TrickLabError, match=r"r\.yaml: not valid YAML at line 4, column 1 \(expected ',' or ']'"
+    ):
         load_recipe(path)
 
 
@@ -170,7 +182,9 @@ def test_exponent_without_dot_is_a_float():
 
 
 def test_yaml11_words_name_choices_and_still_set_booleans():
-    recipe = load_recipe(None, ["tricks.compile=off", "tricks.channels_last=yes", "loader.drop_last=off"])
+    recipe = load_recipe(
+        None, ["tricks.compile=off", "tricks.channels_last=yes", "loader.drop_last=off"]
+    )
     assert recipe.tricks.compile == "off"
     assert recipe.tricks.channels_last is True and recipe.loader.drop_last is False
 
@@ -184,7 +198,9 @@ def test_yaml_file_reads_off_as_the_choice_not_a_boolean(tmp_path):
 
 def test_misspelt_section_in_a_file_names_the_section(tmp_path):
     (tmp_path / "r.yaml").write_text("optimizer:\n  lr: 0.1\n")
-    with pytest.raises(TrickLabError, match=r"unknown recipe section 'optimizer'; did you mean 'optim'\?"):
+    with pytest.raises(
+        TrickLabError, match=r"unknown recipe section 'optimizer'; did you mean 'optim'\?"
+    ):
         load_recipe(tmp_path / "r.yaml")
     (tmp_path / "r.yaml").write_text("lr: 0.1\n")
     with pytest.raises(TrickLabError, match=r"did you mean 'optim\.lr'"):
@@ -195,7 +211,9 @@ def test_tricks_table_cuts_nothing_when_piped():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "tricklab", "tricks"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "tricklab", "tricks"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "…" not in out.stdout
     assert "optim.decoupled_weight_decay" in out.stdout
     assert "float in [0," in out.stdout  # bounds are shown (wrapped at 80 columns)

@@ -16,8 +16,14 @@ from tricklab.train.tta import tta_logits
 
 
 def small_net() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 10),
+    )
 
 
 @pytest.mark.parametrize(
@@ -29,12 +35,40 @@ def small_net() -> nn.Module:
         (ScheduleConfig(name="step", milestones=[0.5, 0.75], gamma=0.1), 80, 0.01),
         (ScheduleConfig(name="cosine"), 50, 0.5),
         (ScheduleConfig(name="cosine", final_factor=0.1), 100, 0.1),
-        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 0, 0.2),
-        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 10, 0.6),
-        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 20, 1.0),
-        (ScheduleConfig(name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07), 100, 0.07),
+        (
+            ScheduleConfig(
+                name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07
+            ),
+            0,
+            0.2,
+        ),
+        (
+            ScheduleConfig(
+                name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07
+            ),
+            10,
+            0.6,
+        ),
+        (
+            ScheduleConfig(
+                name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07
+            ),
+            20,
+            1.0,
+        ),
+        (
+            ScheduleConfig(
+                name="piecewise-linear", start_factor=0.2, peak_fraction=0.2, final_factor=0.07
+            ),
+            100,
+            0.07,
+        ),
         (ScheduleConfig(name="constant", warmup_fraction=0.1), 5, 0.5),
-        (ScheduleConfig(name="cosine", warmup_fraction=0.1), 10, 0.5 * (1 + math.cos(math.pi * 0.1))),
+        (
+            ScheduleConfig(name="cosine", warmup_fraction=0.1),
+            10,
+            0.5 * (1 + math.cos(math.pi * 0.1)),
+        ),
     ],
 )
 def test_schedule_value_at_step(cfg, step, expected):
@@ -106,7 +140,9 @@ def test_tta_survives_a_forward_that_reuses_its_output_memory(tta):
         return buffer.copy_(model(images))
 
     with torch.no_grad():
-        assert torch.allclose(tta_logits(replaying_forward, x, tta), tta_logits(model, x, tta), atol=1e-6)
+        assert torch.allclose(
+            tta_logits(replaying_forward, x, tta), tta_logits(model, x, tta), atol=1e-6
+        )
 
 
 def test_tta_flip_translate_adds_the_one_pixel_shifts_with_reflected_borders():
@@ -123,7 +159,9 @@ def test_tta_flip_translate_adds_the_one_pixel_shifts_with_reflected_borders():
         return 0.5 * (model(images) + model(torch.flip(images, dims=[3])))
 
     with torch.no_grad():
-        expected = 0.5 * flip_avg(x) + 0.25 * (flip_avg(shifted(up_left)) + flip_avg(shifted(down_right)))
+        expected = 0.5 * flip_avg(x) + 0.25 * (
+            flip_avg(shifted(up_left)) + flip_avg(shifted(down_right))
+        )
         assert torch.allclose(tta_logits(model, x, "flip-translate"), expected, atol=1e-5)
 
 
@@ -185,8 +223,12 @@ def test_build_optimizer_scales_the_lr_with_the_batch():
 
 @pytest.mark.parametrize(
     "name, cls",
-    [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW),
-     ("rmsprop", torch.optim.RMSprop)],
+    [
+        ("sgd", torch.optim.SGD),
+        ("adam", torch.optim.Adam),
+        ("adamw", torch.optim.AdamW),
+        ("rmsprop", torch.optim.RMSprop),
+    ],
 )
 def test_every_optimizer_builds(name, cls):
     opt = build_optimizer(small_net(), OptimConfig(name=name), batch_size=32)
@@ -199,8 +241,9 @@ def test_fused_optimizer_takes_the_same_steps_as_the_default(name):
     # No BatchNorm: a conv bias before one gets a gradient of pure rounding noise, which Adam
     # scales up to a full step of random sign.
     def net():
-        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                             nn.Linear(4, 10))
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10)
+        )
 
     cfg = dict(name=name, lr=1e-3, weight_decay=5e-4, nesterov=name == "sgd")
     models = [net(), net()]

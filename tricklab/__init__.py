@@ -50,6 +50,14 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "Dataset", "Recipe", "RunResult", "TrickLabError", "build_model", "list_models",
-    "load_dataset", "load_recipe", "train", "__version__",
+    "Dataset",
+    "Recipe",
+    "RunResult",
+    "TrickLabError",
+    "build_model",
+    "list_models",
+    "load_dataset",
+    "load_recipe",
+    "train",
+    "__version__",
 ]

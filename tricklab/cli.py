@@ -53,16 +53,22 @@ def _recipe_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[st
 def cmd_data_show(args: argparse.Namespace) -> int:
     from tricklab.data.sources import describe_dataset, load_dataset
 
-    ds = load_dataset(args.name, args.data_dir, image_size=args.image_size, cache_dir=args.cache_dir)
+    ds = load_dataset(
+        args.name, args.data_dir, image_size=args.image_size, cache_dir=args.cache_dir
+    )
     info = describe_dataset(ds)
     if args.json:
         print(json.dumps(info))
         return 0
-    table = Table(title=f"{info['name']}: {len(info['classes'])} classes, images {info['image_shape']}")
+    table = Table(
+        title=f"{info['name']}: {len(info['classes'])} classes, images {info['image_shape']}"
+    )
     table.add_column("class")
     table.add_column("train", justify="right")
     table.add_column("test", justify="right")
-    for name, n_train, n_test in zip(info["classes"], info["train"]["per_class"], info["test"]["per_class"]):
+    for name, n_train, n_test in zip(
+        info["classes"], info["train"]["per_class"], info["test"]["per_class"]
+    ):
         table.add_row(name, str(n_train), str(n_test))
     table.add_row("total", str(info["train"]["size"]), str(info["test"]["size"]), style="bold")
     console.print(table)
@@ -83,9 +89,15 @@ class EpochView:
         self.table = Table()
         for col in ("epoch", "train loss", "train acc", "val loss", "val acc", "lr", "s", "img/s"):
             self.table.add_column(col, justify="right")
-        self.progress = Progress(TextColumn("epochs"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[speed]}"))
-        self.task = self.progress.add_task("train", total=max(1, int(-(-total_epochs // 1))), speed="")
+        self.progress = Progress(
+            TextColumn("epochs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[speed]}"),
+        )
+        self.task = self.progress.add_task(
+            "train", total=max(1, int(-(-total_epochs // 1))), speed=""
+        )
         from rich.console import Group
 
         self.live = Live(Group(self.table, self.progress), console=err_console, transient=False)
@@ -106,23 +118,34 @@ class EpochView:
             return "-" if v is None else format(v, spec)
 
         self.table.add_row(
-            str(row["epoch"]), fmt(row["train_loss"], ".4f"), fmt(row["train_acc"], ".4f"),
-            fmt(row["val_loss"], ".4f"), fmt(row["val_acc"], ".4f"), fmt(row["lr"], ".4g"),
-            fmt(row["epoch_seconds"], ".2f"), fmt(row["images_per_second"], ",.0f"),
+            str(row["epoch"]),
+            fmt(row["train_loss"], ".4f"),
+            fmt(row["train_acc"], ".4f"),
+            fmt(row["val_loss"], ".4f"),
+            fmt(row["val_acc"], ".4f"),
+            fmt(row["lr"], ".4g"),
+            fmt(row["epoch_seconds"], ".2f"),
+            fmt(row["images_per_second"], ",.0f"),
         )
-        self.progress.update(self.task, advance=1, speed=f"{fmt(row['images_per_second'], ',.0f')} img/s")
+        self.progress.update(
+            self.task, advance=1, speed=f"{fmt(row['images_per_second'], ',.0f')} img/s"
+        )
 
 
 def print_result(result) -> None:
     table = Table(title=f"run {result.status}", show_header=False)
     rows = [
-        ("val acc", result.val_acc, ".4f"), ("val acc (TTA)", result.val_acc_tta, ".4f"),
-        ("val loss", result.val_loss, ".4f"), ("train seconds", result.train_seconds, ".2f"),
-        ("compile seconds", result.compile_seconds, ".2f"), ("wall seconds", result.wall_seconds, ".2f"),
+        ("val acc", result.val_acc, ".4f"),
+        ("val acc (TTA)", result.val_acc_tta, ".4f"),
+        ("val loss", result.val_loss, ".4f"),
+        ("train seconds", result.train_seconds, ".2f"),
+        ("compile seconds", result.compile_seconds, ".2f"),
+        ("wall seconds", result.wall_seconds, ".2f"),
         ("time to target s", result.time_to_target_seconds, ".2f"),
         ("images/s", result.images_per_second, ",.0f"),
         ("peak memory MiB", result.peak_memory_bytes and result.peak_memory_bytes / 2**20, ",.0f"),
-        ("params", result.params, ","), ("forward MACs", result.forward_macs, ","),
+        ("params", result.params, ","),
+        ("forward MACs", result.forward_macs, ","),
     ]
     for name, value, spec in rows:
         if value is not None:
@@ -138,13 +161,19 @@ def _default_run_dir(recipe_name: str | None) -> tuple[Path, Path]:
     """A new folder runs/<date-time>-<recipe> (numbered if taken) and the outermost folder made.
 
     Made here, not by train(): two runs started in the same second get two folders."""
-    stem = Path(recipe_name).name.removesuffix(".yaml").removesuffix(".yml") if recipe_name else "default"
+    stem = (
+        Path(recipe_name).name.removesuffix(".yaml").removesuffix(".yml")
+        if recipe_name
+        else "default"
+    )
     runs = Path("runs")
     outermost = first_missing(runs)
     try:
         out = new_numbered_dir(runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}")
     except OSError as exc:
-        raise TrickLabError(f"cannot make a run directory under {runs}: {exc.strerror or exc}") from None
+        raise TrickLabError(
+            f"cannot make a run directory under {runs}: {exc.strerror or exc}"
+        ) from None
     return out, outermost or out
 
 
@@ -194,7 +223,9 @@ def cmd_tricks(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for r in rows:
         allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
-        low, high = (v if isinstance(v, int) or v is None else f"{v:g}" for v in (r["minimum"], r["maximum"]))
+        low, high = (
+            v if isinstance(v, int) or v is None else f"{v:g}" for v in (r["minimum"], r["maximum"])
+        )
         if low is not None and high is not None:
             allowed += f" in [{low}, {high}]"
         elif low is not None:
@@ -230,23 +261,38 @@ def cmd_models(args: argparse.Namespace) -> int:
     rows = []
     for info in list_models():
         model = build_model(info.name, num_classes=args.num_classes, in_channels=3, image_size=32)
-        rows.append({"name": info.name, "params": count_params(model),
-                     "forward_macs": count_forward_macs(model, (1, 3, 32, 32)), "doc": info.doc})
+        rows.append(
+            {
+                "name": info.name,
+                "params": count_params(model),
+                "forward_macs": count_forward_macs(model, (1, 3, 32, 32)),
+                "doc": info.doc,
+            }
+        )
     if args.json:
         print(json.dumps(rows))
         return 0
     table = Table(title=f"models ({args.num_classes} classes, 3x32x32 input)")
-    for col, justify in (("name", "left"), ("params", "right"), ("MACs", "right"), ("what it is", "left")):
+    for col, justify in (
+        ("name", "left"),
+        ("params", "right"),
+        ("MACs", "right"),
+        ("what it is", "left"),
+    ):
         table.add_column(col, justify=justify)
     for r in rows:
-        table.add_row(r["name"], f"{r['params'] / 1e6:.2f} M", f"{r['forward_macs'] / 1e6:,.0f} M", r["doc"])
+        table.add_row(
+            r["name"], f"{r['params'] / 1e6:.2f} M", f"{r['forward_macs'] / 1e6:,.0f} M", r["doc"]
+        )
     console.print(table)
     return 0
 
 
 def print_error(message: str) -> None:
     """A user mistake: one line on stderr."""
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+    err_console.print(
+        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
+    )
 
 
 # ---------------------------------------------------------------- parser
@@ -270,7 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     data_parser.set_defaults(func=lambda args: data_parser.print_help() or 2)  # no ACTION given
     data = data_parser.add_subparsers(dest="data_command", metavar="ACTION")
     show = data.add_parser("show", help="split sizes, classes, per-class counts, shape, mean/std")
-    show.add_argument("name", help="cifar10 | cifar100 | mnist | fashion-mnist | svhn | imagefolder | synthetic")
+    show.add_argument(
+        "name", help="cifar10 | cifar100 | mnist | fashion-mnist | svhn | imagefolder | synthetic"
+    )
     show.add_argument("--data-dir", help="folder holding the dataset files")
     show.add_argument("--cache-dir", help="decoded-dataset cache (default ~/.cache/tricklab)")
     show.add_argument("--image-size", type=int, help="resize to this side length")
@@ -278,18 +326,26 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_data_show)
 
     tr = sub.add_parser("train", help="train one model from a recipe")
-    tr.add_argument("words", nargs="*", metavar="[RECIPE] [key=value ...]",
-                    help="a built-in recipe name or YAML file, then dotted key=value overrides")
+    tr.add_argument(
+        "words",
+        nargs="*",
+        metavar="[RECIPE] [key=value ...]",
+        help="a built-in recipe name or YAML file, then dotted key=value overrides",
+    )
     tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
     tr.set_defaults(func=cmd_train)
 
-    for name, func, text in (("tricks", cmd_tricks, "every recipe field: default, allowed values, doc"),
-                             ("recipes", cmd_recipes, "list the built-in recipes")):
+    for name, func, text in (
+        ("tricks", cmd_tricks, "every recipe field: default, allowed values, doc"),
+        ("recipes", cmd_recipes, "list the built-in recipes"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
-    models = sub.add_parser("models", help="the model registry with params and forward MACs at 32x32")
+    models = sub.add_parser(
+        "models", help="the model registry with params and forward MACs at 32x32"
+    )
     models.add_argument("--num-classes", type=int, default=10)
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
@@ -309,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value words after an option (`speedrun --runs 3 data.dir=...`) join the command's own.
-    words = next((n for n in ("words", "overrides", "baseline") if isinstance(getattr(args, n, None), list)), None)
+    words = next(
+        (n for n in ("words", "overrides", "baseline") if isinstance(getattr(args, n, None), list)),
+        None,
+    )
     if extra and (words is None or any(e.startswith("-") or "=" not in e for e in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:

@@ -215,7 +215,9 @@ def speedrun(
             run_out = out / f"seed-{seed}" if out is not None else None
             result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out)
             if warmup is None and seed == 0:
-                peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
+                peak, peak_source = _resolve_peak(
+                    result.hardware, recipe.tricks.precision, peak_tflops
+                )
             record = _run_record(result, seed, peak, False, run_out)
             records.append(record)
             results.append(result)

@@ -68,7 +68,9 @@ def find_split_sources(root: Path) -> dict[str, Path]:
     sources = {}
     for split, names in SPLIT_FOLDERS.items():
         candidates = [
-            path for name in names for path in [root / name, *(root / f"{name}{s}" for s in ARCHIVE_SUFFIXES)]
+            path
+            for name in names
+            for path in [root / name, *(root / f"{name}{s}" for s in ARCHIVE_SUFFIXES)]
         ]
         found = next((c for c in candidates if c.is_dir() or (c.suffix and c.is_file())), None)
         if found is not None:
@@ -113,7 +115,10 @@ def _walk(folder: Path) -> list[Path]:
 def list_split(source: Path) -> SplitListing:
     """The classes (sorted folder names) and images of one split, in (class, path) order."""
     name = source.name  # train, test or val; of an archive, without .tar.gz
-    split = next((name.removesuffix(s) for s in ARCHIVE_SUFFIXES if source.is_file() and name.endswith(s)), name)
+    split = next(
+        (name.removesuffix(s) for s in ARCHIVE_SUFFIXES if source.is_file() and name.endswith(s)),
+        name,
+    )
     files = _archive_files(source, split) if source.is_file() else _folder_files(source, split)
     return _index_classes(files, source, split)
 
@@ -251,7 +256,9 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
             img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
             if img.mode.startswith("I;16"):
                 # 16-bit grey (PNG): keep the top 8 bits; Pillow's convert("L") would clip at 255.
-                return Image.fromarray((np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8), "L")
+                return Image.fromarray(
+                    (np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8), "L"
+                )
             mode = "L" if img.mode in _GRAY_MODES else "RGB"
             return img if img.mode == mode else img.convert(mode)
     except Exception as err:  # Pillow raises many types for bad files (OSError, SyntaxError, ...)

@@ -447,7 +447,7 @@ def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
     table.add_column("Δacc vs ref [95% CI], p", justify="right")
     table.add_column("train s", justify="right")
     table.add_column("speedup [95% CI], p", justify="right")
-    table.add_column("≥ target", justify="right")
+    table.add_column("≥ target, s to it", justify="right")
     table.add_column("failures")
     table.add_column("note")
     for r in rows:
@@ -468,6 +468,8 @@ def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
             speed = " ".join(filter(None, [f"{r.speedup:.2f}×", ci]))
             speed += f", p {_p(r.time_p_value)}" if r.time_p_value is not None else ""
         reached = f"{r.reached_target}/{r.target_runs}" if r.target is not None else "-"
+        if r.time_to_target_seconds_mean is not None:
+            reached += f", {r.time_to_target_seconds_mean:.1f}"
         failures = ", ".join(f"{k} {v}" for k, v in r.failures.items())
         if r.pending:
             failures = (failures + ", " if failures else "") + f"{r.pending} pending"
@@ -485,4 +487,8 @@ def console(stderr: bool = False) -> Console:
     """A rich console without markup; when not a terminal (a log, a pipe), wide enough not to wrap
     tables."""
     made = Console(stderr=stderr, soft_wrap=True, markup=False)  # config ids print as they are
-    return made if made.is_terminal else Console(stderr=stderr, soft_wrap=True, markup=False, width=200)
+    return (
+        made
+        if made.is_terminal
+        else Console(stderr=stderr, soft_wrap=True, markup=False, width=200)
+    )

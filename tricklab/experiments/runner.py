@@ -277,7 +277,9 @@ def train_one(
     except (KeyboardInterrupt, SystemExit):
         status, error = "interrupted", INTERRUPTED_ERROR
     except Exception as exc:
-        if _stop_requested.is_set():  # a library turned the stop's KeyboardInterrupt into its own error
+        if (
+            _stop_requested.is_set()
+        ):  # a library turned the stop's KeyboardInterrupt into its own error
             status, error = "interrupted", INTERRUPTED_ERROR
         elif oom := out_of_memory_error(exc):
             status, error = "oom", oom
@@ -485,7 +487,9 @@ def run_units(
                 space.suggest(trial)
             with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
                 recipe = unit_recipe(baseline, unit)
-                record = train_one(recipe, train_fn, _pruning_reporter(trial, recipe) if prune else None)
+                record = train_one(
+                    recipe, train_fn, _pruning_reporter(trial, recipe) if prune else None
+                )
             record["seed"] = unit.seed
             _finish_trial(study, trial, [record], record["status"], record["error"])
         ran += 1
@@ -531,7 +535,9 @@ def _run_sampled_trial(
             record = train_one(recipe, train_fn, reporter)
             record["seed"] = seed
             records.append(record)
-            if record["status"] in COMPLETE_STATUSES:  # kept if the worker dies before the last seed
+            if (
+                record["status"] in COMPLETE_STATUSES
+            ):  # kept if the worker dies before the last seed
                 trial.set_user_attr("runs", records)
             if on_run_end is not None:
                 on_run_end(_event(trial.number, config_id, record))
@@ -555,10 +561,16 @@ def _complete_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
             continue
         for run in t.user_attrs.get("runs") or []:
             if run.get("status") in COMPLETE_STATUSES and "reused_from_trial" not in run:
-                found.setdefault(int(run["seed"]), {
-                    "seed": run["seed"], "status": run["status"], "error": None,
-                    "accuracy": run["accuracy"], "reused_from_trial": t.number,
-                })
+                found.setdefault(
+                    int(run["seed"]),
+                    {
+                        "seed": run["seed"],
+                        "status": run["status"],
+                        "error": None,
+                        "accuracy": run["accuracy"],
+                        "reused_from_trial": t.number,
+                    },
+                )
     return found
 
 

@@ -77,7 +77,9 @@ class SearchSpace:
         the recipes so made (for `api.check_setup`)."""
         recipes = []
         for key, dist in self.distributions.items():
-            ends = dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
+            ends = (
+                dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
+            )
             for value in ends:
                 recipes.append(base.override(overrides_for({key: value})))
         return recipes

@@ -156,7 +156,9 @@ def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
     missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
     hint = (
         '; for PostgreSQL: pip install "tricklab[postgres]" (psycopg 3) and a '
-        "postgresql+psycopg:// URL" if url.startswith("postgresql") else ""
+        "postgresql+psycopg:// URL"
+        if url.startswith("postgresql")
+        else ""
     )
     return TrickLabError(f"storage {url} needs a database driver: {missing} is not installed{hint}")
 
@@ -179,7 +181,9 @@ def check_storage(url: str) -> None:
         try:
             tempfile.TemporaryDirectory(dir=folder).cleanup()
         except OSError as exc:
-            raise TrickLabError(f"cannot open storage {url}: {folder}: {exc.strerror or exc}") from None
+            raise TrickLabError(
+                f"cannot open storage {url}: {folder}: {exc.strerror or exc}"
+            ) from None
         return
     from sqlalchemy import create_engine
 
@@ -229,8 +233,12 @@ def _check_sqlite(path: Path) -> None:
     if not path.is_file() or path.stat().st_size == 0:
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
-            tables = sorted(row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            tables = sorted(
+                row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            )
     except sqlite3.Error:  # not a database, locked, ...: opening it says why
         return
     if tables and "studies" not in tables:

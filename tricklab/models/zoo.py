@@ -173,7 +173,9 @@ def vgg16_bn(
     _require_unit_width("vgg16-bn", width, pretrained)
     if pretrained:
         weights = torchvision_models().VGG16_BN_Weights.DEFAULT
-        features = load_torchvision_model("vgg16-bn", torchvision_models().vgg16_bn, weights).features
+        features = load_torchvision_model(
+            "vgg16-bn", torchvision_models().vgg16_bn, weights
+        ).features
     else:
         features = _vgg16_features(width)
     for module in features:
@@ -232,7 +234,9 @@ def densenet121(
     _require_unit_width("densenet121", width, pretrained)
     if pretrained:
         model = load_torchvision_model(
-            "densenet121", torchvision_models().densenet121, torchvision_models().DenseNet121_Weights.DEFAULT
+            "densenet121",
+            torchvision_models().densenet121,
+            torchvision_models().DenseNet121_Weights.DEFAULT,
         )
     else:
         model = torchvision_models().DenseNet(

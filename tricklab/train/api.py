@@ -95,15 +95,23 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = next(d for d in ("cuda", "mps", "cpu") if has[d])
     if not has[name]:
-        raise TrickLabError(f"run.device={name} but no {name} device is available; use run.device=auto")
+        raise TrickLabError(
+            f"run.device={name} but no {name} device is available; use run.device=auto"
+        )
     return torch.device(name)
 
 
 def load_data(recipe: Recipe) -> Dataset:
     d = recipe.data
     return load_dataset(
-        d.name, d.dir, train_size=d.train_size, test_size=d.test_size, image_size=d.image_size,
-        val_fraction=d.val_fraction, seed=d.seed, cache_dir=d.cache_dir,
+        d.name,
+        d.dir,
+        train_size=d.train_size,
+        test_size=d.test_size,
+        image_size=d.image_size,
+        val_fraction=d.val_fraction,
+        seed=d.seed,
+        cache_dir=d.cache_dir,
     )
 
 
@@ -113,21 +121,36 @@ def build_loaders(
     """Train and eval loaders of the recipe's kind, normalized with the given channel statistics."""
     lc, a = recipe.loader, recipe.aug
     common = dict(
-        mean=mean, std=std, device=device, dtype=precision.input_dtype(recipe.tricks.precision),
-        channels_last=recipe.tricks.channels_last, seed=recipe.run.seed,
+        mean=mean,
+        std=std,
+        device=device,
+        dtype=precision.input_dtype(recipe.tricks.precision),
+        channels_last=recipe.tricks.channels_last,
+        seed=recipe.run.seed,
     )
     if lc.kind == "device":
         cls = functools.partial(DeviceLoader, storage_dtype=STORAGE_DTYPES[lc.storage_dtype])
     else:
         cls = functools.partial(
-            TorchLoader, num_workers=lc.num_workers, pin_memory=lc.pin_memory,
+            TorchLoader,
+            num_workers=lc.num_workers,
+            pin_memory=lc.pin_memory,
             persistent_workers=lc.persistent_workers and lc.num_workers > 0,
             prefetch_factor=lc.prefetch_factor if lc.num_workers > 0 else None,
         )
     spec = AugmentSpec(flip=a.flip, translate=a.translate, pad_mode=a.pad_mode, cutout=a.cutout)
-    train = cls(dataset.train.images, dataset.train.labels, lc.batch_size, train=True,
-                augment=spec, drop_last=lc.drop_last, **common)
-    evaluation = cls(dataset.test.images, dataset.test.labels, lc.eval_batch_size, train=False, **common)
+    train = cls(
+        dataset.train.images,
+        dataset.train.labels,
+        lc.batch_size,
+        train=True,
+        augment=spec,
+        drop_last=lc.drop_last,
+        **common,
+    )
+    evaluation = cls(
+        dataset.test.images, dataset.test.labels, lc.eval_batch_size, train=False, **common
+    )
     return train, evaluation
 
 
@@ -146,8 +169,15 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     t, m = recipe.tricks, recipe.model
     torch.manual_seed(recipe.run.seed)
     c, h, w = dataset.image_shape
-    model = build_model(m.name, num_classes=dataset.num_classes, in_channels=c, image_size=h,
-                        width=m.width, widths=m.widths, pretrained=m.pretrained).to(device)
+    model = build_model(
+        m.name,
+        num_classes=dataset.num_classes,
+        in_channels=c,
+        image_size=h,
+        width=m.width,
+        widths=m.widths,
+        pretrained=m.pretrained,
+    ).to(device)
     info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
     mean, std = channel_stats(dataset.train.images)
     train_loader, eval_loader = build_loaders(recipe, dataset, device, mean, std)
@@ -157,7 +187,9 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     freeze = {}
     if m.whiten_bias_epochs > 0:
         if not hasattr(model, "whiten"):
-            raise TrickLabError(f"model.whiten_bias_epochs needs a model with a whitening layer, not {m.name}")
+            raise TrickLabError(
+                f"model.whiten_bias_epochs needs a model with a whitening layer, not {m.name}"
+            )
         freeze["whiten.bias"] = m.whiten_bias_epochs
     if t.precision == "16-true-bn32":
         precision.half_with_fp32_batchnorm(model)
@@ -172,18 +204,33 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     if t.ema_decay > 0:
         # In epochs, not steps, so the start moves with the data size and batch (a subset, a CPU run).
         warmup_steps = math.ceil(t.ema_warmup_epochs * len(train_loader))
-        ema = WeightAverage(model, t.ema_decay, t.ema_every, warmup_steps, t.lookahead,
-                            t.ema_decay_power, total_steps)
+        ema = WeightAverage(
+            model,
+            t.ema_decay,
+            t.ema_every,
+            warmup_steps,
+            t.lookahead,
+            t.ema_decay_power,
+            total_steps,
+        )
     elif t.lookahead:
-        raise TrickLabError("tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)")
+        raise TrickLabError(
+            "tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)"
+        )
     parts = Parts(
-        model=model, forward=forward, optimizer=optimizer,
+        model=model,
+        forward=forward,
+        optimizer=optimizer,
         scheduler=build_scheduler(optimizer, recipe.schedule, total_steps),
         scaler=precision.grad_scaler_for(t.precision, device.type),
         autocast=functools.partial(precision.autocast_for, t.precision, device.type),
         loss_fn=nn.CrossEntropyLoss(label_smoothing=t.label_smoothing),
-        train_loader=train_loader, eval_loader=eval_loader, device=device,
-        total_steps=total_steps, ema=ema, freeze_after_epochs=freeze,
+        train_loader=train_loader,
+        eval_loader=eval_loader,
+        device=device,
+        total_steps=total_steps,
+        ema=ema,
+        freeze_after_epochs=freeze,
     )
     return parts, info
 
@@ -204,8 +251,14 @@ def warm_up(p: Parts) -> float:
     once; each runs twice, since CUDA graphs (compile modes reduce-overhead, max-autotune) are
     recorded on a function's second call. Returns its seconds, so that compiling stays out of
     train_seconds."""
-    saved = copy.deepcopy((p.model.state_dict(), p.optimizer.state_dict(),
-                           p.scheduler.state_dict(), p.scaler.state_dict()))
+    saved = copy.deepcopy(
+        (
+            p.model.state_dict(),
+            p.optimizer.state_dict(),
+            p.scheduler.state_dict(),
+            p.scaler.state_dict(),
+        )
+    )
     loader = p.train_loader
     # Freezing only grows with the epoch: the last epoch has every parameter the loop will freeze.
     frozen = [param for param in frozen_in_epoch(p, num_epochs(p) - 1) if param.requires_grad]
@@ -266,8 +319,12 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
             pass
 
 
-def train(recipe: Recipe, *, out_dir: str | Path | None = None,
-          on_epoch: Callable[[dict], None] | None = None) -> RunResult:
+def train(
+    recipe: Recipe,
+    *,
+    out_dir: str | Path | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+) -> RunResult:
     """Train one model as the recipe says and return what was measured.
 
     With `out_dir`, writes recipe.yaml (resolved), metrics.jsonl (a line per epoch), result.json and,
@@ -289,7 +346,9 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
                 f"run directory {out} already holds a run ({', '.join(previous)}); "
                 "give another one or remove it"
             )
-    result = RunResult(status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device))
+    result = RunResult(
+        status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device)
+    )
     started = False
 
     def record_epoch(row: dict) -> None:
@@ -303,11 +362,15 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
     try:
         dataset = load_data(recipe)
         reset_peak_memory(device)
-        with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark), \
-                warnings.catch_warnings():
+        with (
+            backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
+            warnings.catch_warnings(),
+        ):
             # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while it
             # finds its scale); the schedule steps anyway, and torch warns as if it were a mistake.
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            warnings.filterwarnings(
+                "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
+            )
             parts, info = prepare(recipe, dataset, device)
             result.params, result.forward_macs = info["params"], info["forward_macs"]
             if out is not None:
@@ -326,7 +389,9 @@ def train(recipe: Recipe, *, out_dir: str | Path | None = None,
         if isinstance(exc, TrickLabError) and not started:
             remove_empty_dirs(out, created)
             raise
-        if oom := out_of_memory_error(exc):  # recorded, not raised; memory freed below, outside `except`
+        if oom := out_of_memory_error(
+            exc
+        ):  # recorded, not raised; memory freed below, outside `except`
             result.status, result.error = "oom", oom
         elif isinstance(exc, KeyboardInterrupt):
             result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
@@ -400,7 +465,9 @@ def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
 def _make_run_dir(out: Path) -> None:
     blocking = next((f for f in [out, *out.parents] if f.exists() and not f.is_dir()), None)
     if blocking is not None:
-        raise TrickLabError(f"cannot make the run directory {out}: {blocking} is a file, not a folder")
+        raise TrickLabError(
+            f"cannot make the run directory {out}: {blocking} is a file, not a folder"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -432,4 +499,3 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise TrickLabError(f"checkpoint {path} does not exist") from None
     except Exception as exc:  # torch raises several kinds for a corrupt file
         raise TrickLabError(f"checkpoint {path} cannot be loaded: {type(exc).__name__}") from None
-

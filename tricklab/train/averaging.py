@@ -19,9 +19,22 @@ class WeightAverage:
     airbench94 uses power 3, so training moves fast early and averages strongly at the end.
     """
 
-    def __init__(self, model: nn.Module, decay: float, every: int = 1, warmup_steps: int = 0,
-                 lookahead: bool = False, decay_power: float = 0.0, total_steps: int = 1) -> None:
-        self.decay, self.every, self.warmup_steps, self.lookahead = decay, every, warmup_steps, lookahead
+    def __init__(
+        self,
+        model: nn.Module,
+        decay: float,
+        every: int = 1,
+        warmup_steps: int = 0,
+        lookahead: bool = False,
+        decay_power: float = 0.0,
+        total_steps: int = 1,
+    ) -> None:
+        self.decay, self.every, self.warmup_steps, self.lookahead = (
+            decay,
+            every,
+            warmup_steps,
+            lookahead,
+        )
         self.decay_power, self.total_steps = decay_power, max(total_steps, 1)
         self.live = [t for t in model.state_dict().values() if t.is_floating_point()]
         self.average: list[torch.Tensor] | None = None

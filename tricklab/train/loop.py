@@ -57,7 +57,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train_step(p: Parts, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def train_step(
+    p: Parts, images: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step; returns (loss, logits) without syncing."""
     with p.autocast():
         logits = p.forward(images)
@@ -94,8 +96,11 @@ def num_epochs(p: Parts) -> int:
 
 def frozen_in_epoch(p: Parts, epoch: int) -> list[nn.Parameter]:
     """The parameters the loop no longer trains in `epoch` (0-based): model.whiten_bias_epochs."""
-    return [param for name, param in p.model.named_parameters()
-            if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]]
+    return [
+        param
+        for name, param in p.model.named_parameters()
+        if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]
+    ]
 
 
 def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> Outcome:
@@ -170,13 +175,19 @@ def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> O
             break
         if row["val_acc"] is not None:
             target = run.target_accuracy
-            if target is not None and out.time_to_target_seconds is None and row["val_acc"] >= target:
+            if (
+                target is not None
+                and out.time_to_target_seconds is None
+                and row["val_acc"] >= target
+            ):
                 out.time_to_target_seconds = out.train_seconds
                 if run.stop_at_target:
                     out.status, out.stopped_epoch = "reached-target", epoch + 1
                     break
             if run.early_stopping_patience > 0:
-                score = row["val_acc"] if run.early_stopping_monitor == "val_acc" else -row["val_loss"]
+                score = (
+                    row["val_acc"] if run.early_stopping_monitor == "val_acc" else -row["val_loss"]
+                )
                 if best is None or score > best + run.early_stopping_min_delta:
                     best, evals_since_best = score, 0
                 else:

@@ -79,7 +79,10 @@ class OptimConfig:
     name: str = _f("sgd", "optimizer", ("sgd", "adam", "adamw", "rmsprop", "muon"))
     lr: float = _f(0.1, "peak learning rate (after lr_scaling)", minimum=0)
     momentum: float = _f(
-        0.9, "momentum (sgd, muon; rmsprop and adam(w) keep PyTorch's defaults)", minimum=0, maximum=1
+        0.9,
+        "momentum (sgd, muon; rmsprop and adam(w) keep PyTorch's defaults)",
+        minimum=0,
+        maximum=1,
     )
     nesterov: bool = _f(False, "Nesterov momentum (sgd)")
     weight_decay: float = _f(0.0, "L2 weight decay as PyTorch applies it", minimum=0)
@@ -147,9 +150,7 @@ class AugConfig:
 
 @dataclass
 class TricksConfig:
-    label_smoothing: float = _f(
-        0.0, "label smoothing of the cross-entropy", minimum=0, maximum=1
-    )
+    label_smoothing: float = _f(0.0, "label smoothing of the cross-entropy", minimum=0, maximum=1)
     precision: str = _f(
         "32-true",
         "numeric precision",
@@ -163,9 +164,7 @@ class TricksConfig:
         "highest", "torch.set_float32_matmul_precision", ("highest", "high", "medium")
     )
     cudnn_benchmark: bool = _f(False, "cuDNN autotuning of convolution algorithms")
-    ema_decay: float = _f(
-        0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1
-    )
+    ema_decay: float = _f(0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1)
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
     ema_warmup_epochs: float = _f(
         0.0, "epochs before the EMA starts (it copies the weights then; airbench: 3)", minimum=0
@@ -182,12 +181,12 @@ class TricksConfig:
 @dataclass
 class RunConfig:
     epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0)
-    seed: int = _f(
-        0, "seed of weights, data order and augmentation", minimum=0, maximum=2**32 - 1
-    )
+    seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0, maximum=2**32 - 1)
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
-        1.0, "evaluate every this many whole epochs (the last epoch always; 0: only the last)", minimum=0
+        1.0,
+        "evaluate every this many whole epochs (the last epoch always; 0: only the last)",
+        minimum=0,
     )
     target_accuracy: float | None = _f(None, "record time-to-target at this val accuracy (0..1)")
     stop_at_target: bool = _f(False, "stop training when target_accuracy is reached")
@@ -330,8 +329,12 @@ def load_recipe(
             data = read_yaml(text) or {}
         except yaml.YAMLError as exc:
             mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            raise TrickLabError(f"{source}: not valid YAML{where} ({problem or type(exc).__name__})") from None
+            where = (
+                f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            )
+            raise TrickLabError(
+                f"{source}: not valid YAML{where} ({problem or type(exc).__name__})"
+            ) from None
         except TrickLabError as exc:  # a key given twice
             raise TrickLabError(f"{source}: {exc}") from None
         recipe = Recipe.from_dict(data, source=source)
@@ -341,7 +344,9 @@ def load_recipe(
 def _read_recipe_text(name: str) -> tuple[str, str]:
     """A YAML file's text, else a built-in recipe's (a folder named like one does not hide it)."""
     if not name.strip():
-        raise TrickLabError("empty recipe name: give a built-in recipe (`tricklab recipes`) or a .yaml path")
+        raise TrickLabError(
+            "empty recipe name: give a built-in recipe (`tricklab recipes`) or a .yaml path"
+        )
     path = Path(name)
     if path.is_file():
         try:
@@ -524,8 +529,13 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
             f"{source}: schedule.milestones={s.milestones} must be fractions of training in [0, 1]"
         )
     if recipe.tricks.ema_decay >= 1:
-        raise TrickLabError(f"{source}: tricks.ema_decay must be < 1 (1 would never move the average)")
-    whole = {"run.eval_every": recipe.run.eval_every, "model.whiten_bias_epochs": recipe.model.whiten_bias_epochs}
+        raise TrickLabError(
+            f"{source}: tricks.ema_decay must be < 1 (1 would never move the average)"
+        )
+    whole = {
+        "run.eval_every": recipe.run.eval_every,
+        "model.whiten_bias_epochs": recipe.model.whiten_bias_epochs,
+    }
     for key, value in whole.items():  # the loop acts on them at epoch ends
         if value != int(value):
             raise TrickLabError(f"{source}: {key}={value} must be a whole number of epochs")
@@ -535,8 +545,14 @@ def _check_consistency(recipe: Recipe, source: str) -> None:
         )
     budget = recipe.run.time_budget_seconds
     if budget is not None and not budget > 0:
-        raise TrickLabError(f"{source}: run.time_budget_seconds={budget} must be > 0 (or empty: none)")
-    if recipe.tricks.precision == "16-true-bn32" and recipe.optim.name in ("adam", "adamw", "rmsprop"):
+        raise TrickLabError(
+            f"{source}: run.time_budget_seconds={budget} must be > 0 (or empty: none)"
+        )
+    if recipe.tricks.precision == "16-true-bn32" and recipe.optim.name in (
+        "adam",
+        "adamw",
+        "rmsprop",
+    ):
         raise TrickLabError(
             f"{source}: tricks.precision=16-true-bn32 keeps {recipe.optim.name}'s state in fp16, where "
             "its eps (1e-8) rounds to 0 and the step divides by zero; use optim.name=sgd or muon, "

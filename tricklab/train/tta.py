@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 
 
-def flip_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor) -> torch.Tensor:
+def flip_logits(
+    forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor
+) -> torch.Tensor:
     """Mean of the logits of the images and of their mirror images.
 
     The first logits are cloned before the second call: a forward compiled with CUDA graphs
@@ -18,7 +20,9 @@ def flip_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.T
     return 0.5 * (first + forward(images.flip(-1)))
 
 
-def tta_logits(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, tta: str) -> torch.Tensor:
+def tta_logits(
+    forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, tta: str
+) -> torch.Tensor:
     """Logits under `tta`: none, flip, or flip-translate (airbench94's level 2: half weight on the
     flip-averaged logits, half on those of the image shifted one pixel up-left and down-right)."""
     if tta == "none":
