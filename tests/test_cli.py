@@ -309,3 +309,10 @@ def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
     epochs = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert result["epochs"] == epochs and result["epochs_completed"] == len(epochs) >= 1
     assert result["train_seconds"] == epochs[-1]["train_seconds"] > 0
+
+
+def test_new_numbered_dir_gives_each_caller_its_own_folder(tmp_path):
+    from tricklab.paths import new_numbered_dir
+
+    made = [new_numbered_dir(tmp_path / "runs" / "x") for _ in range(3)]
+    assert [p.name for p in made] == ["x", "x-2", "x-3"] and all(p.is_dir() for p in made)

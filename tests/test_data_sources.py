@@ -425,8 +425,11 @@ def test_imagefolder_follows_linked_class_folders_and_ends_link_cycles(tmp_path)
         (tmp_path / "data" / "train" / name).symlink_to(tmp_path / "real" / "train" / name)
     (tmp_path / "data" / "test").symlink_to(tmp_path / "real" / "test")
     (tmp_path / "real" / "train" / "a" / "loop").symlink_to(tmp_path / "real" / "train" / "a")
+    (tmp_path / "real" / "train" / "a" / "up").symlink_to(tmp_path)  # holds test/ and the cache too
+    (tmp_path / "real" / "train" / "b" / "root").symlink_to("/")
     linked = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
-    (tmp_path / "real" / "train" / "a" / "loop").unlink()
+    for link in ("a/loop", "a/up", "b/root"):
+        (tmp_path / "real" / "train" / link).unlink()
     real = load_dataset("imagefolder", tmp_path / "real", cache_dir=tmp_path / "cache")
     assert torch.bincount(linked.train.labels).tolist() == [3, 3]
     assert torch.equal(linked.train.images, real.train.images)
@@ -501,12 +504,17 @@ def test_cifar10_pickle_naming_a_foreign_function_is_refused(tmp_path):
         load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
 
 
-def test_cifar10_batch_with_labels_that_are_not_numbers_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "labels",
+    [[b"x", 1, 2, 3], 5, [0.5, 1.0, 2.0, 3.0], [[0], [1], [2], [3]], [[0], [1, 2], 3, 4]],
+    ids=["text", "scalar", "fractions", "2-d", "ragged"],
+)
+def test_cifar10_batch_with_labels_that_are_not_whole_numbers_is_refused(tmp_path, labels):
     write_fake_cifar(tmp_path / "data")
     with tarfile.open(tmp_path / "data" / "cifar-10-python.tar.gz") as tar:
         tar.extractall(tmp_path / "x", filter="data")
     data = np.zeros((4, 3072), dtype=np.uint8)
-    batch = {b"data": data, b"labels": [b"x", 1, 2, 3]}
+    batch = {b"data": data, b"labels": labels}
     (tmp_path / "x" / "cifar-10-batches-py" / "test_batch").write_bytes(
         pickle.dumps(batch, protocol=2)
     )

@@ -4,6 +4,7 @@ Failures other than NaN are injected through the `train_fn` parameter; the end-t
 the diverging run use the real engine on the synthetic dataset.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -41,12 +42,16 @@ FAST = Liveness(poll_seconds=0.05)
 def fake_train(recipe, *, on_epoch=None, out_dir=None):
     """A stand-in engine: accuracy grows with lr and seed, two epochs, no training."""
     accuracy = 0.5 + 0.1 * recipe.optim.lr + 0.01 * recipe.run.seed
-    for epoch in (1, 2):
+    rows = [
+        {"epoch": epoch, "val_acc": accuracy * epoch / 2, "train_seconds": epoch}
+        for epoch in (1, 2)
+    ]
+    for row in rows:
         if on_epoch is not None:
-            on_epoch({"epoch": epoch, "val_acc": accuracy * epoch / 2, "train_seconds": epoch})
+            on_epoch(row)
     return RunResult(
         status="complete", val_acc=accuracy, val_loss=1.0, train_seconds=1.0 + 0.01 * recipe.run.seed,
-        recipe=recipe.to_dict(),
+        recipe=recipe.to_dict(), epochs=rows,
     )  # fmt: skip
 
 
@@ -316,8 +321,11 @@ def test_median_pruner_stops_hopeless_trials_and_records_them_pruned(baseline, t
     assert any(t.params["optim.lr"] == 1.0 and t.state == TrialState.COMPLETE for t in trials)
     assert all(t.user_attrs["status"] == "pruned" for t in pruned)
     reused = [t for t in trials if any("reused_from_trial" in r for r in t.user_attrs["runs"])]
-    assert reused  # lr 1.0 drawn again: its run is reused, not reported again
-    assert all(t.intermediate_values for t in trials if t not in reused)
+    assert reused  # lr 1.0 drawn again: its run is reused, its curve reported to the pruner again
+    assert all(t.intermediate_values for t in trials)
+    for t in reused:
+        (source,) = [s for s in trials if s.number == t.user_attrs["runs"][0]["reused_from_trial"]]
+        assert t.intermediate_values == source.intermediate_values
     assert summary.status_counts["pruned"] == len(pruned)
 
 
@@ -378,6 +386,29 @@ def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once
     assert len({t.value for t in trials}) == 1
     (row,) = results(summary.study, out_dir=tmp_path)
     assert row.n == 2  # two seeded runs, not six
+
+
+def test_a_sampled_trial_whose_worker_dies_mid_way_keeps_its_finished_seeds(baseline, tmp_path):
+    calls = []
+
+    def train_fn(recipe, **kwargs):
+        calls.append(recipe.run.seed)
+        return fake_train(recipe, **kwargs)
+
+    def die_after_seed_0(event):  # nothing after this runs: no tell, no stored list of runs
+        if event.seed == 0:
+            raise SystemExit("worker lost")
+
+    space = parse_space({"optim.lr": [0.3]})
+    run = dict(
+        trials=1, sampler="random", seeds=3, out_dir=tmp_path, train_fn=train_fn, liveness=FAST
+    )
+    with pytest.raises(SystemExit):
+        sweep(baseline, space, **run, on_run_end=die_after_seed_0)
+    summary = sweep(baseline, space, **run)
+    assert calls == [0, 1, 2]  # seed 0 was stored as it ended: not trained again
+    (row,) = results(summary.study, out_dir=tmp_path)
+    assert row.n == 3
 
 
 def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs_the_rest(
@@ -548,6 +579,25 @@ def test_bad_input_stops_an_experiment_before_any_run(tmp_path, capsys, args, me
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and message.format(d=tmp_path) in err[0], err
     assert not (tmp_path / "exp").exists()
+
+
+def test_dry_run_leaves_an_sqlite_file_without_tables_untouched(tmp_path, capsys):
+    db = tmp_path / "empty.db"
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        con.execute("PRAGMA user_version = 7")  # a valid database file with no tables
+    before = db.read_bytes()
+    args = [
+        "ablate",
+        "--baseline",
+        *TINY,
+        "--vary",
+        "optim.lr=0.3",
+        "--storage",
+        str(db),
+        "--dry-run",
+    ]
+    assert main(args) == 0
+    assert db.read_bytes() == before
 
 
 def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):

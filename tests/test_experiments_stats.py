@@ -6,12 +6,14 @@ import os
 import warnings
 
 import numpy as np
+import optuna
 import pytest
 from scipy import stats
 
 from tricklab.errors import TrickLabError
 from tricklab.experiments.stats import (
     ConfigStats,
+    collect_runs,
     config_stats,
     mean_interval,
     speedup_interval,
@@ -209,3 +211,79 @@ def test_the_table_shows_runs_at_the_target_and_the_mean_seconds_to_reach_it():
     with out.capture() as captured:
         out.print(stats_table([stat]))
     assert "2/3, 7.0" in captured.get()
+
+
+def test_results_against_another_target_time_it_from_each_runs_epochs():
+    rows = records("baseline", [0.95, 0.95], [10.0, 10.0], target=0.93)
+    for row in rows:  # stored: reached 0.93 at 4 s; 0.94 only at the epoch ending at 8 s
+        row["time_to_target_seconds"] = 4.0
+        row["epochs"] = [
+            {"val_acc": 0.935, "train_seconds": 4.0},
+            {"val_acc": 0.945, "train_seconds": 8.0},
+        ]
+    assert config_stats(rows)[0].time_to_target_seconds_mean == pytest.approx(4.0)
+    assert config_stats(rows, target=0.94)[0].time_to_target_seconds_mean == pytest.approx(8.0)
+    assert config_stats(rows, target=0.96)[0].time_to_target_seconds_mean is None
+
+
+# ---------------------------------------------------------------- one record per (config, seed)
+
+
+def sampled_trial(number, runs, state, status, per_seed=False, config_id="optim.lr=0.3"):
+    attrs = {
+        "unit": f"sample-{number}",
+        "config_id": config_id,
+        "overrides": [config_id],
+        "status": status,
+    }
+    if per_seed:  # stored seed by seed, never told
+        attrs.update({f"run-{r['seed']}": r for r in runs})
+    else:
+        attrs["runs"] = runs
+    complete = [r["accuracy"] for r in runs if r["status"] == "complete"]
+    value = sum(complete) / len(complete) if state == optuna.trial.TrialState.COMPLETE else None
+    return optuna.trial.create_trial(state=state, value=value, user_attrs=attrs)
+
+
+def run(seed, status="complete", accuracy=0.5, **extra):
+    return {
+        "seed": seed,
+        "status": status,
+        "accuracy": accuracy,
+        "train_seconds": 1.0 + seed,
+        **extra,
+    }
+
+
+def test_a_complete_run_of_a_config_and_seed_stands_over_an_earlier_pruned_or_diverged_try():
+    study = optuna.create_study()
+    study.set_user_attr("seeds", 2)
+    S = optuna.trial.TrialState
+    study.add_trial(sampled_trial(0, [run(0, "pruned", None)], S.PRUNED, "pruned"))
+    study.add_trial(
+        sampled_trial(1, [run(0, "diverged", None)], S.FAIL, "diverged", config_id="optim.lr=9")
+    )
+    study.add_trial(sampled_trial(2, [run(0), run(1, accuracy=0.6)], S.COMPLETE, "complete"))
+    # drawn again: its seeds are reused, short records naming trial 2, counted once
+    reused = [run(s, reused_from_trial=2) for s in (0, 1)]
+    study.add_trial(sampled_trial(3, reused, S.COMPLETE, "complete"))
+    records = collect_runs(study)
+    by_config = {(r["config_id"], r["seed"]): (r["status"], r["trial"]) for r in records}
+    assert by_config == {
+        ("optim.lr=0.3", 0): ("complete", 2),
+        ("optim.lr=0.3", 1): ("complete", 2),
+        ("optim.lr=9", 0): ("diverged", 1),
+    }
+    (row,) = [r for r in config_stats(records) if r.config_id == "optim.lr=0.3"]
+    assert row.n == 2 and row.failures == {} and row.accuracy_mean == pytest.approx(0.55)
+
+
+def test_a_sampled_trial_that_stopped_mid_way_keeps_its_stored_seeds_and_shows_the_one_it_was_on():
+    study = optuna.create_study()
+    study.set_user_attr("seeds", 3)
+    stopped = sampled_trial(0, [run(0)], optuna.trial.TrialState.FAIL, "interrupted", per_seed=True)
+    study.add_trial(stopped)
+    records = collect_runs(study)
+    assert [(r["seed"], r["status"]) for r in records] == [(0, "complete"), (1, "interrupted")]
+    (row,) = config_stats(records)
+    assert row.n == 1 and row.failures == {"interrupted": 1}

@@ -423,6 +423,18 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
     assert summary["accuracy_ci95"] is None and summary["accuracy_std"] is None  # one run
 
 
+def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_training(
+    tmp_path, monkeypatch, capsys
+):
+    from tricklab.train import api as train_api
+
+    monkeypatch.setattr(train_api, "train", lambda *a, **k: pytest.fail("trained"))
+    (tmp_path / "out" / "seed-1").mkdir(parents=True)
+    code = main(["speedrun", *TINY_SPEEDRUN94, "--runs", "2", "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "already holds a speedrun (seed-1)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("stop_at_call", [1, 3])
 def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
     stop_at_call, tmp_path, monkeypatch, capsys

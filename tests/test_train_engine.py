@@ -510,3 +510,19 @@ def test_steps_the_grad_scaler_skips_raise_no_scheduler_warning(monkeypatch):
         result = train(tiny("tricks.precision=16-mixed", "run.epochs=1"))
     assert result.status == "complete"
     assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]
+
+
+def test_subsets_and_the_held_out_split_follow_data_seed_not_run_seed(tmp_path):
+    from test_data_sources import make_tree
+
+    make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 10})  # no test/: held out
+    common = ["data.name=imagefolder", f"data.dir={tmp_path / 'data'}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.train_size=8", "data.val_fraction=0.2"]  # fmt: skip
+
+    def images(*overrides):
+        ds = api.load_data(load_recipe(None, [*common, *overrides]))
+        return ds.train.images, ds.test.images
+
+    base, other_run, other_data = images(), images("run.seed=3"), images("data.seed=3")
+    assert all(torch.equal(a, b) for a, b in zip(base, other_run))
+    assert not torch.equal(base[0], other_data[0]) and not torch.equal(base[1], other_data[1])

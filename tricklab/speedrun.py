@@ -2,8 +2,9 @@
 
 One warm-up run that is not counted (cuDNN autotuning, compilation, allocator growth, the data
 cache), then N runs with seeds 0..N-1. The summary: mean ± std accuracy with a 95 % t-interval,
-the fraction of runs at or above the target, mean/median train seconds (optimizer steps only,
-device-synchronised; evaluation, data loading and compilation excluded), compile seconds, peak
+the fraction of runs at or above the target, mean/median train seconds (the training epochs
+with each batch's loading and augmentation, device-synchronised; evaluation, dataset decoding and
+compilation excluded), compile seconds, peak
 memory and MFU. The accuracy counted is the test-time-augmented one when the recipe has TTA, as
 airbench reports it.
 
@@ -194,6 +195,16 @@ def speedrun(
         raise TrickLabError("--out is empty: give a folder name")
     target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
     out = Path(out_dir) if out_dir is not None else None
+    if out is not None:  # refused now, not after a warm-up run has trained
+        taken = [
+            f
+            for f in ("summary.json", "warmup", *(f"seed-{i}" for i in range(runs)))
+            if (out / f).exists()
+        ]
+        if taken:
+            raise TrickLabError(
+                f"--out {out} already holds a speedrun ({', '.join(taken[:3])}); give another folder"
+            )
     peak, peak_source = peak_tflops, None
 
     warmup = None

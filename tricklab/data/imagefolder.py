@@ -98,11 +98,15 @@ def _walk(folder: Path) -> list[Path]:
         raise err
 
     paths = []
-    # Linked class folders are followed (as torchvision's ImageFolder does); a link to a folder
-    # it sits in is listed but not entered, so a cycle ends.
+    root = os.path.realpath(folder)
+    # Linked class folders are followed (as torchvision's ImageFolder does). A link to a folder it
+    # sits in (a cycle), or to one holding the split (it would walk the split again, or the whole
+    # disk), is listed but not entered.
     for top, dirs, files in os.walk(folder, onerror=fail, followlinks=True):
+        real = os.path.realpath(top)
         inside = Path(top).relative_to(folder).parents
-        if os.path.realpath(top) in {os.path.realpath(folder / p) for p in inside}:
+        above_root = root.startswith(real.rstrip(os.sep) + os.sep)
+        if above_root or real in {os.path.realpath(folder / p) for p in inside}:
             dirs.clear()
             continue
         paths += [Path(top, name) for name in dirs + files]
@@ -254,8 +258,9 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
             img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
-            if img.mode.startswith("I;16"):
-                # 16-bit grey (PNG): keep the top 8 bits; Pillow's convert("L") would clip at 255.
+            if img.mode.startswith("I;16") or (img.mode == "I" and img.format == "PNG"):
+                # 16-bit grey (PNG; mode "I" before Pillow 10.3): keep the top 8 bits; Pillow's
+                # convert("L") would clip at 255.
                 return Image.fromarray(
                     (np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8), "L"
                 )

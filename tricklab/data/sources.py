@@ -392,11 +392,15 @@ def _read_cifar(name: str, fmt: _CifarFormat, source: Path, image_size: int | No
         images, labels = [], []
         for file in files:
             batch = _unpickle(blobs[file], file, source)
-            data = np.asarray(batch.get(b"data"))
-            try:
-                batch_labels = np.asarray(batch.get(fmt.label_key, []), dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):
-                batch_labels = None
+            try:  # a batch is a dict of a uint8 array and a list of ints; anything else is refused
+                data = np.asarray(batch.get(b"data"))
+                raw_labels = np.asarray(batch.get(fmt.label_key, []))
+            except (AttributeError, TypeError, ValueError):
+                data = raw_labels = None
+            whole = (
+                raw_labels is not None and raw_labels.ndim == 1 and raw_labels.dtype.kind in "iu"
+            )
+            batch_labels = raw_labels.astype(np.int64) if whole else None
             if (
                 batch_labels is None
                 or data.dtype != np.uint8

@@ -26,8 +26,10 @@ trial RUNNING until the next worker sees its process gone (same host) or its hea
 Sampled sweeps (random, TPE) have no plan of points: a trial is one sampled configuration run with
 every seed (the objective is the mean accuracy; only the first seed reports per-epoch accuracy to
 the pruner; a configuration whose seed fails stops there and the trial takes that status). Each
-complete seed is stored as it ends, and a (configuration, seed) that already ran complete, in an
-earlier trial that drew the same point or in an interrupted try of this one, is not run again. A worker
+complete seed is stored as it ends, and a (configuration, seed) that already ran complete (or
+diverged), in an earlier trial that drew the same point or in an interrupted try of this one, is
+not run again: the trial takes that run (a trial whose seeds all ran before trains nothing, and
+still counts as one of the `trials`). A worker
 asks Optuna for a new trial while fewer than `trials` units exist, then counts the units created
 before its trial: if that reaches `trials`, the trial is a surplus made by a concurrent worker and
 is skipped, so the study holds exactly `trials` sampled units. Failed/oom/interrupted trials of an
@@ -89,6 +91,7 @@ from tricklab.experiments.storage import (
     pop_waiting_trial,
     started_since,
     storage_url,
+    stored_runs,
     trial_status,
     worker_identity,
 )
@@ -519,10 +522,18 @@ def _run_sampled_trial(
         trial.set_user_attr("config_id", config_id)
         trial.set_user_attr("overrides", overrides)
         records: list[dict] = []
-        done = _complete_runs(study, config_id)
+        done = _finished_runs(study, config_id)
         for seed in range(seeds):
             if seed in done:  # drawn before, or run by this trial's interrupted try: not again
                 records.append(done[seed])
+                with contextlib.suppress(UpdateFinishedTrialError):
+                    trial.set_user_attr(f"run-{seed}", done[seed])
+                if prune and seed == 0:  # the pruner sees its curve as if it had run here
+                    for epoch, accuracy in enumerate(done[seed]["val_accs"], start=1):
+                        if accuracy is not None:
+                            trial.report(float(accuracy), epoch)
+                if done[seed]["status"] not in COMPLETE_STATUSES:
+                    break
                 continue
             try:
                 recipe = base.override([*overrides, f"run.seed={seed}"])
@@ -535,10 +546,12 @@ def _run_sampled_trial(
             record = train_one(recipe, train_fn, reporter)
             record["seed"] = seed
             records.append(record)
-            if (
-                record["status"] in COMPLETE_STATUSES
-            ):  # kept if the worker dies before the last seed
-                trial.set_user_attr("runs", records)
+            # Stored as it ends, kept if the worker dies before the last seed (and before tell).
+            if record["status"] in COMPLETE_STATUSES:
+                with contextlib.suppress(
+                    UpdateFinishedTrialError
+                ):  # taken for dead: see _finish_trial
+                    trial.set_user_attr(f"run-{seed}", record)
             if on_run_end is not None:
                 on_run_end(_event(trial.number, config_id, record))
             if record["status"] not in COMPLETE_STATUSES:
@@ -549,29 +562,36 @@ def _run_sampled_trial(
     return records
 
 
-def _complete_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
-    """{seed: a short record of its complete run} for a sampled configuration, from earlier trials.
+def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
+    """{seed: a short record of its run} for the complete or diverged seeds of a sampled
+    configuration, from earlier trials.
 
-    Random and TPE samplers may draw a point again; its seeds already ran, and the same seeded run
-    counted twice would shrink the confidence interval for nothing. The short record names the
-    trial holding the full one (results take that one)."""
+    Random and TPE samplers may draw a point again; its seeds already ran (a seeded run that
+    diverged diverges again), and the same seeded run counted twice would shrink the confidence
+    interval for nothing. The short record names the trial holding the full one, which results
+    take, and keeps its per-epoch accuracies for the pruner."""
     found: dict[int, dict] = {}
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get("config_id") != config_id:
             continue
-        for run in t.user_attrs.get("runs") or []:
-            if run.get("status") in COMPLETE_STATUSES and "reused_from_trial" not in run:
+        for run in stored_runs(t):
+            if run.get("status") in REUSED_STATUSES and "reused_from_trial" not in run:
                 found.setdefault(
                     int(run["seed"]),
                     {
                         "seed": run["seed"],
                         "status": run["status"],
-                        "error": None,
-                        "accuracy": run["accuracy"],
+                        "error": run.get("error"),
+                        "accuracy": run.get("accuracy"),
                         "reused_from_trial": t.number,
+                        "val_accs": [row.get("val_acc") for row in run.get("epochs") or []],
                     },
                 )
     return found
+
+
+# A sampled point's seeded runs that a later draw of the point takes instead of training again.
+REUSED_STATUSES = (*COMPLETE_STATUSES, "diverged")
 
 
 @stoppable

@@ -15,7 +15,8 @@ Per configuration (complete runs only):
   (Page's "4/5 runs reached 94%"); failures by kind.
 Statistics that need two runs on each side are None with fewer.
 
-Each (unit, seed) counts once: a unit run again after a failure counts by its final outcome.
+Each (configuration, seed) counts once: one run again after a failure counts by its final
+outcome, and a sampled point drawn twice reuses its runs.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tricklab.experiments.storage import (
     DEFAULT_GRACE_SECONDS,
     DONE_STATUSES,
     is_stale,
+    stored_runs,
     trial_status,
 )
 from tricklab.measure.intervals import CONFIDENCE, mean_interval, speedup_interval, welch
@@ -98,52 +100,70 @@ def headline_accuracy(record: dict[str, Any]) -> float | None:
 
 
 def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
-    """One record per (configuration, seed): its final outcome (a done run if any, else the latest
-    try).
+    """One record per (configuration, seed): its final outcome, the best try (complete, else
+    another done outcome, else the latest try).
 
     Records hold config_id, overrides, seed, status, error, accuracy, train_seconds,
     time_to_target_seconds, target_accuracy, trial (number) and what the run stored.
     """
-    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    seeds = study.user_attrs.get("seeds")
     for trial in study.get_trials(deepcopy=False):
         status = trial_status(trial)
-        if status == "skipped":
-            continue
+        config_id = trial.user_attrs.get("config_id")
+        if status == "skipped" or config_id is None:
+            continue  # no run, or killed before its parameters were drawn: nothing to attribute
         if status == "running" and is_stale(trial, DEFAULT_GRACE_SECONDS):
             status = "interrupted"  # its worker is gone; the next worker to start will say so too
-        unit = trial.user_attrs.get("unit", f"sample-{trial.number}")
-        runs = trial.user_attrs.get("runs") or [
-            {
-                "seed": trial.user_attrs.get("seed", 0),
-                "status": status,
-                "error": trial.user_attrs.get("error")
-                or ("the worker stopped without reporting" if status == "interrupted" else None),
-            }
-        ]
+        finished = "runs" in trial.user_attrs  # told: every run it made is stored, with its outcome
+        stored = stored_runs(trial)
+        unfinished = {
+            "status": status,
+            "error": trial.user_attrs.get("error")
+            or ("the worker stopped without reporting" if status == "interrupted" else None),
+        }
+        if trial.user_attrs.get("unit", "").startswith("sample-") or "unit" not in trial.user_attrs:
+            # A sampled trial stores each complete seed as it ends: those stand. The seed it was
+            # on when it stopped (or is on now) takes the trial's status.
+            runs = [r for r in stored if "reused_from_trial" not in r]  # the full one is elsewhere
+            if not finished:
+                upcoming = max((int(r["seed"]) for r in stored), default=-1) + 1
+                if seeds is None or upcoming < seeds:
+                    runs.append({"seed": upcoming, **unfinished})
+        elif status in ("running", "waiting", "interrupted") or not stored:
+            # A unit's trial that never reached tell() (its worker died after storing the run) is
+            # interrupted whatever its stored run says; the unit runs again and counts once.
+            runs = [{"seed": trial.user_attrs.get("seed", 0), **unfinished}]
+        else:
+            runs = stored
         for run in runs:
             record = {
-                "config_id": trial.user_attrs.get("config_id"),
+                "config_id": config_id,
                 "overrides": trial.user_attrs.get("overrides", []),
                 **run,
                 "trial": trial.number,
             }
-            if record["config_id"] is None:
-                continue  # killed before its parameters were drawn: nothing to attribute
-            # A unit's trial that never reached tell() (its worker died after storing the run) is
-            # interrupted whatever its stored run says; the unit runs again and counts once. A
-            # sampled trial stores each complete seed as it ends: those stand.
-            kept = unit.startswith("sample-") and record["status"] in COMPLETE_STATUSES
-            if not kept and (
-                status in ("running", "waiting")
-                or (status == "interrupted" and "unit" in trial.user_attrs)
+            key = (config_id, int(record.get("seed", 0)))
+            previous = best.get(key)
+            if (
+                previous is None
+                or _rank(record) > _rank(previous)
+                or _rank(record) == _rank(previous) == 0
             ):
-                record["status"] = status
-            # One record per seeded configuration: a sampled point drawn twice reuses its runs.
-            key = (record["config_id"], int(record.get("seed", 0)))
-            previous = latest.get(key)
-            if previous is None or previous["status"] not in DONE_STATUSES:
-                latest[key] = record
-    return sorted(latest.values(), key=lambda r: (r["trial"], r.get("seed", 0)))
+                best[key] = record
+    return sorted(best.values(), key=lambda r: (r["trial"], r.get("seed", 0)))
+
+
+def _rank(record: dict[str, Any]) -> int:
+    """Which try of a (configuration, seed) stands: a complete run, else another done outcome
+    (diverged, pruned), else the latest try."""
+    return (
+        2
+        if record["status"] in COMPLETE_STATUSES
+        else 1
+        if record["status"] in DONE_STATUSES
+        else 0
+    )
 
 
 def config_stats(
@@ -221,13 +241,31 @@ def _describe(
         row.reached_target = sum(a >= row.target for a in accuracies)
         if row.target_runs:
             row.fraction_reached_target = row.reached_target / row.target_runs
-    times = [
-        float(r["time_to_target_seconds"])
-        for r in records
-        if r["status"] in COMPLETE_STATUSES and r.get("time_to_target_seconds") is not None
-    ]
-    row.time_to_target_seconds_mean = float(np.mean(times)) if times else None
+    if row.target is not None:
+        times = [_time_to(row.target, r) for r in records if r["status"] in COMPLETE_STATUSES]
+        times = [t for t in times if t is not None]
+        row.time_to_target_seconds_mean = float(np.mean(times)) if times else None
     return row
+
+
+def _time_to(target: float, record: dict[str, Any]) -> float | None:
+    """Train seconds at the first evaluation reaching `target`, from the run's epochs (so a
+    `results --target` other than the recipe's is timed against itself), else as the run stored it."""
+    rows = record.get("epochs")
+    if not rows:
+        stored = record.get("time_to_target_seconds")
+        same = record.get("target_accuracy") == target
+        return float(stored) if stored is not None and same else None
+    return next(
+        (
+            float(e["train_seconds"])
+            for e in rows
+            if e.get("val_acc") is not None
+            and e["val_acc"] >= target
+            and e.get("train_seconds") is not None
+        ),
+        None,
+    )
 
 
 def _compare(

@@ -174,8 +174,11 @@ def check_storage(url: str) -> None:
         if path.is_dir():
             raise TrickLabError(f"cannot open storage {url}: it is a folder")
         if path.exists():
-            if path.stat().st_size > 0:  # an empty file would get Optuna's tables
-                open_storage(url, must_exist=True)
+            if prefix == "sqlite:///":
+                _check_sqlite(path)
+                if _sqlite_tables(path) == []:  # no tables: opening it would add Optuna's
+                    return
+            open_storage(url, must_exist=True)
             return
         folder = next(p for p in path.parents if p.exists())
         try:
@@ -188,7 +191,9 @@ def check_storage(url: str) -> None:
     from sqlalchemy import create_engine
 
     try:
-        engine = create_engine(url)
+        # A server that never answers (a firewall) fails in 10 s rather than hanging the dry run.
+        timeout = {"connect_timeout": 10} if url.startswith(("postgresql", "mysql")) else {}
+        engine = create_engine(url, connect_args=timeout)
         try:
             with engine.connect():
                 pass
@@ -227,20 +232,25 @@ def _check_journal(path: Path) -> None:
         raise TrickLabError(f"{path} is not an Optuna journal file; give another --storage path")
 
 
-def _check_sqlite(path: Path) -> None:
-    """TrickLabError if `path` is an SQLite database with tables but none of Optuna's: Optuna
-    would add its tables to another program's database."""
+def _sqlite_tables(path: Path) -> list[str] | None:
+    """The table names of an SQLite file, read-only; None when it cannot be read as one."""
     if not path.is_file() or path.stat().st_size == 0:
-        return
+        return []
     try:
         with contextlib.closing(
             sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         ) as db:
-            tables = sorted(
+            return sorted(
                 row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
             )
     except sqlite3.Error:  # not a database, locked, ...: opening it says why
-        return
+        return None
+
+
+def _check_sqlite(path: Path) -> None:
+    """TrickLabError if `path` is an SQLite database with tables but none of Optuna's: Optuna
+    would add its tables to another program's database."""
+    tables = _sqlite_tables(path)
     if tables and "studies" not in tables:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise TrickLabError(
@@ -299,6 +309,15 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         have = ", ".join(names) if names else "none"
         raise TrickLabError(f"no study '{name}' in this storage (it has: {have})") from None
+
+
+def stored_runs(trial: FrozenTrial) -> list[dict[str, Any]]:
+    """The run records a trial stored: all of them once it finished (`runs`), else those a sampled
+    trial stored one seed at a time as each ended (`run-<seed>`)."""
+    if "runs" in trial.user_attrs:
+        return list(trial.user_attrs["runs"])
+    seeds = sorted(int(k[4:]) for k in trial.user_attrs if k.startswith("run-") and k[4:].isdigit())
+    return [trial.user_attrs[f"run-{seed}"] for seed in seeds]
 
 
 def trial_status(trial: FrozenTrial) -> str:

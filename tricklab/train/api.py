@@ -61,7 +61,7 @@ class RunResult:
     val_loss: float | None = None
     val_acc_tta: float | None = None
     val_loss_tta: float | None = None
-    train_seconds: float = 0.0  # optimizer steps only, device-synchronised; no eval, no compile
+    train_seconds: float = 0.0  # training epochs with batch loading, synced; no eval, no compile
     compile_seconds: float = 0.0  # warm-up (torch.compile, cuDNN autotuning), measured apart
     wall_seconds: float = 0.0  # everything, data loading included
     time_to_target_seconds: float | None = None
