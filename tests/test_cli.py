@@ -56,6 +56,28 @@ def test_train_json_prints_result_last(tmp_path, capsys):
     assert (tmp_path / "result.json").is_file()
 
 
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "live-view"])
+def test_a_run_broken_by_an_unexpected_error_reports_failed_and_exits_1(
+    tmp_path, capsys, monkeypatch, as_json
+):
+    from tricklab.train import loop
+
+    def broken_step(*args):
+        raise ValueError("a bug in a trick")
+
+    monkeypatch.setattr(loop, "train_step", broken_step)
+    code = main(["train", *TINY, "--out", str(tmp_path), *(["--json"] if as_json else [])])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "Traceback" in err and "ValueError: a bug in a trick" in err  # where it broke
+    stored = json.loads((tmp_path / "result.json").read_text())
+    assert stored["status"] == "failed" and stored["error"] == "ValueError: a bug in a trick"
+    if as_json:
+        assert json.loads(out.strip().splitlines()[-1]) == stored
+    else:
+        assert "run failed" in out and "a bug in a trick" in out
+
+
 def test_train_live_view_renders(tmp_path, capsys):
     assert main(["train", *TINY, "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
@@ -316,3 +338,17 @@ def test_new_numbered_dir_gives_each_caller_its_own_folder(tmp_path):
 
     made = [new_numbered_dir(tmp_path / "runs" / "x") for _ in range(3)]
     assert [p.name for p in made] == ["x", "x-2", "x-3"] and all(p.is_dir() for p in made)
+
+
+def test_atomic_write_leaves_the_old_file_whole_when_writing_fails(tmp_path):
+    from tricklab.paths import atomic_write
+
+    path = tmp_path / "result.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), atomic_write(path) as handle:
+        handle.write("half of the new")
+        raise RuntimeError("disk full")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+    with atomic_write(path) as handle:
+        handle.write("new")
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["result.json"]

@@ -246,6 +246,19 @@ def test_pretrained_loads_cached_weights_and_replaces_only_the_head(tmp_path, mo
     assert state["classifier.1.weight"].shape == (10, 1280)
 
 
+def test_corrupt_cached_weights_raise_naming_the_file_to_delete(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    weights = torchvision.models.MobileNet_V2_Weights.DEFAULT
+    checkpoints = tmp_path / "hub" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    cached = checkpoints / weights.url.rsplit("/", 1)[-1]
+    cached.write_bytes(b"half a download")
+    with pytest.raises(TrickLabError, match="cannot be loaded") as info:
+        build_model("mobilenetv2", num_classes=10, pretrained=True)
+    assert str(cached) in str(info.value) and "delete that file" in str(info.value)
+
+
 def test_gray_input_conv_responds_like_the_rgb_conv_on_a_gray_image():
     rgb = nn.Conv2d(3, 8, kernel_size=3, padding=1)
     gray = adapt_input_channels(rgb, 1, keep_weights=True)

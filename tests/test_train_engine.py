@@ -105,6 +105,7 @@ def test_out_of_memory_mid_run_gives_oom_and_returns(monkeypatch, tmp_path, erro
     monkeypatch.setattr(loop, "train_step", step_until_oom)
     result = train(tiny("run.epochs=2"), out_dir=tmp_path)  # returns: the next run can go on
     assert result.status == "oom" and "out of memory" in result.error
+    assert result.peak_memory_bytes > 0  # what an oom run most needs to report
     assert (
         result.epochs_completed == 1 and result.train_seconds == result.epochs[0]["train_seconds"]
     )
@@ -221,14 +222,15 @@ def prepared(*overrides: str) -> Parts:
 
 
 def hook_training_forward(monkeypatch, module_type, hook) -> None:
-    """Make the models `train` builds call hook(module) in the training forward passes (not in
-    the MAC count or the evaluation) of their first module of `module_type`."""
+    """Make the models `train` builds call hook(module, output) in the training forward passes
+    (not in the MAC count or the evaluation) of every module of `module_type`."""
     original = api.build_model
 
     def build_with_hook(*args, **kwargs):
         model = original(*args, **kwargs)
-        first = next(m for m in model.modules() if isinstance(m, module_type))
-        first.register_forward_hook(lambda m, i, o: hook(m, o) if m.training else None)
+        for module in model.modules():
+            if isinstance(module, module_type):
+                module.register_forward_hook(lambda m, i, o: hook(m, o) if m.training else None)
         return model
 
     monkeypatch.setattr(api, "build_model", build_with_hook)
@@ -258,13 +260,16 @@ def test_each_precision_trains_in_its_dtype(monkeypatch, precision, conv_dtype):
     convs, norms = [], []
     hook_training_forward(monkeypatch, torch.nn.Conv2d, lambda m, out: convs.append(out.dtype))
     hook_training_forward(
-        monkeypatch, torch.nn.BatchNorm2d, lambda m, out: norms.append(m.running_mean.dtype)
+        monkeypatch,
+        torch.nn.BatchNorm2d,
+        lambda m, out: norms.extend(t.dtype for t in (m.running_mean, *m.parameters())),
     )
     result = train(tiny(f"tricks.precision={precision}", "run.epochs=1"))
     assert result.status == "complete"
     assert all(math.isfinite(row["train_loss"]) for row in result.epochs)
     assert convs and set(convs) == {conv_dtype}
-    assert norms and set(norms) == {torch.float32}  # BatchNorm statistics stay fp32 in every mode
+    # BatchNorm statistics and parameters stay fp32 in every mode (16-true-bn32: Page's fix).
+    assert norms and set(norms) == {torch.float32}
 
 
 def test_label_smoothing_reaches_the_loss():

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 import typing
 from pathlib import Path
 
@@ -183,15 +184,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     name, overrides = _recipe_and_overrides(args)
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
-    from tricklab.train.api import train
+    from tricklab.train.api import RunResult, train
 
     out, made = (Path(args.out), None) if args.out else _default_run_dir(name)
     try:
-        if args.json:
-            result = train(recipe, out_dir=out)
-        else:
-            with EpochView(recipe.run.epochs) as view:
-                result = train(recipe, out_dir=out, on_epoch=view)
+        try:
+            if args.json:
+                result = train(recipe, out_dir=out)
+            else:
+                with EpochView(recipe.run.epochs) as view:
+                    result = train(recipe, out_dir=out, on_epoch=view)
+        except Exception as exc:
+            # Not a user mistake (those exit 2): a bug or a broken environment. The run recorded
+            # itself failed; show where it broke, then report it like any other ended run.
+            if isinstance(exc, TrickLabError) or not (out / "result.json").exists():
+                raise
+            traceback.print_exc()
+            result = RunResult.from_dict(json.loads((out / "result.json").read_text()))
+        if not args.json:
             print_result(result)
             err_console.print(f"run directory: {out}")
     except KeyboardInterrupt:

@@ -1,8 +1,30 @@
-"""Folders made for an output: which ones were new, and removing them again when a step fails."""
+"""Outputs on disk: files written whole or not at all; folders made, and removed when a step fails."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
+    """A file to write `path`'s new content into: a temporary file beside it, flushed to disk and
+    renamed over `path` when the block ends, removed when it raises. A crash leaves the old file or
+    the new one, never part of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, mode, **open_kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def first_missing(path: Path) -> Path | None:

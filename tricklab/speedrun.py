@@ -26,6 +26,7 @@ from typing import Any
 
 from tricklab.errors import TrickLabError
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.paths import atomic_write
 from tricklab.train.recipe import Recipe
 
 DEFAULT_RECIPE = "speedrun94"
@@ -242,7 +243,8 @@ def speedrun(
     summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
     summary.runs_planned, summary.interrupted = runs, interrupted
     if out is not None:
-        (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+        with atomic_write(out / "summary.json") as handle:
+            handle.write(json.dumps(summary.to_dict(), indent=2))
     if interrupted:
         raise SpeedrunInterrupted(summary)
     return summary

@@ -21,7 +21,6 @@ outcome, and a sampled point drawn twice reuses its runs.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 from collections import Counter
@@ -44,6 +43,7 @@ from tricklab.experiments.storage import (
     trial_status,
 )
 from tricklab.measure.intervals import CONFIDENCE, mean_interval, speedup_interval, welch
+from tricklab.paths import atomic_write
 
 FAILURE_KINDS = ("diverged", "oom", "failed", "pruned", "interrupted")
 
@@ -299,10 +299,9 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
     # A rename would replace a file the user may not write (root too: its mode says read-only).
     if path.is_file() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o200):
         raise TrickLabError(f"cannot write the CSV file {path}: it is read-only")
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("w", newline="") as handle:
+        with atomic_write(path, newline="") as handle:  # whole or not at all
             writer = csv.writer(handle)
             writer.writerow(header)
             for row in rows:
@@ -310,8 +309,5 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
                 data["overrides"] = " ".join(row.overrides)
                 cells = ["" if data[n] is None else data[n] for n in names]
                 writer.writerow(cells + [row.failures.get(kind, 0) for kind in FAILURE_KINDS])
-        os.replace(tmp, path)  # whole or not at all
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise TrickLabError(f"cannot write the CSV file {path}: {exc.strerror or exc}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import pickle
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,17 +60,23 @@ def load_torchvision_model(
     goes to stderr once the weights are in (stdout may carry --json), and is dropped when the
     download fails (the error names the URL), so a failure is one line."""
     said = io.StringIO()
+    checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
     try:
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
             model = constructor(weights=weights, progress=False, **kwargs)
         sys.stderr.write(said.getvalue())
         return model
     except OSError as err:  # URLError, HTTPError, socket and SSL errors are all OSErrors
-        checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
         raise TrickLabError(
             f"could not download the ImageNet weights of {name} from {weights.url} ({err}); "
             f"put {weights.url.rsplit('/', 1)[-1]} in the torch hub cache {checkpoints} "
             f"(torch.hub.get_dir() = {torch.hub.get_dir()}) or build it with pretrained=False"
+        ) from err
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:  # a corrupt file in the cache
+        cached = checkpoints / weights.url.rsplit("/", 1)[-1]
+        raise TrickLabError(
+            f"the cached ImageNet weights of {name} ({cached}) cannot be loaded "
+            f"({str(err).splitlines()[0]}); delete that file to download it again"
         ) from err
 
 

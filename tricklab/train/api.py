@@ -8,7 +8,6 @@ import functools
 import gc
 import json
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -28,7 +27,7 @@ from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
 from tricklab.models import build_model
-from tricklab.paths import first_missing, remove_empty_dirs
+from tricklab.paths import atomic_write, first_missing, remove_empty_dirs
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
@@ -56,7 +55,7 @@ STORAGE_DTYPES = {"uint8": torch.uint8, "float16": torch.float16, "bfloat16": to
 class RunResult:
     """What one training run measured. `to_dict()` is what result.json holds."""
 
-    status: str  # complete | stopped-early | reached-target | diverged | oom | failed
+    status: str  # complete | stopped-early | reached-target | diverged | oom | failed | interrupted
     val_acc: float | None = None
     val_loss: float | None = None
     val_acc_tta: float | None = None
@@ -383,12 +382,12 @@ def train(
             _finish(result, parts, outcome, recipe)
             if recipe.run.checkpoint and out is not None and outcome.status != "diverged":
                 save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
-        result.peak_memory = peak_memory(device)
-        result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
+        _record_peak_memory(result, device)
     except BaseException as exc:
         if isinstance(exc, TrickLabError) and not started:
             remove_empty_dirs(out, created)
             raise
+        _record_peak_memory(result, device)  # for an oom run, the number that matters most
         if oom := out_of_memory_error(
             exc
         ):  # recorded, not raised; memory freed below, outside `except`
@@ -413,6 +412,11 @@ def train(
     if out is not None:
         _write_json_atomic(out / "result.json", result.to_dict())
     return result
+
+
+def _record_peak_memory(result: RunResult, device: torch.device) -> None:
+    result.peak_memory = peak_memory(device)
+    result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
 
 
 def out_of_memory_error(exc: BaseException) -> str | None:
@@ -478,17 +482,14 @@ def _make_run_dir(out: Path) -> None:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(data, indent=2))
 
 
 def save_checkpoint(model: nn.Module, recipe: Recipe, path: str | Path) -> None:
-    """Weights and the resolved recipe, written atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, tmp)
-    os.replace(tmp, path)
+    """Weights and the resolved recipe, written atomically (temp file, fsync, rename)."""
+    with atomic_write(Path(path), "wb") as handle:
+        torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, handle)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
