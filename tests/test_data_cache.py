@@ -117,11 +117,44 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(np, "savez", disk_full)
+    split = (np.zeros((1, 1, 1, 1), np.uint8), np.zeros(1, np.int64), ["a"])
     with pytest.raises(TrickLabError, match=r"cannot write the dataset cache file .*No space left"):
-        cache.write_split(
-            tmp_path / "x-train.npz", np.zeros((1, 1, 1, 1), np.uint8), np.zeros(1, np.int64), ["a"]
-        )
+        cache.write_cached_splits(tmp_path, "x", "0" * 64, {"train": split})
     assert cache_files(tmp_path) == []
+
+
+def test_failed_write_of_the_test_split_leaves_no_train_file_either(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+    savez = np.savez
+    calls = []
+
+    def full_on_second_file(file, **arrays):  # train is written, then the disk fills up
+        calls.append(file)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        savez(file, **arrays)
+
+    monkeypatch.setattr(np, "savez", full_on_second_file)
+    with pytest.raises(
+        TrickLabError, match=r"cannot write the dataset cache file .*-test\.npz \(No space left"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert len(calls) == 2 and cache_files(tmp_path / "cache") == []
+    assert not (tmp_path / "cache").exists()  # nor the folders made for the files
+
+
+def test_failed_writability_check_leaves_no_new_folder(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+
+    def refuse(*args, **kwargs):  # a folder that can be made but not written (e.g. a quota)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cache.tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(
+        TrickLabError, match=r"cannot write the dataset cache in .*Permission denied"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "new" / "cache")
+    assert not (tmp_path / "new").exists()
 
 
 def test_damaged_cache_file_is_rebuilt_from_the_source(tmp_path):
@@ -131,6 +164,43 @@ def test_damaged_cache_file_is_rebuilt_from_the_source(tmp_path):
     train_file.write_bytes(train_file.read_bytes()[:100])
     second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
     assert torch.equal(first.train.images, second.train.images)
+
+
+@pytest.mark.parametrize(
+    ("split", "tamper"),
+    [
+        ("train", {"labels": [0, 0, 0, 1, 1, 2]}),  # 2 classes: label 2 is out of range
+        ("train", {"labels": [0, 0, 0, 1, 1, -1]}),
+        ("test", {"classes": ["ant", "wasp"]}),  # the test split names other classes than train
+    ],
+    ids=["label-too-high", "label-negative", "test-classes-differ"],
+)
+def test_tampered_cache_file_is_a_miss_and_rebuilt_from_the_source(
+    tmp_path, monkeypatch, split, tamper
+):
+    make_tree(tmp_path / "data")
+    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    path = next(f for f in cache_files(tmp_path / "cache") if f.name.endswith(f"-{split}.npz"))
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    arrays.update(
+        {name: np.array(value, dtype=arrays[name].dtype) for name, value in tamper.items()}
+    )
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)  # right dtypes and lengths, wrong content
+    decoded = []
+    decode_image = imagefolder.decode_image
+    monkeypatch.setattr(
+        imagefolder, "decode_image", lambda *args: decoded.append(args) or decode_image(*args)
+    )
+    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert decoded  # a miss: the source was decoded again
+    assert second.classes == first.classes == ["ant", "bee"]
+    assert torch.equal(second.train.labels, first.train.labels)
+    assert torch.equal(second.test.images, first.test.images)
+    with np.load(path, allow_pickle=False) as npz:  # and the cache file was rewritten
+        assert npz["classes"].tolist() == ["ant", "bee"]
+        assert npz["labels"].tolist() == getattr(first, split).labels.tolist()
 
 
 def test_folder_fingerprint_ignores_listing_order_and_changes_with_a_file(tmp_path):

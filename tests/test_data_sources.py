@@ -1,9 +1,11 @@
 """The dataset layer: every source yields uint8 N×C×H×W images, int64 labels and class names."""
 
 import gzip
+import hashlib
 import io
 import os
 import pickle
+import re
 import shutil
 import tarfile
 import urllib.error
@@ -336,6 +338,35 @@ def test_imagefolder_reads_tar_gz_archives_like_the_folder(tmp_path):
     assert torch.equal(from_archive.test.labels, from_folder.test.labels)
 
 
+def test_imagefolder_archive_of_class_folders_without_the_split_folder_loads_like_it(tmp_path):
+    make_tree(tmp_path / "tree")
+    (tmp_path / "archives").mkdir()
+    for split in ("train", "test"):
+        with tarfile.open(tmp_path / "archives" / f"{split}.tar.gz", "w:gz") as tar:
+            for name in ("ant", "cat", "dog"):  # members ant/0000.png, ...: tar made inside train/
+                tar.add(tmp_path / "tree" / split / name, arcname=name)
+    from_folder = load_dataset("imagefolder", tmp_path / "tree", cache_dir=tmp_path / "cache")
+    from_archive = load_dataset("imagefolder", tmp_path / "archives", cache_dir=tmp_path / "cache")
+    assert from_archive.classes == ["ant", "cat", "dog"]
+    assert torch.equal(from_archive.train.images, from_folder.train.images)
+    assert torch.equal(from_archive.test.labels, from_folder.test.labels)
+
+
+@pytest.mark.parametrize("top", ["cifar/train", "cifar", "train/cifar"])
+def test_imagefolder_archive_with_an_extra_top_folder_is_refused_naming_it(tmp_path, top):
+    make_tree(tmp_path / "tree", per_split={"train": 1})
+    (tmp_path / "data").mkdir()
+    with tarfile.open(tmp_path / "data" / "train.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "tree" / "train", arcname=top)  # cifar/train/ant/0000.png, ...
+    with pytest.raises(
+        TrickLabError,
+        match=r"archive .*train\.tar\.gz holds every image under one extra top folder 'cifar', "
+        r".*expected train/<class>/<image>",
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert cache_files(tmp_path / "cache") == []
+
+
 def test_imagefolder_without_test_holds_out_a_stratified_val_fraction(tmp_path):
     make_tree(tmp_path / "data", per_split={"train": 10})
     ds = load_dataset(
@@ -575,6 +606,113 @@ def test_torchvision_dataset_without_files_names_the_files(tmp_path, name, expec
         load_dataset(name, tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
 
 
+# ---------------------------------------------------------------- MNIST, Fashion-MNIST, SVHN (torchvision's files)
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """An idx-ubyte file as MNIST ships it: 0, 0, type 0x08 (uint8), ndim, big-endian sizes, data."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sizes = b"".join(size.to_bytes(4, "big") for size in array.shape)
+    path.write_bytes(bytes([0, 0, 0x08, array.ndim]) + sizes + array.astype(np.uint8).tobytes())
+
+
+def write_fake_mnist(root: Path, folder: str, bad_test_label: int | None = None) -> dict:
+    """Tiny unzipped raw files where torchvision's MNIST / FashionMNIST read them offline:
+    root/<class name>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte. Returns {split: arrays}."""
+    rng = np.random.default_rng(2)
+    written = {}
+    for split, prefix, count in (("train", "train", 6), ("test", "t10k", 4)):
+        images = rng.integers(0, 256, (count, 28, 28), dtype=np.uint8)
+        labels = (np.arange(count) * 3 % 10).astype(np.uint8)
+        if bad_test_label is not None and split == "test":
+            labels[0] = bad_test_label
+        write_idx(root / folder / "raw" / f"{prefix}-images-idx3-ubyte", images)
+        write_idx(root / folder / "raw" / f"{prefix}-labels-idx1-ubyte", labels)
+        written[split] = (images, labels)
+    return written
+
+
+def write_fake_svhn(root: Path, monkeypatch, bad_test_label: int | None = None) -> dict:
+    """Tiny root/{train,test}_32x32.mat as torchvision's SVHN reads them: X is H×W×C×N uint8, y is
+    N×1 with the digit 0 stored as 10. torchvision checks each file's md5 against the real
+    release's, so the fake files' md5s are registered instead. Returns {split: (NCHW, digits)}."""
+    import scipy.io
+    from torchvision import datasets
+
+    rng = np.random.default_rng(3)
+    root.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split, count in (("train", 5), ("test", 3)):
+        images = rng.integers(0, 256, (count, 3, 32, 32), dtype=np.uint8)
+        digits = np.arange(count) * 7 % 10  # includes 0, stored as 10
+        stored = np.where(digits == 0, 10, digits)
+        if bad_test_label is not None and split == "test":
+            stored[1] = bad_test_label
+        path = root / f"{split}_32x32.mat"
+        scipy.io.savemat(
+            path, {"X": images.transpose(2, 3, 1, 0), "y": stored.reshape(-1, 1).astype(np.uint8)}
+        )
+        url, filename, _ = datasets.SVHN.split_list[split]
+        md5 = hashlib.md5(path.read_bytes()).hexdigest()
+        monkeypatch.setitem(datasets.SVHN.split_list, split, [url, filename, md5])
+        written[split] = (images, digits)
+    return written
+
+
+@pytest.mark.parametrize(
+    ("name", "folder", "first_class"),
+    [("mnist", "MNIST", "0 - zero"), ("fashion-mnist", "FashionMNIST", "T-shirt/top")],
+)
+def test_mnist_style_files_load_as_1x28x28_uint8_with_int64_labels(
+    tmp_path, name, folder, first_class
+):
+    written = write_fake_mnist(tmp_path / "data", folder)
+    ds = load_dataset(name, tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert ds.image_shape == (1, 28, 28) and (len(ds.train), len(ds.test)) == (6, 4)
+    assert ds.train.images.dtype == torch.uint8 and ds.train.labels.dtype == torch.int64
+    assert ds.num_classes == 10 and ds.classes[0] == first_class
+    for split in ("train", "test"):
+        images, labels = written[split]
+        assert torch.equal(getattr(ds, split).images, torch.from_numpy(images)[:, None])
+        assert getattr(ds, split).labels.tolist() == labels.tolist()
+
+
+def test_svhn_mat_files_load_as_3x32x32_uint8_with_digit_0_as_label_0(tmp_path, monkeypatch):
+    written = write_fake_svhn(tmp_path / "data", monkeypatch)
+    ds = load_dataset("svhn", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert ds.image_shape == (3, 32, 32) and (len(ds.train), len(ds.test)) == (5, 3)
+    assert ds.train.images.dtype == torch.uint8 and ds.train.labels.dtype == torch.int64
+    assert ds.classes == [str(d) for d in range(10)]
+    for split in ("train", "test"):
+        images, digits = written[split]
+        assert torch.equal(getattr(ds, split).images, torch.from_numpy(images))
+        assert getattr(ds, split).labels.tolist() == digits.tolist()
+
+
+@pytest.mark.parametrize(("name", "bad_label"), [("mnist", 12), ("svhn", 11)])
+def test_torchvision_dataset_label_out_of_range_raises(tmp_path, monkeypatch, name, bad_label):
+    if name == "svhn":
+        write_fake_svhn(tmp_path / "data", monkeypatch, bad_test_label=bad_label)
+    else:
+        write_fake_mnist(tmp_path / "data", "MNIST", bad_test_label=bad_label)
+    with pytest.raises(
+        TrickLabError,
+        match=rf"label {bad_label} in {name} test .* is outside 0\.\.9 \(10 classes\)",
+    ):
+        load_dataset(name, tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_mnist_file_with_a_malformed_header_is_one_clear_error(tmp_path):
+    write_fake_mnist(tmp_path / "data", "MNIST")
+    (tmp_path / "data" / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"not idx data")
+    with pytest.raises(
+        TrickLabError, match=r"^cannot read mnist from .* delete the files and download again$"
+    ):
+        load_dataset("mnist", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+    assert not (tmp_path / "cache").exists()
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -655,20 +793,32 @@ def test_mixed_image_sizes_name_two_files_and_suggest_image_size(tmp_path):
     assert cache_files(tmp_path / "cache") == []
 
 
-@pytest.mark.parametrize("member", ["train/../../evil.png", "/abs/train/cat/x.png"])
-def test_tar_member_with_dotdot_or_absolute_path_is_refused(tmp_path, member):
+@pytest.mark.parametrize(
+    ("member", "kind", "refusal"),
+    [
+        ("train/../../evil.png", tarfile.REGTYPE, r" with an absolute path or '\.\.'"),
+        ("/abs/train/cat/x.png", tarfile.REGTYPE, r" with an absolute path or '\.\.'"),
+        ("train/ant/x.png", tarfile.SYMTYPE, r", a symbolic link to '/etc/passwd'; refusing"),
+        ("train/ant/x.png", tarfile.LNKTYPE, r", a hard link to '/etc/passwd'; refusing"),
+    ],
+    ids=["dotdot", "absolute", "symlink", "hardlink"],
+)
+def test_tar_member_with_dotdot_absolute_path_or_link_is_refused(tmp_path, member, kind, refusal):
     make_tree(tmp_path / "tree", per_split={"train": 1})
-    archive = tar_split(tmp_path / "tree", "train", tmp_path / "train.tar.gz")
     blob = (tmp_path / "tree" / "train" / "ant" / "0000.png").read_bytes()
-    with tarfile.open(archive, "w:gz") as tar:
+    with tarfile.open(tmp_path / "train.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "tree" / "train", arcname="train")  # a valid split around the member
         info = tarfile.TarInfo(member)
-        info.size = len(blob)
-        tar.addfile(info, io.BytesIO(blob))
-    with tarfile.open(archive) as tar:
-        assert tar.getnames() == [member]  # tarfile kept the unsafe name as written
-    with pytest.raises(
-        TrickLabError, match=rf"holds member '{member}' with an absolute path or '\.\.'"
-    ):
+        info.type = kind
+        if kind == tarfile.REGTYPE:
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+        else:
+            info.linkname = "/etc/passwd"
+            tar.addfile(info)
+    with tarfile.open(tmp_path / "train.tar.gz") as tar:
+        assert member in tar.getnames()  # tarfile kept the unsafe member as written
+    with pytest.raises(TrickLabError, match=rf"holds member '{re.escape(member)}'{refusal}"):
         load_dataset("imagefolder", tmp_path, cache_dir=tmp_path / "cache")
     assert cache_files(tmp_path / "cache") == []
 
@@ -822,6 +972,55 @@ def test_cli_archive_of_garbage_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "not a readable tar archive" in err
     assert err.count("\n") == 1
+
+
+def make_bad_input(tmp_path: Path, problem: str) -> Path:
+    """An image folder (or archive) with one problem, under tmp_path/data."""
+    data = tmp_path / "data"
+    if problem == "missing dir":
+        return data
+    make_tree(data)
+    if problem == "empty class folder":
+        (data / "train" / "zebra").mkdir()
+    elif problem == "corrupt image":
+        (data / "train" / "cat" / "0003.png").write_bytes(b"not an image at all")
+    elif problem == "mixed image sizes":
+        write_image(data / "train" / "dog" / "big.png", np.zeros((10, 12, 3), dtype=np.uint8))
+    elif problem == "dotdot member":
+        blob = (data / "train" / "ant" / "0000.png").read_bytes()
+        shutil.rmtree(data / "train")
+        with tarfile.open(data / "train.tar.gz", "w:gz") as tar:
+            info = tarfile.TarInfo("train/../../evil.png")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return data
+
+
+@pytest.mark.parametrize(
+    ("problem", "message"),
+    [
+        ("missing dir", "does not exist"),
+        ("empty class folder", "class folder train/zebra"),
+        ("corrupt image", "cannot decode image train/cat/0003.png"),
+        ("mixed image sizes", "images differ in size"),
+        ("dotdot member", "with an absolute path or '..'"),
+        ("unwritable cache dir", "cannot write the dataset cache"),
+    ],
+)
+def test_cli_data_show_bad_input_exits_2_with_one_line_and_no_cache_file(
+    tmp_path, capsys, problem, message
+):
+    data = make_bad_input(tmp_path, problem)
+    cache_dir = tmp_path / "cache"
+    if problem == "unwritable cache dir":
+        (tmp_path / "a-file").write_text("a file, not a folder")
+        cache_dir = tmp_path / "a-file" / "cache"
+    args = ["data", "show", "imagefolder", "--data-dir", str(data), "--cache-dir", str(cache_dir)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert err.count("\n") == 1
+    assert not cache_dir.exists()  # no cache file, nor a folder made for one
 
 
 @pytest.mark.parametrize("name", ["cifar10", "mnist", "svhn"])

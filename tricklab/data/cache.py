@@ -4,9 +4,10 @@ Decoding 60,000 JPEGs takes seconds; reading the decoded arrays back takes a fra
 Each cached split is a plain numpy archive (`images` uint8 N×C×H×W, `labels` int64 N, `classes` a
 unicode array), so loading it with `allow_pickle=False` can never execute code. A file's name holds
 a sha256 over the source's fingerprint (see `sha256_file` and `fingerprint_tree`) and the decode
-options (image size), so a changed source or option simply misses the cache. Files are written to a
-temporary name in the same folder and renamed into place, so a crash never leaves a half-written
-file under a real name.
+options (image size), so a changed source or option simply misses the cache. The splits are
+written to temporary names in the same folder and renamed into place only when all are written,
+so a crash or a full disk never leaves a half-written file, or one split without the other, under
+a real name. A cached file whose labels or classes do not fit is a miss, decoded again.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def split_file(folder: Path, name: str, key: str, split: str) -> Path:
 def read_cached_splits(
     folder: Path, name: str, key: str, splits: Iterable[str]
 ) -> dict[str, SplitArrays] | None:
-    """All requested splits from the cache, or None when any of them is missing or unreadable."""
+    """All requested splits from the cache, or None when any of them is missing, unreadable, or
+    does not fit the others (a file that no decode could have written is rebuilt, not trusted)."""
     result = {}
     for split in splits:
         path = split_file(folder, name, key, split)
@@ -98,6 +100,15 @@ def read_cached_splits(
         arrays = _read_split(path)
         if arrays is None:
             return None
+        if result:
+            first_images, _, first_classes = next(iter(result.values()))
+            if arrays[2] != first_classes or arrays[0].shape[1:] != first_images.shape[1:]:
+                log.warning(
+                    "ignoring cache file %s whose classes or image shape differ from the other "
+                    "split's; decoding the source again",
+                    path,
+                )
+                return None
         result[split] = arrays
     return result
 
@@ -114,7 +125,10 @@ def _read_split(path: Path) -> SplitArrays | None:
         images.dtype != np.uint8
         or images.ndim != 4
         or labels.dtype != np.int64
+        or labels.ndim != 1
         or len(labels) != len(images)
+        or classes.ndim != 1
+        or (len(labels) and (labels.min() < 0 or labels.max() >= len(classes)))
     ):
         log.warning(
             "ignoring cache file %s with unexpected arrays; decoding the source again", path
@@ -136,17 +150,23 @@ def ensure_writable(folder: Path) -> None:
         ) from err
 
 
-def write_split(path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> None:
-    """Write one split atomically: a temporary file in the same folder, then `os.replace`."""
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=_TEMP_SUFFIX)
+def write_cached_splits(folder: Path, name: str, key: str, splits: dict[str, SplitArrays]) -> None:
+    """Write every split of one dataset, all or nothing: each to a temporary file in the same
+    folder, then all renamed into place. A failure (a full disk while writing test) leaves no
+    lone train file behind, and no temporary file."""
+    temps: dict[Path, Path] = {}  # final path -> temporary file
+    placed: list[Path] = []
+    path = folder
     try:
-        with os.fdopen(fd, "wb") as f:
-            # Uncompressed: loading is then a plain read, which is what makes the cache fast.
-            np.savez(f, images=images, labels=labels, classes=np.array(classes, dtype=np.str_))
-        os.chmod(temp_name, 0o644)  # mkstemp makes 0600; a shared cache folder wants readable files
-        os.replace(temp_name, path)
+        for split, (images, labels, classes) in splits.items():
+            path = split_file(folder, name, key, split)
+            temps[path] = _write_temp(path, images, labels, classes)
+        for path, temp in temps.items():
+            os.replace(temp, path)
+            placed.append(path)
     except BaseException as err:
-        Path(temp_name).unlink(missing_ok=True)
+        for leftover in (*temps.values(), *placed):
+            leftover.unlink(missing_ok=True)
         if isinstance(err, OSError):
             raise TrickLabError(
                 f"cannot write the dataset cache file {path} ({err.strerror or err}); "
@@ -155,7 +175,16 @@ def write_split(path: Path, images: np.ndarray, labels: np.ndarray, classes: lis
         raise
 
 
-def write_cached_splits(folder: Path, name: str, key: str, splits: dict[str, SplitArrays]) -> None:
-    """Write every split of one dataset (each file atomically)."""
-    for split, (images, labels, classes) in splits.items():
-        write_split(split_file(folder, name, key, split), images, labels, classes)
+def _write_temp(path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> Path:
+    """One split in a temporary file beside `path` (removed again if writing it fails)."""
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=_TEMP_SUFFIX)
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # Uncompressed: loading is then a plain read, which is what makes the cache fast.
+            np.savez(f, images=images, labels=labels, classes=np.array(classes, dtype=np.str_))
+        os.chmod(temp, 0o644)  # mkstemp makes 0600; a shared cache folder wants readable files
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp

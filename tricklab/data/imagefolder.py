@@ -3,8 +3,8 @@
 Images are decoded with Pillow, one by one: on two shared cores a thread pool measured slower
 than this plain loop (Pillow's per-image work is mostly Python-side for 32×32 images).
 Archives are read straight from memory, never extracted to disk; a member with an absolute path
-or `..` is refused. Hidden files and folders (`.DS_Store`, `._x.jpg`, `.ipynb_checkpoints`) are
-skipped; so are files whose suffix is not an image suffix.
+or `..`, or a link, is refused. Hidden files and folders (`.DS_Store`, `._x.jpg`,
+`.ipynb_checkpoints`) are skipped; so are files whose suffix is not an image suffix.
 """
 
 from __future__ import annotations
@@ -158,9 +158,10 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
             f"{split}/<class>/<image> (e.g. tar czf {split}.tar.gz {split})"
         ) from err
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
+    with_own_images: set[str] = set()  # top folders holding an image directly, not only deeper
     with tar:
         for member in members:
-            _refuse_unsafe_member(member.name, archive)
+            _refuse_unsafe_member(member, archive)
         for member in members:
             parts = [p for p in PurePosixPath(member.name).parts if p != "."]
             if parts and parts[0] == split:
@@ -173,10 +174,34 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
                 display = printable(f"{member.name} (in {archive.name})")
                 if len(parts) == 1:
                     raise _outside_class_folder(display, split)
+                if len(parts) == 2:
+                    with_own_images.add(parts[0])
                 by_class.setdefault(parts[0], []).append(
                     (display, _read_member(tar, member, archive))
                 )
+    _refuse_wrapper_folder(by_class, with_own_images, archive, split)
     return _sorted_by_name(by_class)
+
+
+def _refuse_wrapper_folder(
+    by_class: dict[str, list[tuple[str, bytes | Path]]],
+    with_own_images: set[str],
+    archive: Path,
+    split: str,
+) -> None:
+    """An archive made one folder too high (`cifar/train/cat/1.png`) would load as one class named
+    after that folder: refuse a lone top folder whose images all sit in subfolders of it."""
+    if len(by_class) != 1 or with_own_images:
+        return
+    [(top, files)] = by_class.items()
+    if not files:
+        return  # an empty class folder: _index_classes names it
+    raise TrickLabError(
+        f"archive {archive} holds every image under one extra top folder {printable(top)!r}, "
+        f"which would load as a single class; expected {split}/<class>/<image> at the top of "
+        f"the archive: rebuild it with e.g. tar czf {archive.name} -C <folder holding {split}/> "
+        f"{split}"
+    )
 
 
 def printable(name: str) -> str:
@@ -189,7 +214,10 @@ def _sorted_by_name(by_class: dict[str, list[tuple[str, bytes | Path]]]):
     return {name: sorted(files, key=lambda item: item[0]) for name, files in by_class.items()}
 
 
-def _refuse_unsafe_member(name: str, archive: Path) -> None:
+def _refuse_unsafe_member(member: tarfile.TarInfo, archive: Path) -> None:
+    """Refuse members that could reach outside the archive's own images: an absolute path, '..',
+    or a link (its target is another path; an image folder's archive stores the images)."""
+    name = member.name
     if (
         name.startswith(("/", "\\"))
         or re.match(r"^[A-Za-z]:", name)
@@ -198,6 +226,12 @@ def _refuse_unsafe_member(name: str, archive: Path) -> None:
         raise TrickLabError(
             f"archive {archive} holds member {name!r} with an absolute path or '..'; refusing to "
             "read it: rebuild the archive with relative paths like train/<class>/<image>"
+        )
+    if member.issym() or member.islnk():
+        kind = "symbolic link" if member.issym() else "hard link"
+        raise TrickLabError(
+            f"archive {archive} holds member {name!r}, a {kind} to {member.linkname!r}; refusing "
+            "to read links: rebuild the archive with the files themselves (tar -h follows links)"
         )
 
 

@@ -222,16 +222,19 @@ def _cached_splits(
         classes = cached["train"][2]
         return classes, {split: (images, labels) for split, (images, labels, _) in cached.items()}
     created = first_missing(folder)
-    cache.ensure_writable(folder)  # fail before a slow decode, not after
     try:
+        cache.ensure_writable(folder)  # fail before a slow decode, not after
         classes, splits = build()
+        log.info(
+            "decoded %s in %.2f s; caching it in %s", name, time.perf_counter() - start, folder
+        )
+        cache.write_cached_splits(
+            folder, name, key, {s: (*arrays, classes) for s, arrays in splits.items()}
+        )
     except BaseException:
-        remove_empty_dirs(folder, created)  # a failed decode leaves no cache folder behind
+        # A failed check, decode or write leaves no cache folder behind that it made.
+        remove_empty_dirs(folder, created)
         raise
-    log.info("decoded %s in %.2f s; caching it in %s", name, time.perf_counter() - start, folder)
-    cache.write_cached_splits(
-        folder, name, key, {s: (*arrays, classes) for s, arrays in splits.items()}
-    )
     return classes, splits
 
 
@@ -506,9 +509,11 @@ def _read_torchvision(name: str, root: Path, image_size: int | None):
     for split in ("train", "test"):
         try:
             ds = _torchvision_split(name, root, split, download=False)
-        except (RuntimeError, OSError, ValueError) as err:
+        # torchvision asserts on a malformed idx header and raises TypeError on a wrong dtype.
+        except (RuntimeError, OSError, ValueError, AssertionError, TypeError) as err:
             raise TrickLabError(
-                f"cannot read {name} from {root} ({err}); delete the files and download again"
+                f"cannot read {name} from {root} ({str(err) or type(err).__name__}); delete the files "
+                "and download again"
             ) from err
         if name == "svhn":  # already N×3×32×32; torchvision maps the digit 0 (stored as 10) to 0
             images, labels = np.asarray(ds.data), np.asarray(ds.labels, dtype=np.int64)
