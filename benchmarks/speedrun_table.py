@@ -108,8 +108,9 @@ def render(summaries: list[dict[str, Any]]) -> str:
     lines.append("")
     lines.append(
         "Accuracy: the counted one (with test-time augmentation where the recipe has it), over "
-        "the runs with seeds 0..n-1; a warm-up run is not counted. Train seconds: optimizer steps "
-        "only, device-synchronised (no evaluation, data loading or compilation)."
+        "the runs with seeds 0..n-1; a warm-up run is not counted. Train seconds: the training "
+        "epochs with each batch's loading and augmentation, as airbench times them, "
+        "device-synchronised (no dataset decoding, evaluation or compilation)."
     )
     if any((s.get("dataset") or {}).get("name") == "imagefolder" for s in summaries):
         lines.append(

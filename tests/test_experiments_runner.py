@@ -137,6 +137,8 @@ def test_any_other_exception_gives_failed_with_its_message(baseline, tmp_path):
     failed = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "failed"]
     assert {t.user_attrs["error"] for t in failed} == {"ValueError: bad batch"}
     assert summary.stats[1].failures == {"failed": 2}
+    (run,) = failed[0].user_attrs["runs"]
+    assert run["hardware"]["device_type"] == "cpu" and run["recipe"]["optim"]["lr"] == 0.4
 
 
 def test_rerun_skips_completed_units_and_runs_failed_ones_again(baseline, tmp_path):

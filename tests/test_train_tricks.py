@@ -1,5 +1,6 @@
 """Each training trick, called alone, does what it claims."""
 
+import copy
 import math
 
 import pytest
@@ -8,7 +9,7 @@ from torch import nn
 
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
-from tricklab.train.optim import build_optimizer, scaled_lr, split_norm_and_bias
+from tricklab.train.optim import build_optimizer, scaled_lr, split_params
 from tricklab.train.precision import autocast_for, half_with_fp32_batchnorm
 from tricklab.train.recipe import OptimConfig, ScheduleConfig
 from tricklab.train.schedule import lr_factor
@@ -188,16 +189,64 @@ def test_lr_scaling_rules():
     assert scaled_lr(0.1, 512, 128, "sqrt") == pytest.approx(0.2)
 
 
-def test_no_decay_and_bias_lr_apply_to_norm_and_bias_params():
+def test_bias_lr_applies_to_norm_params_and_no_decay_to_norms_and_biases():
     model = small_net()
-    weights, norm_bias = split_norm_and_bias(model)
-    assert {id(p) for p in weights} == {id(model[0].weight), id(model[5].weight)}
+    weights, norms, biases = split_params(model)
+    assert [id(p) for p in weights] == [id(model[0].weight), id(model[5].weight)]
+    assert [id(p) for p in norms] == [id(model[1].weight), id(model[1].bias)]
+    assert [id(p) for p in biases] == [id(model[0].bias), id(model[5].bias)]
     cfg = OptimConfig(lr=0.1, weight_decay=5e-4, no_decay_bn_bias=True, bias_lr_mult=64)
-    opt = build_optimizer(model, cfg, batch_size=128)
-    g_w, g_nb = opt.param_groups
+    g_w, g_norm, g_bias = build_optimizer(model, cfg, batch_size=128).param_groups
     assert (g_w["lr"], g_w["weight_decay"]) == (0.1, 5e-4)
-    assert (g_nb["lr"], g_nb["weight_decay"]) == (pytest.approx(6.4), 0.0)
-    assert len(g_nb["params"]) == 4  # conv bias, BN weight and bias, linear bias
+    assert (g_norm["lr"], g_norm["weight_decay"]) == (pytest.approx(6.4), 0.0)
+    assert (g_bias["lr"], g_bias["weight_decay"]) == (0.1, 0.0)
+    assert [len(g["params"]) for g in (g_w, g_norm, g_bias)] == [2, 2, 2]
+
+
+def test_airbench_recipe_steps_exactly_as_airbench94s_summed_loss_sgd():
+    """speedrun94's lr, weight decay and bias lr, stated for a mean loss, give airbench94.py's
+    update: SGD on the summed loss at lr 11.5/kilostep_scale, weight decay 0.0153 x 1024 /
+    kilostep_scale divided by each group's lr, BatchNorm biases at 64 x lr, every other parameter
+    (the whitening bias too) at lr."""
+    from tricklab.models import build_model
+    from tricklab.train.recipe import load_recipe
+
+    recipe = load_recipe("seed4-airbench94", ["model.widths=[8,16,16]"])
+    torch.manual_seed(0)
+    model = build_model(
+        "airbench", num_classes=10, in_channels=3, image_size=32, widths=[8, 16, 16]
+    )
+    model.init_from_data(torch.randn(64, 3, 32, 32))
+    ours, theirs = model, copy.deepcopy(model)
+    kilostep_scale = 1024 * (1 + 1 / (1 - 0.85))
+    lr, wd = 11.5 / kilostep_scale, 0.0153 * 1024 / kilostep_scale
+    norm_ids = {
+        id(p) for m in theirs.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()
+    }
+    trainable = [p for p in theirs.parameters() if p.requires_grad]
+    norm_biases = [p for p in trainable if id(p) in norm_ids]
+    others = [p for p in trainable if id(p) not in norm_ids]
+    assert any(p is theirs.whiten.bias for p in others)
+    airbench_sgd = torch.optim.SGD(
+        [
+            {"params": norm_biases, "lr": lr * 64, "weight_decay": wd / (lr * 64)},
+            {"params": others, "lr": lr, "weight_decay": wd / lr},
+        ],
+        momentum=0.85,
+        nesterov=True,
+    )
+    our_sgd = build_optimizer(ours, recipe.optim, batch_size=1024)
+    images, labels = torch.randn(1024, 3, 32, 32), torch.randint(0, 10, (1024,))
+    for _ in range(3):  # momentum buffers too
+        for net, opt, reduction in ((ours, our_sgd, "mean"), (theirs, airbench_sgd, "sum")):
+            loss = nn.functional.cross_entropy(
+                net(images), labels, label_smoothing=0.2, reduction=reduction
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_groups_with_the_same_settings_are_one_group():

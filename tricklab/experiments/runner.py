@@ -267,7 +267,8 @@ def train_one(
         if on_epoch is not None:
             on_epoch(row, len(epochs))
 
-    from tricklab.train.api import out_of_memory_error
+    from tricklab.measure.hardware import hardware_fingerprint
+    from tricklab.train.api import out_of_memory_error, resolve_device
 
     start = time.perf_counter()
     status, error, result = "failed", None, None
@@ -299,6 +300,7 @@ def train_one(
             "wall_seconds": time.perf_counter() - start,
             "train_seconds": epochs[-1].get("train_seconds", 0.0) if epochs else 0.0,
             "tricklab_version": tricklab.__version__,
+            "hardware": hardware_fingerprint(resolve_device(recipe.run.device)),
         }
     record.update(status=status, error=error)
     record["accuracy"] = headline_accuracy(record)
@@ -494,8 +496,8 @@ def run_units(
                     recipe, train_fn, _pruning_reporter(trial, recipe) if prune else None
                 )
             record["seed"] = unit.seed
-            _finish_trial(study, trial, [record], record["status"], record["error"])
-        ran += 1
+            stored = _finish_trial(study, trial, [record], record["status"], record["error"])
+        ran += stored  # a run another worker took for dead is lost, not counted
         if on_run_end is not None:
             on_run_end(_event(claimed.number, unit.config.config_id, record))
         if record["status"] == "interrupted":

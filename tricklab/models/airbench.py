@@ -244,7 +244,7 @@ def airbench_residual(
     """airbench with three convs per group and a residual connection around the last two.
 
     The airbench96 layout at airbench94's widths (64, 256, 256) × `width`; airbench96 itself uses
-    widths (128, 384, 512), which a recipe passes as `widths`.
+    widths (128, 512, 512), which a recipe passes as `widths` (speedrun96).
     """
     return airbench(
         num_classes=num_classes,

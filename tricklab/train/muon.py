@@ -268,7 +268,7 @@ def build_muon(model: nn.Module, cfg: OptimConfig, lr: float) -> MuonSGD:
     Filters: lr `cfg.muon_lr`, momentum `cfg.muon_momentum` (Nesterov), no weight decay (their norm
     is reset every step instead). The rest is grouped as for SGD (`optim.param_groups`): other
     weights (the head) at `lr` (already batch-scaled), norm parameters and biases (the whitening
-    bias included) at `lr × bias_lr_mult`, both with `cfg.momentum`, `cfg.nesterov` and the
+    bias included, as in airbench94_muon) at `lr × bias_lr_mult`, both with `cfg.momentum`, `cfg.nesterov` and the
     recipe's weight decay (decoupled when `decoupled_weight_decay`). `lr_scaling` does not touch
     `muon_lr`: an orthogonalised step's size does not grow with the batch.
     """
@@ -284,7 +284,7 @@ def build_muon(model: nn.Module, cfg: OptimConfig, lr: float) -> MuonSGD:
         raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
     filter_ids = {id(p) for p in filters}
     groups = []
-    for group in param_groups(model, cfg, lr):
+    for group in param_groups(model, cfg, lr, bias_lr_on_all_biases=True):
         group["params"] = [p for p in group["params"] if id(p) not in filter_ids]
         if group["params"]:
             groups.append(group)

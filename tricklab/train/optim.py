@@ -19,44 +19,51 @@ def scaled_lr(lr: float, batch_size: int, reference_batch_size: int, rule: str) 
     return {"none": lr, "linear": lr * ratio, "sqrt": lr * math.sqrt(ratio)}[rule]
 
 
-def split_norm_and_bias(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """(filters and other weights, normalization parameters and biases), trainable ones only."""
+def split_params(model: nn.Module) -> tuple[list[nn.Parameter], ...]:
+    """(weights, normalization-layer parameters, other biases): the trainable ones, in order."""
     norm_ids = {
         id(p)
         for m in model.modules()
         if isinstance(m, (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm))
         for p in m.parameters(recurse=False)
     }
-    weights, norm_bias = [], []
+    weights, norms, biases = [], [], []
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        is_norm_bias = id(p) in norm_ids or name.endswith("bias")
-        (norm_bias if is_norm_bias else weights).append(p)
-    return weights, norm_bias
+        if p.requires_grad:
+            kind = norms if id(p) in norm_ids else biases if name.endswith("bias") else weights
+            kind.append(p)
+    return weights, norms, biases
 
 
-def param_groups(model: nn.Module, cfg: OptimConfig, lr: float) -> list[dict]:
-    """Two groups: weights, and norm params + biases (own lr multiplier, optionally no decay);
-    one group when both would have the same settings, as each group costs the optimizer a pass.
+def param_groups(
+    model: nn.Module, cfg: OptimConfig, lr: float, *, bias_lr_on_all_biases: bool = False
+) -> list[dict]:
+    """Weights at `lr`; normalization parameters at `lr × bias_lr_mult` (airbench's and Page's
+    BatchNorm biases); other biases (a conv's, the head's, airbench's whitening bias) at `lr`, or
+    with the norms when `bias_lr_on_all_biases` (airbench94_muon trains its whitening bias so).
+    With no_decay_bn_bias, norms and biases take no weight decay (timm's no_weight_decay rule).
+    Groups with the same settings are one group, as each group costs the optimizer a pass.
 
     With decoupled_weight_decay, a group's weight_decay is divided by its lr, so the decay applied
     per step (lr x wd) does not change when the lr is tuned (airbench's decoupled hyper-parameters)."""
-    weights, norm_bias = split_norm_and_bias(model)
-    groups = [
-        {"params": weights, "lr": lr, "weight_decay": cfg.weight_decay},
-        {
-            "params": norm_bias,
-            "lr": lr * cfg.bias_lr_mult,
-            "weight_decay": 0.0 if cfg.no_decay_bn_bias else cfg.weight_decay,
-        },
+    weights, norms, biases = split_params(model)
+    bias_wd = 0.0 if cfg.no_decay_bn_bias else cfg.weight_decay
+    bias_lr = lr * cfg.bias_lr_mult
+    settings = [
+        (weights, lr, cfg.weight_decay),
+        (norms, bias_lr, bias_wd),
+        (biases, bias_lr if bias_lr_on_all_biases else lr, bias_wd),
     ]
-    if cfg.decoupled_weight_decay:
-        for g in groups:
-            g["weight_decay"] = g["weight_decay"] / g["lr"] if g["lr"] > 0 else 0.0
-    if all(groups[0][k] == groups[1][k] for k in ("lr", "weight_decay")):
-        groups = [{**groups[0], "params": weights + norm_bias}]
-    return [g for g in groups if g["params"]]
+    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
+    for params, group_lr, wd in settings:
+        if cfg.decoupled_weight_decay:
+            wd = wd / group_lr if group_lr > 0 else 0.0
+        groups.setdefault((group_lr, wd), []).extend(params)
+    return [
+        {"params": params, "lr": group_lr, "weight_decay": wd}
+        for (group_lr, wd), params in groups.items()
+        if params
+    ]
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, batch_size: int) -> torch.optim.Optimizer:

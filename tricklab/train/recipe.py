@@ -91,7 +91,10 @@ class OptimConfig:
     )
     no_decay_bn_bias: bool = _f(False, "no weight decay on normalization parameters and biases")
     bias_lr_mult: float = _f(
-        1.0, "lr multiplier for normalization parameters and biases (airbench: 64)", minimum=0
+        1.0,
+        "lr multiplier for normalization parameters (airbench's BatchNorm biases: 64); with "
+        "optim.name=muon for every bias",
+        minimum=0,
     )
     lr_scaling: str = _f(
         "none",
@@ -99,7 +102,9 @@ class OptimConfig:
         ("none", "linear", "sqrt"),
     )
     reference_batch_size: int = _f(128, "batch size at which lr is given", minimum=1)
-    muon_lr: float = _f(0.02, "Muon lr for conv/linear filters (optim.name=muon)", minimum=0)
+    muon_lr: float = _f(
+        0.02, "Muon lr for conv filters (optim.name=muon; speedrun94-muon: 0.24)", minimum=0
+    )
     muon_momentum: float = _f(0.95, "Muon momentum (optim.name=muon)", minimum=0, maximum=1)
     fused: bool = _f(
         False, "fused optimizer step: one kernel for all parameters (sgd, adam, adamw)"
