@@ -2,9 +2,10 @@
 
 Both loaders apply the same training augmentations (random flip, translate 2 with reflect
 padding, cutout 8) and normalization, batch 512, in this one process on the CPU (TorchLoader's
-workers are extra processes). Each measurement times one full epoch after a warm-up batch
-(DeviceLoader: median of --repeats epochs); TorchLoader uses persistent workers so worker start-up
-is not counted against it. Prints a markdown table.
+workers are extra processes). Each measurement times one full epoch after a warm-up batch; the
+loaders take turns, round after round (DeviceLoader --repeats epochs, each TorchLoader
+--torch-repeats), so a change in the machine's load reaches all of them; the table gives medians.
+TorchLoader uses persistent workers so worker start-up is not counted against it.
 
     python benchmarks/loader_throughput.py [--data-dir DIR] [--cache-dir DIR] [--workers 0 2]
 """
@@ -61,20 +62,29 @@ def main() -> None:
     spec = AugmentSpec(flip="random", translate=2, pad_mode="reflect", cutout=8)
     common = dict(batch_size=args.batch_size, augment=spec, mean=mean, std=std, seed=0)
 
-    rows = []  # (loader, workers, images/s, setup seconds)
+    # (name, workers, loader, setup seconds, repeats), all built first so their turns interleave
+    contenders = []
     start = time.perf_counter()
     device_loader = DeviceLoader(train.images, train.labels, **common)
-    setup = time.perf_counter() - start
-    rates = [epoch_images_per_second(device_loader) for _ in range(args.repeats)]
-    rows.append(("DeviceLoader", "-", statistics.median(rates), setup))
+    contenders.append(
+        ("DeviceLoader", "-", device_loader, time.perf_counter() - start, args.repeats)
+    )
     for workers in args.workers:
         extra = dict(num_workers=workers, persistent_workers=workers > 0)
         start = time.perf_counter()
         torch_loader = TorchLoader(train.images, train.labels, **common, **extra)
         setup = time.perf_counter() - start
-        rates = [epoch_images_per_second(torch_loader) for _ in range(args.torch_repeats)]
-        rows.append(("TorchLoader", str(workers), statistics.median(rates), setup))
-        del torch_loader
+        contenders.append(("TorchLoader", str(workers), torch_loader, setup, args.torch_repeats))
+    rates: dict[str, list[float]] = {f"{c[0]}{c[1]}": [] for c in contenders}
+    for round_number in range(max(c[4] for c in contenders)):
+        for name, workers, loader, _, repeats in contenders:
+            if round_number < repeats:
+                rates[f"{name}{workers}"].append(epoch_images_per_second(loader))
+    rows = [  # (loader, workers, images/s, setup seconds)
+        (name, workers, statistics.median(rates[f"{name}{workers}"]), setup)
+        for name, workers, _, setup, _ in contenders
+    ]
+    del contenders, torch_loader
 
     baseline = next((rate for name, w, rate, _ in rows if name == "TorchLoader" and w == "2"), None)
     print(
