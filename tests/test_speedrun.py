@@ -131,6 +131,18 @@ def test_muon_sgd_own_update_equals_torch_optim_muon(channels_last):
         torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)  # measured: bit-identical
 
 
+def test_muon_ns_steps_reach_the_orthogonalisation():
+    from tricklab.train.optim import build_optimizer
+    from tricklab.train.recipe import OptimConfig
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 30 * 30, 10))
+    optimizer = build_optimizer(model, OptimConfig(name="muon", muon_ns_steps=3), batch_size=32)
+    assert optimizer.ns_steps == 3
+    if optimizer.backend == "torch":
+        assert optimizer._torch_muon.defaults["ns_steps"] == 3
+    assert load_recipe("speedrun94-muon", []).optim.muon_ns_steps == 3  # airbench94_muon's
+
+
 def test_optim_muon_trains_airbench_above_chance():
     recipe = load_recipe(
         None,

@@ -298,4 +298,6 @@ def build_muon(model: nn.Module, cfg: OptimConfig, lr: float) -> MuonSGD:
             "muon": True,
         }
     )
-    return MuonSGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+    return MuonSGD(
+        groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, ns_steps=cfg.muon_ns_steps
+    )

@@ -106,6 +106,12 @@ class OptimConfig:
         0.02, "Muon lr for conv filters (optim.name=muon; speedrun94-muon: 0.24)", minimum=0
     )
     muon_momentum: float = _f(0.95, "Muon momentum (optim.name=muon)", minimum=0, maximum=1)
+    muon_ns_steps: int = _f(
+        5,
+        "Newton-Schulz iterations per Muon update (optim.name=muon; airbench94_muon: 3)",
+        minimum=1,
+        maximum=20,
+    )
     fused: bool = _f(
         False, "fused optimizer step: one kernel for all parameters (sgd, adam, adamw)"
     )
