@@ -192,6 +192,28 @@ def test_cutout_zeroes_a_clipped_square_after_normalization():
     assert torch.equal(out[kept], normalize(images, MEAN, STD)[kept])  # the rest is untouched
 
 
+@pytest.mark.parametrize("Loader", [DeviceLoader, TorchLoader])
+def test_cutout_inside_zeroes_a_whole_square_inside_the_image_reaching_every_border(Loader):
+    images = torch.full((400, 3, 8, 8), 200, dtype=torch.uint8)
+    spec = AugmentSpec(cutout=3, cutout_inside=True)
+    out, _ = epoch_batches(Loader(images, torch.arange(400), 50, augment=spec, mean=MEAN, std=STD))
+    zeroed = out[:, 0] == 0
+    assert torch.all(zeroed.sum(dim=(1, 2)) == 9) and torch.equal(zeroed, (out == 0).all(1))
+    rows, cols = zeroed.any(2).float(), zeroed.any(1).float()
+    assert torch.all(rows.sum(1) == 3) and torch.all(cols.sum(1) == 3)  # one whole 3x3 square
+    # squares reach each border (top-left corners 0 and 8 - 3 = 5), never beyond it
+    tops, lefts = rows.argmax(1), cols.argmax(1)
+    assert set(tops.tolist()) == set(range(6)) and set(lefts.tolist()) == set(range(6))
+
+
+def test_cutout_inside_larger_than_the_image_is_refused():
+    with pytest.raises(TrickLabError, match="cutout_inside"):
+        DeviceLoader(
+            torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.arange(4), 2,
+            augment=AugmentSpec(cutout=9, cutout_inside=True),
+        )  # fmt: skip
+
+
 def test_augmentations_repeat_for_the_same_seed_and_epoch():
     images, labels = split()
     spec = AugmentSpec(flip="random", translate=2, cutout=3)

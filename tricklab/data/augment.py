@@ -164,15 +164,33 @@ def cutout_at(
     return out
 
 
+def cutout_centre_range(side: int, size: int, inside: bool) -> tuple[int, int]:
+    """[low, high) of a Cutout square's centre along an image side: anywhere (DeVries & Taylor,
+    the square clipped at the border), or where the whole square fits (`inside`: airbench96)."""
+    if not inside:
+        return 0, side
+    return size // 2, side - size + size // 2 + 1
+
+
 def cutout(
-    images: Tensor, size: int, generator: torch.Generator | None = None, *, inplace: bool = False
+    images: Tensor,
+    size: int,
+    generator: torch.Generator | None = None,
+    *,
+    inside: bool = False,
+    inplace: bool = False,
 ) -> Tensor:
     """Cutout (DeVries & Taylor 2017): zero a size×size square at a uniformly random centre per
-    image, clipped at the borders. Page's ResNet-9 CIFAR-10 record used 8×8."""
+    image, clipped at the borders; with `inside`, a square wholly inside the image (airbench96).
+    Page's ResNet-9 CIFAR-10 record used 8×8."""
     batch, _, height, width = images.shape
     device = images.device
-    cy = torch.randint(0, height, (batch,), generator=generator, device=device)
-    cx = torch.randint(0, width, (batch,), generator=generator, device=device)
+    cy, cx = (
+        torch.randint(
+            *cutout_centre_range(side, size, inside), (batch,), generator=generator, device=device
+        )
+        for side in (height, width)
+    )
     return cutout_at(images, size, cy, cx, inplace=inplace)
 
 

@@ -23,7 +23,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tricklab.data.augment import PAD_MODES, cutout_at, normalize, pad, window_view
+from tricklab.data.augment import (
+    PAD_MODES,
+    cutout_at,
+    cutout_centre_range,
+    normalize,
+    pad,
+    window_view,
+)
 from tricklab.errors import TrickLabError
 
 FLIPS = ("none", "random", "alternating")
@@ -46,12 +53,15 @@ class AugmentSpec:
     translate: random crop of the original size from images padded by this many pixels
     pad_mode: reflect | zeros (zeros = black pixels, i.e. uint8 value 0 before normalization)
     cutout: side of the square zeroed after normalization (DeVries & Taylor 2017), 0 = off
+    cutout_inside: the square lies wholly inside the image (airbench96, hlb-CIFAR10) instead of
+        being centred anywhere and clipped at the border (DeVries & Taylor)
     """
 
     flip: str = "none"
     translate: int = 0
     pad_mode: str = "reflect"
     cutout: int = 0
+    cutout_inside: bool = False
 
     def validate(self, image_size: tuple[int, int] | None = None) -> None:
         """Raise TrickLabError on values no loader can apply."""
@@ -72,6 +82,11 @@ class AugmentSpec:
         ):
             raise TrickLabError(
                 f"translate with reflect padding must be < image side {min(image_size)} (got {self.translate})"
+            )
+        if image_size is not None and self.cutout_inside and self.cutout > min(image_size):
+            raise TrickLabError(
+                f"cutout_inside needs a cutout square no larger than the image side "
+                f"{min(image_size)} (got {self.cutout})"
             )
 
 
@@ -271,9 +286,9 @@ class DeviceLoader:
             draws["top"] = torch.randint(0, span, (n,), generator=generator, device=device)
             draws["left"] = torch.randint(0, span, (n,), generator=generator, device=device)
         if spec.cutout:
-            height, width = self.image_shape[1:]
-            draws["cy"] = torch.randint(0, height, (n,), generator=generator, device=device)
-            draws["cx"] = torch.randint(0, width, (n,), generator=generator, device=device)
+            for name, side in zip(("cy", "cx"), self.image_shape[1:]):
+                low, high = cutout_centre_range(side, spec.cutout, spec.cutout_inside)
+                draws[name] = torch.randint(low, high, (n,), generator=generator, device=device)
         return draws
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
@@ -318,15 +333,17 @@ class DeviceLoader:
 
 class _Cutout:
     """Per-sample cutout for a torchvision pipeline, same semantics as `augment.cutout_at`:
-    a size×size square at a uniformly random centre, clipped at the borders, zeroed in place."""
+    a size×size square at a uniformly random centre (within `cutout_centre_range`), clipped at
+    the borders, zeroed in place."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, inside: bool) -> None:
+        self.size, self.inside = size, inside
 
     def __call__(self, image: Tensor) -> Tensor:
         height, width = image.shape[-2:]
-        top = int(torch.randint(0, height, ())) - self.size // 2
-        left = int(torch.randint(0, width, ())) - self.size // 2
+        top = int(torch.randint(*cutout_centre_range(height, self.size, self.inside), ()))
+        left = int(torch.randint(*cutout_centre_range(width, self.size, self.inside), ()))
+        top, left = top - self.size // 2, left - self.size // 2
         image[..., max(top, 0) : top + self.size, max(left, 0) : left + self.size] = 0
         return image
 
@@ -485,7 +502,7 @@ class TorchLoader:
         if mean is not None:
             steps.append(v2.Normalize([float(m) for m in mean], [float(s) for s in std]))
         if spec.cutout:
-            steps.append(_Cutout(spec.cutout))
+            steps.append(_Cutout(spec.cutout, spec.cutout_inside))
         return v2.Compose(steps)
 
     def _make_loader(self, epoch: int) -> torch.utils.data.DataLoader:

@@ -137,7 +137,13 @@ def build_loaders(
             persistent_workers=lc.persistent_workers and lc.num_workers > 0,
             prefetch_factor=lc.prefetch_factor if lc.num_workers > 0 else None,
         )
-    spec = AugmentSpec(flip=a.flip, translate=a.translate, pad_mode=a.pad_mode, cutout=a.cutout)
+    spec = AugmentSpec(
+        flip=a.flip,
+        translate=a.translate,
+        pad_mode=a.pad_mode,
+        cutout=a.cutout,
+        cutout_inside=a.cutout_inside,
+    )
     train = cls(
         dataset.train.images,
         dataset.train.labels,

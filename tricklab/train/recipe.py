@@ -157,6 +157,9 @@ class AugConfig:
     translate: int = _f(0, "random crop from images padded by this many pixels", minimum=0)
     pad_mode: str = _f("reflect", "padding for translate", ("reflect", "zeros"))
     cutout: int = _f(0, "side of the zeroed square (Cutout), 0 = off", minimum=0)
+    cutout_inside: bool = _f(
+        False, "Cutout square wholly inside the image (airbench96), not clipped at the border"
+    )
 
 
 @dataclass
