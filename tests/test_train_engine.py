@@ -272,6 +272,25 @@ def test_each_precision_trains_in_its_dtype(monkeypatch, precision, conv_dtype):
     assert norms and set(norms) == {torch.float32}
 
 
+def test_bn_momentum_sets_every_batchnorm_and_moves_the_running_statistics_by_it():
+    def momenta(parts):
+        return {m.momentum for m in parts.model.modules() if isinstance(m, torch.nn.BatchNorm2d)}
+
+    assert momenta(prepared()) == {0.4}  # unset: airbench's own
+    parts = prepared("model.bn_momentum=0.25")
+    assert momenta(parts) == {0.25}
+    norms = [m for m in parts.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    norm = norms[0]
+    before = norm.running_mean.clone()
+    parts.model.train()
+    images = next(iter(parts.train_loader))[0]
+    batch_means = []
+    norm.register_forward_hook(lambda m, i, o: batch_means.append(i[0].mean(dim=(0, 2, 3))))
+    with torch.no_grad():
+        parts.model(images)
+    torch.testing.assert_close(norm.running_mean, 0.75 * before + 0.25 * batch_means[0])
+
+
 def test_label_smoothing_reaches_the_loss():
     loss_fn = prepared("tricks.label_smoothing=0.2").loss_fn
     torch.manual_seed(0)

@@ -161,6 +161,15 @@ def build_model(
     return info.builder(num_classes=num_classes, in_channels=in_channels, **requested)
 
 
+def set_batchnorm_momentum(model: nn.Module, momentum: float) -> nn.Module:
+    """Every BatchNorm's running-statistics momentum (PyTorch's meaning: the new batch's weight),
+    as timm's --bn-momentum sets it; airbench writes 0.6 for the old statistics, i.e. 0.4 here."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.momentum = momentum
+    return model
+
+
 def _unsupported_option_message(info: ModelInfo, option: str) -> str:
     having = [m.name for m in MODELS.values() if option in m.options]
     if option == "pretrained":

@@ -26,7 +26,7 @@ from tricklab.errors import TrickLabError
 from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
-from tricklab.models import build_model
+from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.paths import atomic_write, first_missing, remove_empty_dirs
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
@@ -196,6 +196,8 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
                 f"model.whiten_bias_epochs needs a model with a whitening layer, not {m.name}"
             )
         freeze["whiten.bias"] = m.whiten_bias_epochs
+    if m.bn_momentum is not None:
+        set_batchnorm_momentum(model, m.bn_momentum)
     if t.precision == "16-true-bn32":
         precision.half_with_fp32_batchnorm(model)
     if t.channels_last:

@@ -67,6 +67,13 @@ class ModelConfig:
     width: float = _f(1.0, "channel width multiplier", minimum=0)
     widths: list[int] | None = _f(None, "explicit per-stage widths (airbench nets)")
     pretrained: bool = _f(False, "load torchvision ImageNet weights (torchvision families)")
+    bn_momentum: float | None = _f(
+        None,
+        "BatchNorm running-statistics momentum, PyTorch's meaning (weight of the new batch); "
+        "unset: the model's own (0.1; airbench nets 0.4)",
+        minimum=0,
+        maximum=1,
+    )
     whiten_bias_epochs: float = _f(
         0.0,
         "train the whitening conv's bias for this many whole epochs, then freeze it (airbench)",
