@@ -35,7 +35,7 @@ from tricklab.data.loaders import DeviceLoader
 from tricklab.data.sources import load_dataset
 from tricklab.measure.intervals import mean_interval
 from tricklab.models import build_model
-from tricklab.train.api import train
+from tricklab.train.api import init_sample, train
 from tricklab.train.recipe import load_recipe
 
 WIDTHS = [4, 8, 8]
@@ -73,7 +73,7 @@ def parts(batch: int):
     torch.manual_seed(0)
     model = build_model("airbench", num_classes=10, widths=WIDTHS, image_size=IMAGE_SIZE)
     mean, std = channel_stats(ds.train.images)
-    model.init_from_data(normalize(ds.train.images[:5000], mean, std))
+    model.init_from_data(normalize(init_sample(ds.train.images, seed=0), mean, std))
     loader = DeviceLoader(
         ds.train.images, ds.train.labels, batch, mean=mean, std=std, drop_last=True
     )
