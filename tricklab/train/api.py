@@ -244,9 +244,10 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
 
 def needs_warm_up(tricks: Any, device: torch.device) -> bool:
     """Whether the first steps of each shape do one-off work that must stay out of train_seconds:
-    torch.compile compiling, or cuDNN autotuning (tricks.cudnn_benchmark on CUDA) timing its
-    convolution algorithms."""
-    return tricks.compile != "off" or (tricks.cudnn_benchmark and device.type == "cuda")
+    torch.compile compiling; on CUDA, always: kernels loaded on their first call (lazy module
+    loading), cuBLAS/cuDNN handles and workspaces made, the caching allocator growing, and cuDNN
+    autotuning (tricks.cudnn_benchmark) timing its convolution algorithms."""
+    return tricks.compile != "off" or device.type == "cuda"
 
 
 def warm_up(p: Parts) -> float:
