@@ -62,27 +62,27 @@ def main() -> None:
     spec = AugmentSpec(flip="random", translate=2, pad_mode="reflect", cutout=8)
     common = dict(batch_size=args.batch_size, augment=spec, mean=mean, std=std, seed=0)
 
-    # (name, workers, loader, setup seconds, repeats), all built first so their turns interleave
+    # (name, workers, loader, setup seconds, repeats, rates), all built first so turns interleave
     contenders = []
     start = time.perf_counter()
     device_loader = DeviceLoader(train.images, train.labels, **common)
-    contenders.append(
-        ("DeviceLoader", "-", device_loader, time.perf_counter() - start, args.repeats)
-    )
+    setup = time.perf_counter() - start
+    contenders.append(("DeviceLoader", "-", device_loader, setup, args.repeats, []))
     for workers in args.workers:
         extra = dict(num_workers=workers, persistent_workers=workers > 0)
         start = time.perf_counter()
         torch_loader = TorchLoader(train.images, train.labels, **common, **extra)
         setup = time.perf_counter() - start
-        contenders.append(("TorchLoader", str(workers), torch_loader, setup, args.torch_repeats))
-    rates: dict[str, list[float]] = {f"{c[0]}{c[1]}": [] for c in contenders}
+        contenders.append(
+            ("TorchLoader", str(workers), torch_loader, setup, args.torch_repeats, [])
+        )
     for round_number in range(max(c[4] for c in contenders)):
-        for name, workers, loader, _, repeats in contenders:
+        for _, _, loader, _, repeats, rates in contenders:
             if round_number < repeats:
-                rates[f"{name}{workers}"].append(epoch_images_per_second(loader))
+                rates.append(epoch_images_per_second(loader))
     rows = [  # (loader, workers, images/s, setup seconds)
-        (name, workers, statistics.median(rates[f"{name}{workers}"]), setup)
-        for name, workers, _, setup, _ in contenders
+        (name, workers, statistics.median(rates), setup)
+        for name, workers, _, setup, _, rates in contenders
     ]
     del contenders, torch_loader
 
