@@ -287,3 +287,106 @@ def test_a_sampled_trial_that_stopped_mid_way_keeps_its_stored_seeds_and_shows_t
     assert [(r["seed"], r["status"]) for r in records] == [(0, "complete"), (1, "interrupted")]
     (row,) = config_stats(records)
     assert row.n == 1 and row.failures == {"interrupted": 1}
+
+
+# ---------------------------------------------------------------- paired test, BH, verdicts
+
+
+def seeded(config_id, accuracies, seconds):
+    rows = records(config_id, accuracies, seconds)
+    for seed, row in enumerate(rows):
+        row["seed"] = seed
+    return rows
+
+
+def test_configs_that_ran_the_same_seeds_also_get_the_paired_test():
+    base = [0.900, 0.910, 0.905, 0.895, 0.915]
+    trick = [a + d for a, d in zip(base, [0.004, 0.006, 0.005, 0.003, 0.007])]
+    _, row = config_stats(
+        seeded("baseline", base, [10.0] * 5) + seeded("t", trick, [8, 8.2, 8.1, 7.9, 8.0])
+    )
+    ref = stats.ttest_rel(trick, base)
+    assert row.paired_n == 5
+    assert row.accuracy_paired_p_value == pytest.approx(ref.pvalue)
+    assert (row.accuracy_paired_diff_ci_low, row.accuracy_paired_diff_ci_high) == pytest.approx(
+        tuple(ref.confidence_interval(0.95))
+    )
+    assert row.accuracy_paired_diff == pytest.approx(0.005)
+    # the seed-to-seed spread hides the gain from Welch's test; the pairing sees it
+    assert row.accuracy_p_value > 0.3 and row.accuracy_paired_p_value < 0.01
+    log_ref = stats.ttest_rel(np.log([10.0] * 5), np.log([8, 8.2, 8.1, 7.9, 8.0]))
+    assert row.time_paired_p_value == pytest.approx(log_ref.pvalue)
+
+
+def test_the_paired_test_uses_only_the_seeds_both_configs_completed():
+    base = seeded("baseline", [0.90, 0.91, 0.92], [10.0] * 3)
+    trick = seeded("t", [0.91, 0.93, 0.90], [9.0] * 3)
+    trick[2]["status"], trick[2]["accuracy"] = "diverged", None
+    _, row = config_stats(base + trick)
+    assert row.paired_n == 2 and row.n == 2
+    assert row.accuracy_paired_p_value == pytest.approx(
+        stats.ttest_rel([0.91, 0.93], [0.90, 0.91]).pvalue
+    )
+
+
+def test_unseeded_or_disjoint_seeds_give_no_paired_test():
+    base = seeded("baseline", BASE_ACC, BASE_SECONDS)
+    trick = seeded("t", TRICK_ACC, TRICK_SECONDS)
+    for row in trick:
+        row["seed"] += 100
+    _, row = config_stats(base + trick)
+    assert row.paired_n == 0 and row.accuracy_paired_p_value is None
+    assert row.accuracy_p_value is not None  # Welch's test still stands
+
+
+def test_identical_runs_seed_for_seed_are_flagged_not_tested():
+    _, row = config_stats(
+        seeded("baseline", BASE_ACC, BASE_SECONDS) + seeded("t", BASE_ACC, TRICK_SECONDS)
+    )
+    assert row.accuracy_identical_per_seed and row.accuracy_paired_diff == 0.0
+    assert row.accuracy_paired_p_value == 1.0
+    assert row.verdict == "within noise"
+
+
+def test_more_than_three_rows_get_benjamini_hochberg_adjusted_p_values():
+    table = seeded("baseline", BASE_ACC, BASE_SECONDS)
+    shifts = {"a": -0.0055, "b": 0.0, "c": 0.002}
+    for name, shift in shifts.items():
+        table += seeded(
+            name, [x + shift + 0.0004 * i for i, x in enumerate(BASE_ACC)], TRICK_SECONDS[:5]
+        )
+    rows = config_stats(table)
+    raw = [r.accuracy_p_value for r in rows[1:]]
+    expected = stats.false_discovery_control(raw, method="bh")
+    assert [r.accuracy_p_adjusted for r in rows[1:]] == pytest.approx(list(expected))
+    assert rows[0].accuracy_p_adjusted is None  # the reference is no comparison
+    times = stats.false_discovery_control([r.time_p_value for r in rows[1:]], method="bh")
+    assert [r.time_p_adjusted for r in rows[1:]] == pytest.approx(list(times))
+
+
+def test_three_rows_or_fewer_are_not_adjusted():
+    rows = config_stats(
+        seeded("baseline", BASE_ACC, BASE_SECONDS)
+        + seeded("t", TRICK_ACC, TRICK_SECONDS)
+        + seeded("u", BASE_ACC, BASE_SECONDS)
+    )
+    assert all(r.accuracy_p_adjusted is None and r.time_p_adjusted is None for r in rows)
+
+
+def test_verdicts_follow_the_intervals_and_the_adjusted_p_values():
+    from tricklab.experiments.stats import _verdict
+
+    assert _verdict(0.01, 0.005, 0.02, 0.0, None, 0.05) == "significant"
+    assert _verdict(0.01, -0.005, 0.02, 0.0, None, 0.05) == "within noise"
+    assert _verdict(0.01, 0.001, 0.02, 0.0, 0.08, 0.05) == "not significant after BH"
+    assert _verdict(0.01, None, None, 0.0, None, 0.05) == "too few runs"
+    assert _verdict(1.2, 1.1, 1.3, 1.0, 0.01, 0.05) == "significant"
+    assert _verdict(None, None, None, 0.0, None, 0.05) is None
+    rows = config_stats(
+        seeded("baseline", BASE_ACC, BASE_SECONDS) + seeded("t", TRICK_ACC[:1], TRICK_SECONDS[:1])
+    )
+    assert rows[0].verdict == "reference" and rows[1].verdict == "too few runs"
+    fast = config_stats(
+        seeded("baseline", BASE_ACC, BASE_SECONDS) + seeded("t", TRICK_ACC, TRICK_SECONDS)
+    )[1]
+    assert fast.verdict == "significant" and fast.time_verdict == "significant"

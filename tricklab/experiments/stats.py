@@ -11,8 +11,18 @@ Per configuration (complete runs only):
 - speedup = reference time / config time, as the ratio of geometric means: Welch's test on the
   log train seconds gives its point estimate exp(mean log t_ref - mean log t), its interval
   (exponentiated) and the time p-value, so the interval and p-value agree;
+- where the config and the reference completed the same seeds (same initialisation, same data
+  order), also the paired t-test over those seeds (`scipy.stats.ttest_rel`): the mean per-seed
+  accuracy difference with its interval and p-value, and the paired p-value of the log times;
+- with more than 3 rows, each family of p-values (Welch accuracy, paired accuracy, time) adjusted
+  for the number of comparisons by Benjamini-Hochberg (`scipy.stats.false_discovery_control`);
 - runs reaching the target accuracy, out of the runs that trained to the end or diverged
-  (Page's "4/5 runs reached 94%"); failures by kind.
+  (Page's "4/5 runs reached 94%"); failures by kind;
+- a verdict for accuracy and one for time: "significant" when the 95% interval excludes no change
+  (and, with more than 3 rows, the adjusted p-value is below 0.05), "within noise" when it
+  includes it, "not significant after BH" when only the adjustment takes it back, "too few runs"
+  with fewer than two runs on a side. The verdict uses Welch's interval: the paired test is
+  reported beside it, not used to call a change, so a verdict never rests on the pairing alone.
 Statistics that need two runs on each side are None with fewer.
 
 Each (configuration, seed) counts once: one run again after a failure counts by its final
@@ -22,7 +32,9 @@ outcome, and a sampled point drawn twice reuses its runs.
 from __future__ import annotations
 
 import csv
+import math
 import os
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -78,6 +90,20 @@ class ConfigStats:
     time_to_target_seconds_mean: float | None = None
     failures: dict[str, int] = field(default_factory=dict)
     pending: int = 0  # runs waiting or running now
+    # The paired test over the seeds this config and the reference both completed.
+    paired_n: int = 0
+    accuracy_paired_diff: float | None = None
+    accuracy_paired_diff_ci_low: float | None = None
+    accuracy_paired_diff_ci_high: float | None = None
+    accuracy_paired_p_value: float | None = None
+    accuracy_identical_per_seed: bool = False  # every paired seed gave exactly the same accuracy
+    time_paired_p_value: float | None = None
+    # Benjamini-Hochberg adjusted p-values (tables of more than 3 rows), one family per column.
+    accuracy_p_adjusted: float | None = None
+    accuracy_paired_p_adjusted: float | None = None
+    time_p_adjusted: float | None = None
+    verdict: str | None = None  # accuracy: reference | significant | within noise | ...
+    time_verdict: str | None = None  # train time, from the speedup's interval
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,10 +225,13 @@ def config_stats(
     if reference is not None:
         ref = rows[reference]
         ref.is_reference = True
-        ref_acc, ref_time = _samples(groups[reference])
         for cid, row in rows.items():
             if cid != reference:
-                _compare(row, groups[cid], ref_acc, ref_time, confidence)
+                _compare(row, groups[cid], groups[reference], confidence)
+        if len(rows) > 3:
+            _adjust_p_values(list(rows.values()))
+    for row in rows.values():
+        row.verdict, row.time_verdict = _verdicts(row, 1 - confidence)
     ordered = list(rows.values())
     if order == "accuracy":
         ordered.sort(key=lambda r: -(r.accuracy_mean if r.accuracy_mean is not None else -1))
@@ -271,11 +300,11 @@ def _time_to(target: float, record: dict[str, Any]) -> float | None:
 def _compare(
     row: ConfigStats,
     records: list[dict[str, Any]],
-    ref_acc: list[float],
-    ref_time: list[float],
+    ref_records: list[dict[str, Any]],
     confidence: float,
 ) -> None:
     accuracies, seconds = _samples(records)
+    ref_acc, ref_time = _samples(ref_records)
     if not accuracies or not ref_acc:
         return
     row.accuracy_diff, row.accuracy_diff_ci_low, row.accuracy_diff_ci_high, row.accuracy_p_value = (
@@ -286,6 +315,122 @@ def _compare(
     row.speedup, row.speedup_ci_low, row.speedup_ci_high, row.time_p_value = speedup_interval(
         ref_time, seconds, confidence
     )
+    _compare_paired(row, _by_seed(records), _by_seed(ref_records), confidence)
+
+
+def _by_seed(records: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
+    """{seed: (accuracy, train seconds)} of the complete runs."""
+    return {
+        int(r.get("seed", 0)): (float(r["accuracy"]), float(r["train_seconds"]))
+        for r in records
+        if r["status"] in COMPLETE_STATUSES and r.get("accuracy") is not None
+    }
+
+
+def _compare_paired(
+    row: ConfigStats,
+    runs: dict[int, tuple[float, float]],
+    ref_runs: dict[int, tuple[float, float]],
+    confidence: float,
+) -> None:
+    """The paired t-test over the seeds both completed (`scipy.stats.ttest_rel`)."""
+    seeds = sorted(set(runs) & set(ref_runs))
+    row.paired_n = len(seeds)
+    if not seeds:
+        return
+    acc = np.array([runs[s][0] for s in seeds])
+    ref_acc = np.array([ref_runs[s][0] for s in seeds])
+    row.accuracy_paired_diff = float(np.mean(acc - ref_acc))
+    row.accuracy_identical_per_seed = bool(np.all(acc == ref_acc))
+    if len(seeds) < 2:
+        return
+    if row.accuracy_identical_per_seed:  # no spread to test: the same numbers, seed for seed
+        row.accuracy_paired_diff_ci_low = row.accuracy_paired_diff_ci_high = 0.0
+        row.accuracy_paired_p_value = 1.0
+    else:
+        result = _ttest_rel(acc, ref_acc)
+        interval = result.confidence_interval(confidence)
+        row.accuracy_paired_diff_ci_low = _finite(interval.low)
+        row.accuracy_paired_diff_ci_high = _finite(interval.high)
+        row.accuracy_paired_p_value = _finite(result.pvalue)
+    seconds = np.array([runs[s][1] for s in seeds])
+    ref_seconds = np.array([ref_runs[s][1] for s in seeds])
+    if min(seconds.min(), ref_seconds.min()) > 0:
+        row.time_paired_p_value = _finite(_ttest_rel(np.log(ref_seconds), np.log(seconds)).pvalue)
+
+
+def _ttest_rel(a: np.ndarray, b: np.ndarray) -> Any:
+    from scipy import stats as scipy_stats
+
+    with warnings.catch_warnings():  # equal differences: scipy warns and gives NaN -> None
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return scipy_stats.ttest_rel(a, b)
+
+
+def _finite(value: Any) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values (`scipy.stats.false_discovery_control`); None stays
+    None and is not counted as a comparison."""
+    from scipy import stats as scipy_stats
+
+    present = [i for i, p in enumerate(p_values) if p is not None]
+    adjusted: list[float | None] = [None] * len(p_values)
+    if present:
+        values = scipy_stats.false_discovery_control([p_values[i] for i in present], method="bh")
+        for i, value in zip(present, values):
+            adjusted[i] = float(value)
+    return adjusted
+
+
+def _adjust_p_values(rows: list[ConfigStats]) -> None:
+    for raw, adjusted in (
+        ("accuracy_p_value", "accuracy_p_adjusted"),
+        ("accuracy_paired_p_value", "accuracy_paired_p_adjusted"),
+        ("time_p_value", "time_p_adjusted"),
+    ):
+        for row, value in zip(rows, benjamini_hochberg([getattr(r, raw) for r in rows])):
+            setattr(row, adjusted, value)
+
+
+def _verdicts(row: ConfigStats, alpha: float) -> tuple[str | None, str | None]:
+    """(accuracy verdict, time verdict), see the module doc."""
+    if row.is_reference:
+        return "reference", "reference"
+    accuracy = _verdict(
+        row.accuracy_diff,
+        row.accuracy_diff_ci_low,
+        row.accuracy_diff_ci_high,
+        0.0,
+        row.accuracy_p_adjusted,
+        alpha,
+    )
+    time = _verdict(
+        row.speedup, row.speedup_ci_low, row.speedup_ci_high, 1.0, row.time_p_adjusted, alpha
+    )
+    return accuracy, time
+
+
+def _verdict(
+    estimate: float | None,
+    low: float | None,
+    high: float | None,
+    no_change: float,
+    adjusted_p: float | None,
+    alpha: float,
+) -> str | None:
+    if estimate is None:
+        return None  # nothing complete on one side
+    if low is None or high is None:
+        return "too few runs"
+    if low <= no_change <= high:
+        return "within noise"
+    if adjusted_p is not None and adjusted_p >= alpha:
+        return "not significant after BH"
+    return "significant"
 
 
 # ---------------------------------------------------------------- output
