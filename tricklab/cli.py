@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
 
-    for module in ("tricklab.speedrun", "tricklab.experiments.cli"):
+    for module in ("tricklab.speedrun", "tricklab.experiments.cli", "tricklab.measure.profile_cli"):
         try:
             register = __import__(module, fromlist=["register"]).register
         except ImportError as exc:
