@@ -25,7 +25,8 @@ DEFAULT_BN_MOMENTUM = 0.4
 # airbench uses eps=1e-12 (practically none); torch's 1e-5 is invisible next to the per-channel
 # variances here but keeps an all-constant channel (e.g. a blank image batch) from blowing up.
 DEFAULT_BN_EPS = 1e-5
-# Added to the patch-covariance eigenvalues so near-zero directions are not amplified to noise.
+# Added to the patch second-moment eigenvalues so near-zero directions are not amplified to noise
+# (airbench's 5e-4).
 DEFAULT_WHITEN_EPS = 5e-4
 
 
@@ -45,10 +46,11 @@ def dirac_init_(conv: nn.Conv2d) -> nn.Conv2d:
 class PatchWhitening(nn.Conv2d):
     """A 2×2 conv (no padding) whose frozen filters whiten the 2×2 patches of the training images.
 
-    `init_from_data` sets the filters to the eigenvectors of the patch covariance scaled by
-    1/sqrt(eigenvalue + eps), each followed by its negation (so after a GELU both signs of every
-    whitened direction survive): out_channels = 2 × (in_channels × 4). The filters never train;
-    the bias does, until the training loop freezes it (`whiten.bias.requires_grad_(False)`).
+    `init_from_data` sets the filters as airbench94 does: the eigenvectors of the patches' second
+    moment, largest eigenvalue first, each scaled by 1/sqrt(eigenvalue + eps) and followed by its
+    negation (so after a GELU both signs of every whitened direction survive): out_channels =
+    2 × (in_channels × 4). The filters never train; the bias starts at zero (as airbench's) and
+    trains until the training loop freezes it (`whiten.bias.requires_grad_(False)`).
     """
 
     def __init__(self, in_channels: int, eps: float = DEFAULT_WHITEN_EPS):
@@ -56,38 +58,37 @@ class PatchWhitening(nn.Conv2d):
         super().__init__(in_channels, 2 * patch_dim, kernel_size=2, padding=0, bias=True)
         self.eps = eps
         self.weight.requires_grad_(False)
+        with torch.no_grad():
+            self.bias.zero_()
 
     @torch.no_grad()
     def init_from_data(self, images: Tensor, chunk_size: int = 256) -> None:
         """Compute the whitening filters from `images` (N×C×H×W, normalized like training input).
 
-        The covariance is centred, and the bias is set to minus the projected patch mean, so the
-        layer's output starts zero-mean with identity covariance on the first half of the filters.
+        The second moment is not centred (the inputs are normalized, so their mean is near zero),
+        and the filters come strongest direction first: the next conv's Dirac init passes its
+        first channels on, so a first block narrower than out_channels keeps the directions that
+        carry the most of the image, not the noisiest ones. The bias is left as it is.
         """
         if images.ndim != 4 or images.shape[1] != self.in_channels:
             raise TrickLabError(
                 f"whitening needs images shaped N×{self.in_channels}×H×W, got {tuple(images.shape)}"
             )
         patch_dim = self.in_channels * 4
-        total = torch.zeros(patch_dim, dtype=torch.float64, device=images.device)
         outer = torch.zeros(patch_dim, patch_dim, dtype=torch.float64, device=images.device)
         count = 0
         # Chunked so a few thousand images never materialise all their patches in float64 at once.
         for chunk in images.split(chunk_size):
             # unfold orders each patch as (channel, row, col), the same layout as the conv weight.
             patches = F.unfold(chunk.double(), kernel_size=2).transpose(1, 2).reshape(-1, patch_dim)
-            total += patches.sum(0)
             outer += patches.T @ patches
             count += patches.shape[0]
-        if count < 2:
-            raise TrickLabError("whitening needs at least two 2×2 patches of training images")
-        mean = total / count
-        covariance = (outer - count * torch.outer(mean, mean)) / (count - 1)
-        eigenvalues, eigenvectors = torch.linalg.eigh(covariance)
+        if count == 0:
+            raise TrickLabError("whitening needs images of at least 2×2 pixels")
+        eigenvalues, eigenvectors = torch.linalg.eigh(outer / count)  # ascending
+        eigenvalues, eigenvectors = eigenvalues.flip(0), eigenvectors.flip(1)
         filters = eigenvectors.T / torch.sqrt(eigenvalues.clamp_min(0) + self.eps)[:, None]
-        weight = torch.cat([filters, -filters]).reshape_as(self.weight)
-        self.weight.copy_(weight.to(self.weight.dtype))
-        self.bias.copy_(-(weight.reshape(weight.shape[0], -1) @ mean).to(self.bias.dtype))
+        self.weight.copy_(torch.cat([filters, -filters]).reshape_as(self.weight))
 
 
 class FixedScaleBatchNorm(nn.BatchNorm2d):
@@ -104,7 +105,8 @@ class ConvGroup(nn.Module):
     """conv3×3 → MaxPool2d(2) → BN → GELU, then (depth − 1) × (conv3×3 → BN → GELU).
 
     With `residual`, the output of the first block is added back just before the last GELU
-    (post-activation ResNet style, as airbench96 does with its three-conv groups).
+    (as airbench96 does with its three-conv groups since its 06/2024 revision; the PyPI package's
+    older lib_airbench96 adds it after the GELU).
     """
 
     def __init__(
@@ -221,8 +223,8 @@ def airbench(
     """airbench94's net: whitening + three two-conv groups of widths (64, 256, 256) × `width`.
 
     Differences from airbench94: BatchNorm eps 1e-5 instead of 1e-12 (see DEFAULT_BN_EPS); the final
-    pool is a global (adaptive) max-pool so 28×28 inputs work; the whitening covariance is centred
-    and its bias starts at minus the patch mean (airbench leaves the bias at its random init).
+    pool is a global (adaptive) max-pool, the same as airbench's MaxPool2d(3) on the 3×3 map a
+    32×32 image leaves, so that 28×28 inputs work too.
     """
     return AirbenchNet(
         num_classes,
@@ -243,8 +245,9 @@ def airbench_residual(
 ) -> AirbenchNet:
     """airbench with three convs per group and a residual connection around the last two.
 
-    The airbench96 layout at airbench94's widths (64, 256, 256) × `width`; airbench96 itself uses
-    widths (128, 512, 512), which a recipe passes as `widths` (speedrun96).
+    The airbench96 layout at airbench94's widths (64, 256, 256) × `width`; airbench96 itself
+    (legacy/airbench96.py, the 96.03 % record) uses widths (128, 384, 512), which a recipe passes
+    as `widths` (speedrun96).
     """
     return airbench(
         num_classes=num_classes,

@@ -12,11 +12,14 @@ from torch import nn
 class WeightAverage:
     """Exponential moving average of a model's floating-point state (weights and BN statistics).
 
-    Every `every` steps after `warmup_steps`: avg = decay * avg + (1 - decay) * weights; the first
-    update copies the weights. With `lookahead`, the average is then copied back into the model
-    (Zhang et al. 2019's slow weights; airbench94's "lookahead" EMA with decay 0.95^5 every 5 steps).
-    With `decay_power` > 0 the decay ramps up as decay * ((step + 1) / total_steps) ** decay_power:
-    airbench94 uses power 3, so training moves fast early and averages strongly at the end.
+    After every optimizer step whose count (from the start of training) is a multiple of `every`,
+    once more than `warmup_steps` steps are done: avg = decay * avg + (1 - decay) * weights; the
+    first update copies the weights. With `lookahead`, the average is then copied back into the
+    model (Zhang et al. 2019's slow weights; airbench94's "lookahead" EMA with decay 0.95^5 after
+    steps 5, 10, 15, ...). With `decay_power` > 0 the decay ramps up as
+    decay * ((step + 1) / total_steps) ** decay_power: airbench94 uses power 3, so training moves
+    fast early and averages strongly at the end. airbench's first update blends in its initial
+    weights at a decay of 0.95^5 x (5/476)^3 < 1e-6 where this one copies.
     """
 
     def __init__(
@@ -42,7 +45,8 @@ class WeightAverage:
     @torch.no_grad()
     def update(self, step: int) -> None:
         """Call after optimizer step number `step` (0-based)."""
-        if step < self.warmup_steps or (step - self.warmup_steps) % self.every:
+        done = step + 1
+        if done <= self.warmup_steps or done % self.every:
             return
         if self.average is None:
             self.average = [t.detach().clone() for t in self.live]
