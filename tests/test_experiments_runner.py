@@ -183,13 +183,38 @@ def test_ctrl_c_marks_the_running_trial_interrupted_and_a_rerun_finishes(baselin
     assert set(complete_per_unit(trials).values()) == {1}
 
 
+def _a_handler_of_its_own(signum, frame):
+    raise AssertionError("the worker's own handler should have been in place")
+
+
+# What a test run may start with: Python's default, ignored (a background job, `trap '' INT`),
+# the OS default, or a handler some other code installed.
+FOUND_HANDLERS = {
+    "python-default": signal.default_int_handler,
+    "ignored": signal.SIG_IGN,
+    "os-default": signal.SIG_DFL,
+    "another-handler": _a_handler_of_its_own,
+}
+
+
+@pytest.fixture(params=list(FOUND_HANDLERS), ids=list(FOUND_HANDLERS))
+def found_handler(request):
+    """SIGINT and SIGTERM set to one of FOUND_HANDLERS for the test, whatever pytest started with."""
+    handler = FOUND_HANDLERS[request.param]
+    before = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield handler
+    for signum, previous in before.items():
+        signal.signal(signum, previous)
+
+
 @pytest.mark.parametrize("library_error", [False, True], ids=["dropped", "turned-into-an-error"])
 def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
-    baseline, tmp_path, capsys, library_error
+    baseline, tmp_path, capsys, library_error, found_handler
 ):
     """A signal handler's KeyboardInterrupt raised inside __del__ is dropped ("Exception ignored
     in ..."); one raised inside a library callback may come back as another error. Either way the
-    worker stops after that run, marks it interrupted and prints no traceback."""
+    worker stops after that run, marks it interrupted and prints no traceback. Whatever handlers
+    it found for SIGINT and SIGTERM are back in place afterwards."""
 
     class SignalsWhileCollected:
         def __del__(self):
@@ -213,7 +238,8 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
     assert "Traceback" not in capsys.readouterr().err
     trials = unit_trials("s", tmp_path)
     assert sorted(trial_status(t) for t in trials) == ["complete", "interrupted"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is found_handler  # restored, whatever it was
+    assert signal.getsignal(signal.SIGTERM) is found_handler
 
 
 def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):
