@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 
+from tricklab.clitools import recipe_and_overrides, wide_console
 from tricklab.errors import TrickLabError
 
 SWITCHES = {"on": True, "true": True, "off": False, "false": False}
@@ -71,9 +72,10 @@ def _threads(count: int | None) -> Iterator[None]:
 
 
 def _quiet_profiler() -> None:
-    # torch.profiler's backend (Kineto) logs its start and stop to stderr unless told otherwise
-    # before torch loads; a user's own setting wins.
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    # torch.profiler's backend (Kineto) writes its start, stop and, on a machine without a GPU, a
+    # failed GPU query to stderr; level 6 is above all its levels (USDT is 5). Read when torch
+    # loads, so set before; a user's own setting wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 def _print_json(result: dict) -> None:
@@ -82,12 +84,26 @@ def _print_json(result: dict) -> None:
     print(json.dumps(json_safe(result)))
 
 
+def _num(value: float | None, missing: str = "-") -> str:
+    """Three significant digits, without exponents for large values (1,090 not 1.09e+03)."""
+    if value is None:
+        return missing
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def _ms(row: dict) -> str:
-    return f"{row['median_ms']:.3g} [{row['q1_ms']:.3g}–{row['q3_ms']:.3g}]"
+    """median ±half the interquartile range, in % of the median."""
+    spread = 50 * (row["q3_ms"] - row["q1_ms"]) / row["median_ms"] if row["median_ms"] else 0
+    return f"{_num(row['median_ms'])} ±{spread:.0f}%"
 
 
 def _opt(value, spec: str, missing: str = "-") -> str:
     return missing if value is None else format(value, spec)
+
+
+def _word(value) -> str:
+    """on/off for switches, the value otherwise."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 # ---------------------------------------------------------------- model
@@ -134,8 +150,7 @@ def cmd_profile_model(args: argparse.Namespace) -> int:
 def render_model(result: dict) -> None:
     from rich.table import Table
 
-    from tricklab.cli import console
-
+    console = wide_console()
     c, h, w = result["image_shape"]
     table = Table(title=f"models ({c}×{h}×{w} input, per image)")
     for column in ("model", "params", "forward GFLOPs", "forward GMACs"):
@@ -154,30 +169,33 @@ def render_model(result: dict) -> None:
         key for key in ("precision", "compile", "channels_last") if len({r[key] for r in rows}) > 1
     ]
     fixed = ", ".join(
-        f"{k} {rows[0][k]}" for k in ("precision", "compile", "channels_last") if k not in varying
+        f"{k} {_word(rows[0][k])}"
+        for k in ("precision", "compile", "channels_last")
+        if k not in varying
     )
     table = Table(
         title=f"latency on {result['hardware']['device_name']} ({result['device']}, "
         f"{result['hardware']['torch_threads']} threads; {fixed}): "
-        f"median [IQR] of {result['repeats']} interleaved repeats"
+        f"median ±half the IQR of {result['repeats']} interleaved repeats"
     )
+    has_mfu = any(r["mfu"] is not None for r in rows)
     columns = ["model", "batch", *varying, "forward ms", "train step ms", "train img/s",
-               "train TFLOP/s", "MFU", "fwd ms/GMAC", "train ms/GMAC"]  # fmt: skip
+               "train TFLOP/s", *(["MFU %"] if has_mfu else []), "fwd ms/GMAC", "train ms/GMAC"]  # fmt: skip
     compiled = any(r["compile_seconds"] is not None for r in rows)
     if compiled:
         columns.append("compile s")
     for column in columns:
         table.add_column(column, justify="left" if column == "model" else "right")
     for r in rows:
-        cells = [r["model"], str(r["batch_size"]), *(str(r[k]) for k in varying)]
+        cells = [r["model"], str(r["batch_size"]), *(_word(r[k]) for k in varying)]
         cells += [
             _ms(r["forward_ms"]),
             _ms(r["train_step_ms"]),
             f"{r['train_images_per_second']:,.0f}",
-            _opt(r["train_tflops"], ".3g"),
-            _opt(r["mfu"] and 100 * r["mfu"], ".1f", "n/a") + ("" if r["mfu"] is None else " %"),
-            _opt(r["forward_ms_per_gmac"], ".3g"),
-            _opt(r["train_ms_per_gmac"], ".3g"),
+            _num(r["train_tflops"]),
+            *([_opt(r["mfu"] and 100 * r["mfu"], ".1f", "n/a")] if has_mfu else []),
+            _num(r["forward_ms_per_gmac"]),
+            _num(r["train_ms_per_gmac"]),
         ]
         if compiled:
             cells.append(_opt(r["compile_seconds"], ".1f"))
@@ -195,10 +213,7 @@ def render_model(result: dict) -> None:
 def cmd_profile_step(args: argparse.Namespace) -> int:
     from tricklab.train.recipe import load_recipe
 
-    names, overrides = _split_words(args.words, "recipe")
-    if len(names) > 1:
-        raise TrickLabError(f"expected one recipe, then key=value overrides; got {names}")
-    name = names[0] if names else None
+    name, overrides = recipe_and_overrides(args.words)
     recipe = load_recipe(name, overrides)  # a bad key or value answers before torch loads
     _quiet_profiler()
     from tricklab.measure.profile_step import profile_step
@@ -215,8 +230,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
 def render_step(result: dict) -> None:
     from rich.table import Table
 
-    from tricklab.cli import console
-
+    console = wide_console()
     title = (
         f"{result['recipe'] or 'recipe'}: step {result['step_ms']:.4g} ms at batch "
         f"{result['batch_size']} on {result['device']} "
@@ -329,8 +343,7 @@ def cmd_profile_loader(args: argparse.Namespace) -> int:
 def render_loader(result: dict) -> None:
     from rich.table import Table
 
-    from tricklab.cli import console
-
+    console = wide_console()
     aug = ", ".join(f"{k} {v}" for k, v in result["augment"].items())
     per = result["batches_per_measurement"] or "one epoch of"
     table = Table(

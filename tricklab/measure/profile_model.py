@@ -281,6 +281,11 @@ def profile_models(
     for index, (name, _, setup) in enumerate(setups):
         try:
             seconds, train, forward = _warm_up(setup, torch_device)
+        except ValueError as exc:  # torch's own argument checks, e.g. BatchNorm on one value
+            raise TrickLabError(
+                f"{name} cannot train at batch {setup.combo.batch_size} on {image_size}×"
+                f"{image_size} images: {str(exc).splitlines()[0]}"
+            ) from None
         except RuntimeError as exc:
             if setup.combo.compile != "off":
                 first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""

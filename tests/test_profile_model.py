@@ -1,0 +1,211 @@
+"""`tricklab profile model`: counts equal the analytic formulas; every combination is timed and
+reported with the documented keys; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from tricklab.cli import main
+from tricklab.errors import TrickLabError
+from tricklab.measure import profile_model
+from tricklab.measure.flops import count_forward_flops
+from tricklab.measure.profile_model import profile_models
+from tricklab.measure.timing import paired_difference
+
+TINY = dict(widths=[8, 16, 16], image_size=16, device="cpu", repeats=2)
+RESULT_KEYS = {
+    "model", "batch_size", "precision", "compile", "channels_last", "forward_ms", "train_step_ms",
+    "forward_images_per_second", "train_images_per_second", "forward_tflops", "train_tflops",
+    "mfu", "forward_ms_per_gmac", "train_ms_per_gmac", "compile_seconds", "calls_per_sample",
+}  # fmt: skip
+SPREAD_KEYS = {"median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms"}
+
+
+def conv_flops(c_in, c_out, k, h_out, w_out, batch=1):
+    """2 FLOPs per multiply-accumulate, one per weight per output pixel."""
+    return 2 * batch * c_out * c_in * k * k * h_out * w_out
+
+
+def test_flops_of_a_conv_equal_the_formula():
+    conv = nn.Conv2d(3, 16, kernel_size=3, stride=2, padding=1)  # 32x32 -> 16x16
+    assert count_forward_flops(conv, (4, 3, 32, 32)) == conv_flops(3, 16, 3, 16, 16, batch=4)
+
+
+def test_flops_of_a_linear_layer_equal_the_formula():
+    assert count_forward_flops(nn.Linear(100, 7), (5, 100)) == 2 * 5 * 100 * 7
+
+
+def test_flops_of_a_small_net_are_its_convs_and_linear_only():
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(16, 10),
+    )  # fmt: skip
+    expected = conv_flops(3, 8, 3, 16, 16) + conv_flops(8, 16, 3, 8, 8) + 2 * 16 * 10
+    assert count_forward_flops(net, (1, 3, 16, 16)) == expected
+
+
+def cifar_resnet18_macs(num_classes=10, widths=(64, 128, 256, 512), side=32):
+    """He et al.'s ResNet-18 with a 3x3 stride-1 stem on 32x32 images, by hand: convs and the head."""
+    macs = 3 * widths[0] * 9 * side * side  # stem
+    c_in = widths[0]
+    for stage, c_out in enumerate(widths):
+        if stage:
+            side //= 2
+        pixels = side * side
+        macs += c_in * c_out * 9 * pixels + c_out * c_out * 9 * pixels  # first block
+        if c_in != c_out:
+            macs += c_in * c_out * pixels  # 1x1 projection shortcut
+        macs += 2 * c_out * c_out * 9 * pixels  # second block
+        c_in = c_out
+    return macs + c_in * num_classes
+
+
+def test_cifar_resnet18_forward_macs_are_0_556_g_as_the_formula_gives():
+    result = profile_models(["resnet18"], batch_sizes=[1], device="cpu", repeats=1)
+    (model,) = result["models"]
+    assert model["forward_macs"] == cifar_resnet18_macs()
+    assert model["forward_macs"] == model["forward_flops"] // 2
+    # 0.5554 G: the published "0.556 G" to within its rounding (thop/ptflops add BN and pools)
+    assert model["forward_macs"] / 0.556e9 == pytest.approx(1, abs=0.002)
+
+
+def test_every_combination_is_timed_with_the_documented_keys():
+    result = profile_models(
+        ["airbench", "airbench-residual"],
+        batch_sizes=[2, 4],
+        channels_last=[False, True],
+        **TINY,
+    )
+    assert {m["name"] for m in result["models"]} == {"airbench", "airbench-residual"}
+    assert "FLOPs / 2" in result["macs_note"]
+    rows = result["results"]
+    assert len(rows) == 2 * 2 * 2
+    for row in rows:
+        assert set(row) == RESULT_KEYS
+        for key in ("forward_ms", "train_step_ms"):
+            spread = row[key]
+            assert set(spread) == SPREAD_KEYS
+            assert 0 < spread["min_ms"] <= spread["q1_ms"] <= spread["median_ms"] <= spread["q3_ms"]
+        macs = next(m["forward_macs"] for m in result["models"] if m["name"] == row["model"])
+        gmacs = macs * row["batch_size"] / 1e9
+        assert row["forward_ms_per_gmac"] == pytest.approx(row["forward_ms"]["median_ms"] / gmacs)
+        assert row["train_images_per_second"] == pytest.approx(
+            row["batch_size"] / (row["train_step_ms"]["median_ms"] / 1e3)
+        )
+        assert row["mfu"] is None  # a CPU has no peak in the table: unavailable, never guessed
+        assert row["compile_seconds"] is None
+
+
+def test_mfu_is_train_flops_per_second_over_the_given_peak():
+    result = profile_models(["airbench"], batch_sizes=[2], peak_tflops_override=0.5, **TINY)
+    (row,) = result["results"]
+    (model,) = result["models"]
+    train_flops = 3 * model["forward_flops"] * row["train_images_per_second"]
+    assert row["train_tflops"] == pytest.approx(train_flops / 1e12)
+    assert row["mfu"] == pytest.approx(row["train_tflops"] / 0.5)
+    assert result["peak_source"] == {"32-true": "--peak-tflops"}
+
+
+def test_fp16_with_fp32_batchnorm_runs_its_half_copy():
+    result = profile_models(["airbench"], batch_sizes=[2], precisions=["16-true-bn32"], **TINY)
+    assert result["results"][0]["precision"] == "16-true-bn32"
+
+
+def test_medians_of_paired_differences_add_up_along_a_chain():
+    full, a, b = [5.0, 6.0, 9.0, 5.5], [3.0, 3.5, 4.0, 3.2], [1.0, 1.1, 1.4, 1.2]
+    parts = [
+        paired_difference(full, a)[0],
+        paired_difference(a, b)[0],
+        paired_difference(b, [0] * 4)[0],
+    ]
+    assert sum(parts) == pytest.approx(paired_difference(full, [0] * 4)[0])
+    point, low, high = paired_difference(full, a)
+    assert low <= point <= high
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(models=["resnet81"]), "did you mean 'resnet18'"),
+        (dict(models=[]), "no models"),
+        (dict(models=["airbench"], batch_sizes=[]), "no batch sizes"),
+        (dict(models=["airbench"], batch_sizes=[0]), "batch sizes must be integers >= 1"),
+        (dict(models=["airbench"], precisions=["fp8"]), "unknown precision 'fp8'"),
+        (dict(models=["airbench"], compile_modes=["fast"]), "unknown compile mode"),
+        (dict(models=["airbench"], repeats=0), "repeats"),
+        (
+            dict(models=["airbench-residual"], widths=[8, 16, 16], image_size=16),
+            "cannot train at batch 1",
+        ),
+    ],
+)
+def test_bad_options_raise_before_any_work(kwargs, message):
+    models = kwargs.pop("models")
+    with pytest.raises(TrickLabError, match=message):
+        profile_models(models, device="cpu", **kwargs)
+
+
+def test_a_precision_the_device_cannot_run_is_refused(monkeypatch):
+    def no_half(precision, device_type):
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'\nmore detail")
+
+    monkeypatch.setattr(profile_model.precision_lib, "autocast_for", no_half)
+    with pytest.raises(TrickLabError, match="precision 16-mixed cannot run on this cpu device"):
+        profile_models(["airbench"], precisions=["16-mixed"], **TINY)
+
+
+def test_cli_json_has_the_documented_keys(capsys):
+    code = main(
+        ["profile", "model", "airbench", "model.widths=[8,16,16]", "data.image_size=16",
+         "--batch-sizes", "2", "--repeats", "2", "--device", "cpu", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"models", "results", "macs_note", "hardware", "peak_tflops", "repeats"} <= set(result)
+    assert set(result["results"][0]) == RESULT_KEYS
+    assert result["image_shape"] == [3, 16, 16]
+
+
+def test_cli_table_names_the_mac_convention_and_missing_mfu(capsys):
+    code = main(
+        ["profile", "model", "airbench", "airbench-residual", "model.widths=[8,16,16]",
+         "data.image_size=16", "--batch-sizes", "2", "--repeats", "1", "--device", "cpu"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "MACs = FLOPs / 2" in out and "ms/GMAC" in out
+    assert "MFU unavailable on cpu" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["resnet81"], "unknown model 'resnet81'"),
+        ([], "give at least one model name"),
+        (["airbench", "--batch-sizes", ""], "--batch-sizes needs a comma-separated list"),
+        (["airbench", "--batch-sizes", "0"], "batch sizes must be integers >= 1"),
+        (["airbench", "--batch-sizes", "a"], "'a' is not a valid value"),
+        (["airbench", "--precisions", "fp8"], "unknown precision"),
+        (["airbench", "--channels-last", "maybe"], "--channels-last: 'maybe'"),
+        (["airbench", "optim.lr=1"], "profile model takes overrides of"),
+        (["airbench", "model.widths=[1,2]"], "airbench needs widths as 3 positive integers"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    assert main(["profile", "model", *args, "--device", "cpu", "--repeats", "1"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_threads_option_is_restored_after_the_command(capsys):
+    before = torch.get_num_threads()
+    main(["profile", "model", "airbench", "model.widths=[8,16,16]", "data.image_size=16",
+          "--batch-sizes", "2", "--repeats", "1", "--device", "cpu", "--threads", "2", "--json"])  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["hardware"]["torch_threads"] == 2
+    assert torch.get_num_threads() == before
