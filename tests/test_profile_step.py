@@ -1,0 +1,153 @@
+"""`tricklab profile step`: Page's breakdown of a recipe's step. Components are differences of
+interleaved variants, finite, clipped at zero, their shares summing to 1; the profiler's top
+operators and a Chrome trace come with them; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tiny_recipe import TINY_SYNTHETIC
+from torch import nn
+
+import tricklab
+from tricklab.cli import main
+from tricklab.errors import TrickLabError
+from tricklab.measure.profile_step import (
+    profile_step,
+    step_components,
+    strip_batchnorm_and_activations,
+)
+
+# EMA every 2 steps and flip TTA, so that every variant and the TTA evaluation run.
+TINY_STEP = [*TINY_SYNTHETIC, "tricks.ema_decay=0.9", "tricks.ema_every=2", "tricks.tta=flip"]
+KEYS = {
+    "kind", "recipe", "device", "hardware", "batch_size", "repeats", "steps_per_sample",
+    "variants", "step_ms", "components", "components_sum_ms", "inside_forward_backward",
+    "replaced_modules", "compile_seconds", "evaluation", "profiled_steps", "top_operators",
+    "trace", "params", "forward_macs", "recipe_resolved",
+}  # fmt: skip
+COMPONENT_KEYS = {
+    "name", "doc", "measured_as", "ms", "ms_raw", "ci_low_ms", "ci_high_ms", "within_noise", "share"
+}  # fmt: skip
+
+
+def samples_ms(**variants: list[float]) -> dict[str, list[float]]:
+    return {name: [v / 1e3 for v in values] for name, values in variants.items()}
+
+
+def test_components_are_differences_that_add_up_to_the_step():
+    samples = samples_ms(
+        full=[10.0, 10.2, 10.1, 9.9],
+        no_loading=[8.0, 8.1, 8.0, 7.9],
+        no_ema=[7.5, 7.6, 7.4, 7.5],
+        forward_backward=[6.0, 6.1, 6.0, 5.9],
+        forward=[2.0, 2.0, 2.1, 1.9],
+        forward_backward_bare=[4.0, 4.1, 4.0, 3.9],
+    )
+    components, inside = step_components(samples)
+    by_name = {c["name"]: c for c in components}
+    assert list(by_name) == ["loading", "ema_update", "optimizer_step", "backward", "forward"]
+    assert by_name["loading"]["ms"] == pytest.approx(10.05 - 8.0)
+    assert by_name["backward"]["ms"] == pytest.approx(6.0 - 2.0)
+    assert sum(c["ms"] for c in components) == pytest.approx(10.05)  # the full step's median
+    assert sum(c["share"] for c in components) == pytest.approx(1)
+    assert not any(c["within_noise"] for c in components)
+    assert [c["name"] for c in inside] == ["batchnorm_and_activations", "rest_of_forward_backward"]
+    assert inside[0]["ms"] == pytest.approx(2.0)
+    for c in components + inside:
+        assert set(c) == COMPONENT_KEYS
+        assert c["ci_low_ms"] <= c["ms_raw"] <= c["ci_high_ms"]
+
+
+def test_a_negative_component_is_clipped_at_zero_and_marked_within_noise():
+    samples = samples_ms(
+        full=[7.9, 7.0, 9.0, 8.0],  # loading costs nothing here: full ~ no_loading
+        no_loading=[8.2, 8.0, 8.1, 7.0],
+        forward_backward=[6.0, 6.1, 6.0, 5.9],
+        forward=[2.0, 2.0, 2.1, 1.9],
+    )
+    components, inside = step_components(samples)
+    loading = components[0]
+    assert loading["name"] == "loading" and loading["ms_raw"] < 0
+    assert loading["ms"] == 0 and loading["share"] == 0
+    assert loading["within_noise"]
+    assert [c["name"] for c in components][1] == "optimizer_step"  # no EMA, no ema_update row
+    assert components[1]["measured_as"] == "no_loading - forward_backward"
+    assert sum(c["share"] for c in components) == pytest.approx(1)
+    assert inside == []
+
+
+def test_stripping_replaces_batchnorm_and_activation_modules_by_identity():
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Sequential(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4), nn.GELU()), nn.MaxPool2d(2),
+    )  # fmt: skip
+    replaced = strip_batchnorm_and_activations(net)
+    assert replaced == {"BatchNorm2d": 2, "ReLU": 1, "GELU": 1}
+    assert not any(isinstance(m, (nn.BatchNorm2d, nn.ReLU, nn.GELU)) for m in net.modules())
+    assert isinstance(net[4], nn.MaxPool2d)
+    assert net(torch.ones(1, 3, 10, 10)).shape == (1, 4, 3, 3)
+
+
+def test_a_tiny_recipe_profiles_with_the_documented_keys_and_a_trace(tmp_path):
+    trace = tmp_path / "step.json"
+    recipe = tricklab.load_recipe(None, TINY_STEP)
+    result = profile_step(recipe, recipe_name="tiny", repeats=2, trace=trace)
+    assert set(result) == KEYS
+    names = [c["name"] for c in result["components"]]
+    assert names == ["loading", "ema_update", "optimizer_step", "backward", "forward"]
+    for c in result["components"] + result["inside_forward_backward"]:
+        assert all(isinstance(c[k], float) and c[k] == c[k] for k in ("ms", "ms_raw", "ci_low_ms"))
+        assert c["ms"] >= 0 and c["ms"] == max(c["ms_raw"], 0)
+    assert sum(c["share"] for c in result["components"]) == pytest.approx(1, abs=1e-9)
+    assert result["steps_per_sample"]["full"] % 2 == 0  # whole EMA periods per sample
+    assert result["replaced_modules"]["GELU"] == 3 and result["batch_size"] == 64
+    assert result["evaluation"]["images"] == 128 and result["evaluation"]["tta"] == "flip"
+    assert result["evaluation"]["tta_seconds"] > 0
+    ops = result["top_operators"]
+    assert ops and all(o["self_cpu_ms_per_step"] >= 0 for o in ops)
+    assert any("convolution" in o["name"] for o in ops)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "tricklab.train_step" for e in events)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_cli_json_prints_one_object(capsys):
+    code = main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result) == KEYS and result["recipe"] is None
+    assert [c["name"] for c in result["components"]][1] == "optimizer_step"
+
+
+def test_cli_table_shows_components_and_operators(capsys):
+    assert main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    for text in ("loading", "optimizer step", "batchnorm and activations", "top operators"):
+        assert text in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["speedrun49"], "speedrun49"),
+        (["speedrun94", "optim.lrr=1"], "optim.lr"),
+        (["speedrun94", "loader.batch_size=0"], "loader.batch_size"),
+        ([*TINY_SYNTHETIC, "--repeats", "1"], "repeats must be an integer >= 2"),
+        ([*TINY_SYNTHETIC, "--trace", "no/such/folder/t.json"], "does not exist"),
+        ([*TINY_SYNTHETIC, "--trace", ""], "--trace needs a file name"),
+        ([*TINY_SYNTHETIC, "data.name=imagefolder", "data.dir=/no/such/dir"], "/no/such/dir"),
+    ],
+)
+def test_cli_bad_recipe_key_or_option_is_one_line_and_exit_2(args, message, capsys):
+    assert main(["profile", "step", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_bad_trace_folder_is_refused_before_any_work(tmp_path):
+    recipe = tricklab.load_recipe(None, [*TINY_SYNTHETIC, "data.name=imagefolder", "data.dir=/x"])
+    with pytest.raises(TrickLabError, match="does not exist"):  # the trace, not the data
+        profile_step(recipe, repeats=2, trace=tmp_path / "missing" / "t.json")
