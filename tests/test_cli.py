@@ -31,6 +31,63 @@ def test_version_and_help():
     assert "train" in run_cli("--help").stdout
 
 
+def test_every_command_is_registered():
+    from tricklab.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if a.dest == "command"]
+    assert set(commands.choices) == {
+        "data", "train", "tricks", "recipes", "models", "speedrun", "ablate", "sweep", "results",
+        "profile",
+    }  # fmt: skip
+
+
+def _imports(path):
+    """The tricklab modules a source file imports, at any level (function bodies included)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {name for name in found if name.startswith("tricklab")}
+
+
+def test_no_two_modules_import_each_other_even_inside_functions():
+    """An import cycle hidden behind a function-level import is still a cycle."""
+    from pathlib import Path
+
+    import tricklab
+
+    root = Path(tricklab.__file__).parent
+    modules = {}
+    for path in root.rglob("*.py"):
+        name = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imports(path):
+            while imported and imported not in modules:  # `from pkg import name`: the module
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+
+    def reachable(start):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    cycles = sorted(name for name in graph if name in reachable(name))
+    assert cycles == []
+
+
 def test_light_commands_do_not_load_torch():
     """--help, --version, `tricks`, `recipes` and a bad override answer without importing torch
     (seconds of start-up); `tricklab.train` is still the function once asked for."""

@@ -13,41 +13,32 @@ import signal
 import sys
 import time
 import traceback
-import typing
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
-from rich.text import Text
 
 import tricklab
+from tricklab import speedrun
+from tricklab.clitools import (
+    INTERRUPTED_EXIT_CODE,
+    Parser,
+    check_not_empty,
+    console,
+    err_console,
+    print_error,
+    recipe_and_overrides,
+)
+from tricklab.data.names import DATASET_NAMES
 from tricklab.errors import TrickLabError
+from tricklab.experiments import cli as experiments_cli
+from tricklab.measure import profile_cli
 from tricklab.paths import first_missing, new_numbered_dir, remove_empty_dirs
+from tricklab.train.recipe import builtin_recipes, field_table, load_recipe
 
-# Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
-
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 MAX_CLASSES = 100_000
-
-
-def check_not_empty(args: argparse.Namespace, *options: str) -> None:
-    """An empty --out, --study, ... is a mistake (an unset variable), not a request for the default."""
-    for option in options:
-        value = getattr(args, option.lstrip("-").replace("-", "_"))
-        if value is not None and not value.strip():
-            raise TrickLabError(f"{option} is empty; give a value or leave it out")
-
-
-def _recipe_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    """Split positional words into an optional recipe (no '=') and key=value overrides."""
-    words = list(args.words)
-    recipe = words.pop(0) if words and "=" not in words[0] else None
-    bad = [w for w in words if "=" not in w]
-    if bad:
-        raise TrickLabError(f"expected key=value overrides after the recipe, got '{bad[0]}'")
-    return recipe, words
 
 
 # ---------------------------------------------------------------- data
@@ -84,9 +75,6 @@ class EpochView:
     """Live view of a run: a table row per epoch and a bar over the epochs."""
 
     def __init__(self, total_epochs: float) -> None:
-        from rich.live import Live
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         self.table = Table()
         for col in ("epoch", "train loss", "train acc", "val loss", "val acc", "lr", "s", "img/s"):
             self.table.add_column(col, justify="right")
@@ -99,8 +87,6 @@ class EpochView:
         self.task = self.progress.add_task(
             "train", total=max(1, int(-(-total_epochs // 1))), speed=""
         )
-        from rich.console import Group
-
         self.live = Live(Group(self.table, self.progress), console=err_console, transient=False)
 
     def __enter__(self) -> EpochView:
@@ -179,9 +165,7 @@ def _default_run_dir(recipe_name: str | None) -> tuple[Path, Path]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from tricklab.train.recipe import load_recipe
-
-    name, overrides = _recipe_and_overrides(args)
+    name, overrides = recipe_and_overrides(args.words)
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
     from tricklab.train.api import RunResult, train
@@ -221,8 +205,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- listings
 def cmd_tricks(args: argparse.Namespace) -> int:
-    from tricklab.train.recipe import field_table
-
     rows = field_table()
     if args.json:
         print(json.dumps(rows))
@@ -246,8 +228,6 @@ def cmd_tricks(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from tricklab.train.recipe import builtin_recipes
-
     recipes = builtin_recipes()
     if args.json:
         print(json.dumps(recipes))
@@ -298,24 +278,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_error(message: str) -> None:
-    """A user mistake: one line on stderr."""
-    err_console.print(
-        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
-    )
-
-
 # ---------------------------------------------------------------- parser
-class _Parser(argparse.ArgumentParser):
-    """argparse with a usage mistake as one line on stderr (not the usage block), exit 2."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        print_error(f"{self.prog}: {message} (see {self.prog} --help)")
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="tricklab",
         description="Train CIFAR-scale image classifiers fast; measure honestly which tricks help.",
     )
@@ -326,9 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_parser.set_defaults(func=lambda args: data_parser.print_help() or 2)  # no ACTION given
     data = data_parser.add_subparsers(dest="data_command", metavar="ACTION")
     show = data.add_parser("show", help="split sizes, classes, per-class counts, shape, mean/std")
-    show.add_argument(
-        "name", help="cifar10 | cifar100 | mnist | fashion-mnist | svhn | imagefolder | synthetic"
-    )
+    show.add_argument("name", help=" | ".join(DATASET_NAMES))
     show.add_argument("--data-dir", help="folder holding the dataset files")
     show.add_argument("--cache-dir", help="decoded-dataset cache (default ~/.cache/tricklab)")
     show.add_argument("--image-size", type=int, help="resize to this side length")
@@ -360,14 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
 
-    for module in ("tricklab.speedrun", "tricklab.experiments.cli", "tricklab.measure.profile_cli"):
-        try:
-            register = __import__(module, fromlist=["register"]).register
-        except ImportError as exc:
-            if exc.name != module:
-                raise
-            continue
-        register(sub)
+    for module in (speedrun, experiments_cli, profile_cli):  # each adds its own commands
+        module.register(sub)
     return parser
 
 

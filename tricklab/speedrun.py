@@ -24,10 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
+from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, console, err_console
 from tricklab.errors import TrickLabError
+from tricklab.experiments.plan import normalize_target
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
 from tricklab.paths import atomic_write
-from tricklab.train.recipe import Recipe
+from tricklab.train.recipe import Recipe, load_recipe
 
 DEFAULT_RECIPE = "speedrun94"
 DEFAULT_RUNS = 10
@@ -108,7 +112,7 @@ class SpeedrunSummary:
 
 def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
     """Two-sided 95 % Student-t confidence interval of the mean; None for fewer than two values."""
-    from tricklab.measure.intervals import mean_interval
+    from tricklab.measure.intervals import mean_interval  # numpy: kept out of `tricklab --help`
 
     _, _, low, high = mean_interval(values, 0.95)
     return None if low is None else (low, high)
@@ -359,8 +363,6 @@ def run_line(run: SpeedrunRun | None) -> str:
 
 def render_summary(summary: SpeedrunSummary) -> Any:
     """A rich table of the summary statistics."""
-    from rich.table import Table
-
     table = Table(
         title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}"
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
@@ -410,12 +412,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
 
 
 def cmd_speedrun(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from tricklab.cli import INTERRUPTED_EXIT_CODE, check_not_empty
-    from tricklab.experiments.plan import normalize_target
     from tricklab.train.api import check_setup
-    from tricklab.train.recipe import load_recipe
 
     bad = [w for w in args.overrides if "=" not in w]
     if bad:
@@ -428,8 +425,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)
     check_setup([recipe])  # bad data, model or device: one line before anything is printed
     # With --json, stdout carries only the summary object; progress goes to stderr.
-    out_console = Console(stderr=args.json, markup=False)
-    err = Console(stderr=True, markup=False)
+    out_console = err_console if args.json else console
+    err = err_console
     err.print(
         f"speedrun {args.recipe}: 1 warm-up run (not counted) + {args.runs} runs, seeds 0..{args.runs - 1}"
         if args.warmup_epochs != 0

@@ -18,9 +18,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tricklab.cli import INTERRUPTED_EXIT_CODE, check_not_empty
+from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, recipe_and_overrides
+from tricklab.clitools import wide_console as console
 from tricklab.errors import TrickLabError
-from tricklab.experiments.plan import PRUNERS, SAMPLERS
+from tricklab.experiments.plan import (
+    PRUNERS,
+    SAMPLERS,
+    budget_overrides,
+    default_study_name,
+    normalize_target,
+    parse_vary,
+)
+from tricklab.train.recipe import load_recipe
 
 if TYPE_CHECKING:
     from tricklab.experiments.runner import ExperimentSummary, Liveness, RunEvent
@@ -181,11 +190,7 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _baseline(args: argparse.Namespace) -> Any:
-    from tricklab.experiments.plan import budget_overrides, normalize_target
-    from tricklab.train.recipe import load_recipe
-
-    tokens = list(args.baseline)
-    name = tokens.pop(0) if tokens and "=" not in tokens[0] else None
+    name, tokens = recipe_and_overrides(args.baseline)
     target = normalize_target(args.target) if args.target is not None else None
     budget = budget_overrides(args.budget_epochs, args.budget_seconds, target)
     baseline = load_recipe(name, [*budget, *tokens])
@@ -246,7 +251,6 @@ def _run_line(console: Console) -> Any:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from tricklab.experiments.plan import default_study_name, parse_vary
     from tricklab.experiments.runner import ablate, plan_ablation
     from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
 
@@ -291,7 +295,6 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from tricklab.experiments.plan import default_study_name
     from tricklab.experiments.runner import check_sweep, grid_configs, sweep
     from tricklab.experiments.space import load_space
     from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
@@ -353,7 +356,6 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_results(args: argparse.Namespace) -> int:
-    from tricklab.experiments.plan import normalize_target
     from tricklab.experiments.runner import study_results
     from tricklab.experiments.stats import write_csv
 
@@ -481,14 +483,3 @@ def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
             note = "within noise" if r.within_noise else "significant"
         table.add_row(r.config_id, str(r.n), acc, diff, secs, speed, reached, failures, note)
     return table
-
-
-def console(stderr: bool = False) -> Console:
-    """A rich console without markup; when not a terminal (a log, a pipe), wide enough not to wrap
-    tables."""
-    made = Console(stderr=stderr, soft_wrap=True, markup=False)  # config ids print as they are
-    return (
-        made
-        if made.is_terminal
-        else Console(stderr=stderr, soft_wrap=True, markup=False, width=200)
-    )
