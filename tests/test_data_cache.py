@@ -1,5 +1,6 @@
 """The decoded-dataset cache: bit-identical round trips, no decode on a hit, safe and atomic files."""
 
+import json
 import os
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tricklab.cli import main
 from tricklab.data import cache, imagefolder
 from tricklab.data.sources import load_dataset
 from tricklab.errors import TrickLabError
@@ -234,3 +236,155 @@ def test_folder_fingerprint_hashes_names_that_are_not_utf8_by_their_bytes(tmp_pa
             f.write(b"same bytes")
     first, second = sorted(tmp_path.iterdir())
     assert cache.fingerprint_tree([first], tmp_path) != cache.fingerprint_tree([second], tmp_path)
+
+
+# ---------------------------------------------------------------- every kind of damage
+
+
+def rewrite(path: Path, **changes) -> None:
+    """Write the cache file again with some arrays replaced (None: left out)."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    arrays.update(changes)
+    with open(path, "wb") as f:
+        np.savez(f, **{k: v for k, v in arrays.items() if v is not None})
+
+
+def arrays_of(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def flip_a_pixel_byte(path: Path) -> None:
+    blob = bytearray(path.read_bytes())
+    images = arrays_of(path)["images"]
+    at = blob.find(images.tobytes()[:64]) + 100  # inside the pixels, past the npy header
+    blob[at] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
+def header_claiming_more_images(path: Path) -> None:
+    blob = path.read_bytes()
+    n = len(arrays_of(path)["labels"])
+    old = f"'shape': ({n}, 3, 8, 8)".encode()
+    new = f"'shape': ({n * 1000}, 3, 8, 8)".encode()
+    assert old in blob
+    path.write_bytes(blob.replace(old, new[: len(old)] if len(new) > len(old) else new))
+
+
+def npy_where_the_npz_belongs(path: Path) -> None:
+    images = arrays_of(path)["images"]
+    with open(path, "wb") as f:
+        np.save(f, images)
+
+
+DAMAGE = {
+    "zero-bytes": lambda p: p.write_bytes(b""),
+    "npy-array": npy_where_the_npz_belongs,
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+    "garbage": lambda p: p.write_bytes(np.random.default_rng(0).bytes(p.stat().st_size)),
+    "flipped-pixel-byte": flip_a_pixel_byte,
+    "header-claims-more": header_claiming_more_images,
+    "missing-labels": lambda p: rewrite(p, labels=None),
+    "extra-array": lambda p: rewrite(p, extra=np.zeros(3)),
+    "images-float32": lambda p: rewrite(p, images=arrays_of(p)["images"].astype(np.float32)),
+    "labels-int32": lambda p: rewrite(p, labels=arrays_of(p)["labels"].astype(np.int32)),
+    "classes-bytes": lambda p: rewrite(p, classes=np.array([b"ant", b"bee"])),
+    "images-3d": lambda p: rewrite(p, images=arrays_of(p)["images"][:, 0]),
+    "labels-2d": lambda p: rewrite(p, labels=arrays_of(p)["labels"][:, None]),
+    "labels-short": lambda p: rewrite(p, labels=arrays_of(p)["labels"][:-1]),
+    "images-fortran-order": lambda p: rewrite(p, images=np.asfortranarray(arrays_of(p)["images"])),
+    "compressed": lambda p: np.savez_compressed(p, **arrays_of(p)),
+    "fifo": lambda p: (p.unlink(), os.mkfifo(p)),
+    "link-to-dev-zero": lambda p: (p.unlink(), p.symlink_to("/dev/zero")),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_every_kind_of_damage_to_a_cache_file_is_rebuilt_from_the_source(tmp_path, caplog, damage):
+    make_tree(tmp_path / "data")
+    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    path = next(f for f in cache_files(tmp_path / "cache") if f.name.endswith("-train.npz"))
+    intact = arrays_of(path)
+    DAMAGE[damage](path)
+    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert torch.equal(second.train.images, first.train.images)
+    assert torch.equal(second.train.labels, first.train.labels)
+    assert second.classes == first.classes
+    assert path.is_file() and not path.is_symlink()  # rebuilt in place
+    rebuilt = arrays_of(path)
+    assert rebuilt.keys() == intact.keys()
+    assert all(np.array_equal(rebuilt[k], intact[k]) for k in intact)
+    assert any("decoding the source again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cache_file_of_other_data_under_this_name_is_not_trusted(tmp_path):
+    """Same classes, shapes and dtypes, other pixels: only the key inside the file tells."""
+    make_tree(tmp_path / "data", seed=0)
+    make_tree(tmp_path / "other", seed=1)
+    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    mine = cache_files(tmp_path / "cache")
+    load_dataset("imagefolder", tmp_path / "other", cache_dir=tmp_path / "other-cache")
+    theirs = cache_files(tmp_path / "other-cache")
+    for own, other in zip(mine, theirs):  # sorted: test, train
+        own.write_bytes(other.read_bytes())
+    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert torch.equal(second.train.images, first.train.images)
+    assert torch.equal(second.test.images, first.test.images)
+
+
+def test_a_folder_where_the_cache_file_belongs_is_one_clear_line(tmp_path, capsys):
+    make_tree(tmp_path / "data")
+    load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    path = next(f for f in cache_files(tmp_path / "cache") if f.name.endswith("-train.npz"))
+    path.unlink()
+    (path / "inside").mkdir(parents=True)
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the dataset cache file ") and err.count("\n") == 1
+    assert path.name in err and "delete that folder" in err
+
+
+TINY_TRAIN = [
+    "data.name=imagefolder", "data.image_size=16", "model.name=airbench",
+    "model.widths=[8,16,16]", "loader.kind=device", "loader.batch_size=4", "run.epochs=1",
+    "run.device=cpu",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", ["zero-bytes", "npy-array"])
+def test_tricklab_train_rebuilds_a_damaged_cache_file(tmp_path, capsys, damage):
+    make_tree(tmp_path / "data")
+    load_dataset("imagefolder", tmp_path / "data", image_size=16, cache_dir=tmp_path / "cache")
+    path = next(f for f in cache_files(tmp_path / "cache") if f.name.endswith("-train.npz"))
+    DAMAGE[damage](path)
+    data = [f"data.dir={tmp_path / 'data'}", f"data.cache_dir={tmp_path / 'cache'}"]
+    code = main(["train", *TINY_TRAIN, *data, "--out", str(tmp_path / "run"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["status"] == "complete"
+    assert arrays_of(path)["images"].shape == (6, 3, 16, 16)
+
+
+def test_empty_cache_dir_is_refused(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        with pytest.raises(TrickLabError, match=r"cache_dir is empty"):
+            load_dataset("imagefolder", tmp_path / "data", cache_dir=empty)
+    assert not (tmp_path / "datasets").exists()
+
+
+def test_cli_empty_cache_dir_exits_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    make_tree(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data"), "--cache-dir", ""]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cache" in err and "empty" in err
+    data = [f"data.dir={tmp_path / 'data'}", 'data.cache_dir=""']
+    assert main(["train", *TINY_TRAIN, *data, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cache_dir" in err and "empty" in err
+    assert not (tmp_path / "datasets").exists()

@@ -7,9 +7,12 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +23,18 @@ import torch.nn.functional as F
 from PIL import Image
 
 from tricklab.cli import main
-from tricklab.data import cache
+from tricklab.data import cache, imagefolder, limits
+from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_SIZE
+from tricklab.data.names import DATASET_NAMES
 from tricklab.data.sources import (
-    DATASET_NAMES,
     Dataset,
     Split,
     balanced_subset,
     describe_dataset,
     load_dataset,
-    make_synthetic,
+    loader_for,
 )
+from tricklab.data.synthetic import make_synthetic
 from tricklab.errors import TrickLabError
 
 CIFAR10_CLASSES = [
@@ -875,14 +880,14 @@ def test_corrupt_image_whose_name_is_not_utf8_is_named_with_escapes(tmp_path):
 def test_unreadable_image_is_named_with_the_reason(tmp_path, monkeypatch):
     make_tree(tmp_path / "data")
     unreadable = tmp_path / "data" / "train" / "cat" / "0003.png"
-    read_bytes = Path.read_bytes
+    open_path = Path.open
 
-    def refuse(path: Path) -> bytes:  # what a chmod 000 file gives a user who is not root
+    def refuse(path: Path, *args, **kwargs):  # what a chmod 000 file gives a user not root
         if path == unreadable:
             raise PermissionError(13, "Permission denied", str(path))
-        return read_bytes(path)
+        return open_path(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
     with pytest.raises(
         TrickLabError, match=r"^cannot read .*train/cat/0003\.png: Permission denied$"
     ):
@@ -1086,4 +1091,279 @@ def test_dataset_image_shape_and_num_classes_come_from_the_data():
 
 def test_dataset_too_large_for_memory_is_one_clear_error():
     with pytest.raises(TrickLabError, match="does not fit in memory"):
-        load_dataset("synthetic", train_size=10, test_size=10, image_size=10**6)
+        load_dataset("synthetic", train_size=10**8, test_size=10, image_size=1024)
+
+
+# ---------------------------------------------------------------- one table of dataset names
+
+
+def test_dataset_names_come_from_one_table_that_imports_without_torch():
+    """The table load_dataset dispatches through is what the recipe and the CLI offer, and reading
+    it (recipe checks, `tricklab --help`) loads no torch."""
+    probe = (
+        "import sys\n"
+        "from tricklab.data.names import DATASET_NAMES, DATASET_SOURCES\n"
+        "from tricklab.train.recipe import DataConfig\n"
+        "from tricklab.cli import build_parser\n"
+        "import dataclasses\n"
+        "choices = next(f for f in dataclasses.fields(DataConfig) if f.name == 'name')\n"
+        "assert choices.metadata['choices'] == DATASET_NAMES == tuple(DATASET_SOURCES)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "print(build_parser().parse_args(['data', 'show', 'x']).func.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    help_text = subprocess.run(
+        [sys.executable, "-m", "tricklab", "data", "show", "--help"], capture_output=True, text=True
+    ).stdout
+    assert " | ".join(DATASET_NAMES) in " ".join(help_text.split())
+
+
+def test_every_dataset_name_resolves_to_a_loader():
+    for name in DATASET_NAMES:
+        assert callable(loader_for(name)), name
+
+
+# ---------------------------------------------------------------- sizes that cannot fit
+
+
+def run_with_memory_limit(
+    code: str, extra_bytes: int, imports: str = "torch, tricklab.cli, tricklab.data.sources"
+):
+    """Run `code` in a child whose address space may grow by `extra_bytes` past what `imports`
+    took (RLIMIT_AS); skips where the limit cannot be set."""
+    resource = pytest.importorskip("resource")
+    if not hasattr(resource, "RLIMIT_AS") or not Path("/proc/self/status").is_file():
+        pytest.skip("needs RLIMIT_AS and /proc (Linux)")
+    prelude = (
+        "import re, resource, sys\n"
+        f"import {imports}\n"
+        "if 'torch' in sys.modules: sys.modules['torch'].set_num_threads(1)\n"
+        "vm = int(re.search(r'VmSize:\\s+(\\d+) kB', open('/proc/self/status').read())[1]) * 1024\n"
+        "hard = resource.getrlimit(resource.RLIMIT_AS)[1]\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, (vm + {extra_bytes}, hard))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300
+    )
+
+
+def cli_in_child(*args: str) -> str:
+    return f"from tricklab.cli import main\nsys.exit(main({list(args)!r}))\n"
+
+
+def test_data_show_with_a_huge_image_size_is_refused_before_allocating(tmp_path):
+    make_tree(tmp_path / "data")
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
+    args += ["--image-size", "100000", "--cache-dir", str(tmp_path / "cache")]
+    out = run_with_memory_limit(cli_in_child(*args), extra_bytes=2 << 30)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "image_size=100000" in out.stderr
+    assert f"at most {MAX_IMAGE_SIZE}" in out.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("name", ["synthetic", "imagefolder"])
+def test_image_size_above_the_bound_is_refused_by_load_dataset(tmp_path, name):
+    make_tree(tmp_path / "data")
+    with pytest.raises(TrickLabError, match=rf"image_size={MAX_IMAGE_SIZE + 1} .*at most"):
+        load_dataset(name, tmp_path / "data", image_size=MAX_IMAGE_SIZE + 1)
+
+
+def test_imagefolder_too_large_for_memory_is_refused_before_decoding(tmp_path, monkeypatch):
+    make_tree(tmp_path / "data")  # 18 images: 18 x 3 x 1000 x 1000 bytes, twice over while decoding
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 50_000_000)
+    decoded = []
+    monkeypatch.setattr(imagefolder, "decode_image", lambda *args: decoded.append(args))
+    with pytest.raises(
+        TrickLabError, match=r"imagefolder does not fit in memory: .*103\.0 MiB.* 47\.7 MiB avail"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", image_size=1000, cache_dir=tmp_path / "c")
+    assert decoded == [] and not (tmp_path / "c").exists()
+
+
+def test_imagefolder_of_large_images_is_refused_after_decoding_only_the_first(
+    tmp_path, monkeypatch
+):
+    make_tree(tmp_path / "data", size=64)  # 18 images of 64 x 64: 442 kB decoded, twice over
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 400_000)
+    decode_image = imagefolder.decode_image
+    decoded = []
+    monkeypatch.setattr(
+        imagefolder, "decode_image", lambda *args: decoded.append(args) or decode_image(*args)
+    )
+    with pytest.raises(TrickLabError, match=r"does not fit in memory: 18 images of 3x64x64"):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "c")
+    assert len(decoded) == 1
+
+
+def test_synthetic_too_large_for_memory_is_refused_before_generating(monkeypatch):
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 100_000_000)
+    with pytest.raises(TrickLabError, match=r"synthetic does not fit in memory: 20010 images"):
+        load_dataset("synthetic", train_size=20_000, test_size=10)
+
+
+def test_cifar_resize_too_large_for_memory_is_refused_before_resizing(tmp_path, monkeypatch):
+    write_fake_cifar(tmp_path / "data")  # 24 images
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 1_000_000)
+    with pytest.raises(TrickLabError, match=r"cifar10 does not fit in memory: 20 images of 3x512"):
+        load_dataset(
+            "cifar10", tmp_path / "data", image_size=512, cache_dir=tmp_path / "c", download=False
+        )
+
+
+def test_available_memory_counts_an_address_space_limit():
+    code = (
+        "from tricklab.data.limits import available_memory_bytes\nprint(available_memory_bytes())\n"
+    )
+    out = run_with_memory_limit(code, extra_bytes=100 << 20, imports="tricklab.data.limits")
+    assert out.returncode == 0, out.stderr
+    assert 0 < int(out.stdout) <= 100 << 20
+
+
+def test_available_memory_counts_a_cgroup_limit(tmp_path):
+    (tmp_path / "memory.max").write_text("300000000\n")
+    (tmp_path / "memory.current").write_text("100000000\n")
+    assert limits.cgroup_headroom_bytes(tmp_path) == 200_000_000
+    (tmp_path / "memory.max").write_text("max\n")
+    assert limits.cgroup_headroom_bytes(tmp_path) is None
+
+
+def write_zeros_member(tar: tarfile.TarFile, name: str, size: int) -> None:
+    """A member of `size` zero bytes, written without holding them in memory."""
+
+    class Zeros(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            buffer[:] = bytes(len(buffer))
+            return len(buffer)
+
+    info = tarfile.TarInfo(name)
+    info.size = size
+    tar.addfile(info, io.BufferedReader(Zeros()))
+
+
+def archive_with_extra_member(tmp_path: Path, member: str, size: int) -> Path:
+    make_tree(tmp_path / "tree")
+    data = tmp_path / "data"
+    data.mkdir()
+    with tarfile.open(data / "train.tar.gz", "w:gz", compresslevel=1) as tar:
+        tar.add(tmp_path / "tree" / "train", arcname="train")
+        write_zeros_member(tar, member, size)
+    tar_split(tmp_path / "tree", "test", data / "test.tar.gz")
+    return data
+
+
+def test_archive_member_of_zeros_is_streamed_past_within_a_memory_limit(tmp_path):
+    """A 256 MiB member that is not an image is skipped without being read into memory."""
+    data = archive_with_extra_member(tmp_path, "train/cat/zeros.bin", 256 << 20)
+    code = (
+        "from tricklab.data.sources import load_dataset\n"
+        f"ds = load_dataset('imagefolder', {str(data)!r}, cache_dir={str(tmp_path / 'c')!r})\n"
+        "print(len(ds.train))\n"
+    )
+    out = run_with_memory_limit(code, extra_bytes=128 << 20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["12"]
+    assert "train/cat/zeros.bin" in out.stderr  # named as skipped
+
+
+def test_archive_member_larger_than_an_image_may_be_is_refused_naming_it(tmp_path):
+    data = archive_with_extra_member(tmp_path, "train/cat/huge.png", MAX_IMAGE_FILE_BYTES + 1)
+    with pytest.raises(
+        TrickLabError,
+        match=r"train/cat/huge\.png \(in train\.tar\.gz\) is 67,108,865 bytes.*at most 64\.0 MiB",
+    ):
+        load_dataset("imagefolder", data, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_image_file_larger_than_an_image_may_be_is_refused_naming_it(tmp_path):
+    make_tree(tmp_path / "data")
+    with open(tmp_path / "data" / "train" / "cat" / "huge.png", "wb") as f:
+        f.truncate(MAX_IMAGE_FILE_BYTES + 1)  # sparse: no disk space taken
+    with pytest.raises(
+        TrickLabError, match=r"image train/cat/huge\.png is 67,108,865 bytes.*at most 64\.0 MiB"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
+def test_large_file_in_an_image_folder_is_hashed_within_a_memory_limit(tmp_path):
+    make_tree(tmp_path / "data")
+    with open(tmp_path / "data" / "train" / "cat" / "notes.bin", "wb") as f:
+        f.truncate(256 << 20)
+    code = (
+        "from tricklab.data.sources import load_dataset\n"
+        f"ds = load_dataset('imagefolder', {str(tmp_path / 'data')!r}, "
+        f"cache_dir={str(tmp_path / 'c')!r})\n"
+        "print(len(ds.train))\n"
+    )
+    out = run_with_memory_limit(code, extra_bytes=128 << 20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["12"]
+
+
+@pytest.mark.parametrize("layout", ["folder", "archive"])
+def test_files_that_are_not_images_are_skipped_with_a_warning_naming_them(tmp_path, layout, caplog):
+    make_tree(tmp_path / "tree")
+    (tmp_path / "tree" / "train" / "cat" / "notes.txt").write_text("not an image")
+    (tmp_path / "tree" / "train" / "README").write_text("not an image either")
+    data = tmp_path / "tree"
+    if layout == "archive":
+        data = tmp_path / "archives"
+        data.mkdir()
+        for split in ("train", "test"):
+            tar_split(tmp_path / "tree", split, data / f"{split}.tar.gz")
+    with caplog.at_level("WARNING", logger="tricklab"):
+        ds = load_dataset("imagefolder", data, cache_dir=tmp_path / "cache")
+    assert len(ds.train) == 12
+    [warning] = [r.getMessage() for r in caplog.records if "not images" in r.getMessage()]
+    assert "2 files" in warning and "train/cat/notes.txt" in warning and "train/README" in warning
+
+
+def png_claiming_size(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height pixels (its body is a 1x1 image's)."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((1, 1, 3), dtype=np.uint8)).save(buffer, format="PNG")
+    blob = bytearray(buffer.getvalue())
+    ihdr = 8 + 8  # signature, then the IHDR chunk's length and type
+    blob[ihdr : ihdr + 8] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    crc = zlib.crc32(bytes(blob[12 : ihdr + 13]))
+    blob[ihdr + 13 : ihdr + 17] = crc.to_bytes(4, "big")
+    return bytes(blob)
+
+
+def test_image_whose_header_claims_too_many_pixels_is_refused_before_decoding(tmp_path):
+    make_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "cat" / "bomb.png").write_bytes(png_claiming_size(9000, 9000))
+    with pytest.raises(
+        TrickLabError, match=r"image train/cat/bomb\.png is 9000x9000 pixels, more than the"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
+def test_cifar_batch_whose_data_is_a_shared_nested_list_is_refused_without_expanding_it(
+    tmp_path,
+):
+    write_fake_cifar(tmp_path / "data")
+    archive = tmp_path / "data" / "cifar-10-python.tar.gz"
+    row = [0] * 3072
+    bomb = pickle.dumps({b"data": [row] * 200_000, b"labels": [0] * 200_000}, protocol=2)
+    with tarfile.open(archive) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    members["cifar-10-batches-py/data_batch_1"] = bomb
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, blob in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    code = (
+        "from tricklab.cli import main\n"
+        f"sys.exit(main(['data', 'show', 'cifar10', '--data-dir', {str(tmp_path / 'data')!r}, "
+        f"'--cache-dir', {str(tmp_path / 'c')!r}]))\n"
+    )
+    out = run_with_memory_limit(code, extra_bytes=512 << 20)
+    assert out.returncode == 2, out.stderr
+    assert "data_batch_1" in out.stderr and "not an official CIFAR batch" in out.stderr

@@ -2,12 +2,18 @@
 
 Decoding 60,000 JPEGs takes seconds; reading the decoded arrays back takes a fraction of one.
 Each cached split is a plain numpy archive (`images` uint8 N×C×H×W, `labels` int64 N, `classes` a
-unicode array), so loading it with `allow_pickle=False` can never execute code. A file's name holds
-a sha256 over the source's fingerprint (see `sha256_file` and `fingerprint_tree`) and the decode
-options (image size), so a changed source or option simply misses the cache. The splits are
-written to temporary names in the same folder and renamed into place only when all are written,
-so a crash or a full disk never leaves a half-written file, or one split without the other, under
-a real name. A cached file whose labels or classes do not fit is a miss, decoded again.
+unicode array, `key` the file's own cache key), so loading it with `allow_pickle=False` can never
+execute code. A file's name holds a sha256 over the source's fingerprint (see `sha256_file` and
+`fingerprint_tree`) and the decode options (image size), so a changed source or option simply
+misses the cache. The splits are written to temporary names in the same folder and renamed into
+place only when all are written, so a crash or a full disk never leaves a half-written file, or
+one split without the other, under a real name.
+
+A cached file is trusted only if it is exactly what `write_cached_splits` writes: a zip of the
+four stored (uncompressed) arrays with the expected dtypes and shapes, each array's size matching
+its header, its CRC matching, labels within the classes and the key matching its name. Anything
+else (an empty file, a `.npy`, a truncated or foreign file, a link to a device) is a miss, logged
+and decoded again; no array larger than the file itself is ever allocated for it.
 """
 
 from __future__ import annotations
@@ -15,21 +21,33 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import stat
 import tempfile
+import time
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
 from tricklab.errors import TrickLabError
+from tricklab.paths import first_missing, remove_empty_dirs
 
 log = logging.getLogger(__name__)
 
 # Bump when the decoded content for the same source changes (e.g. a different resize filter).
-CACHE_FORMAT_VERSION = 1
+# 2: each file holds its own key.
+CACHE_FORMAT_VERSION = 2
 _TEMP_SUFFIX = ".partial"
+# The arrays of a cached split: the dtype kind each must have and its number of dimensions.
+_ARRAYS = {"images": ("u1", 4), "labels": ("i8", 1), "classes": ("U", 1), "key": ("U", 0)}
+_READ_CHUNK_BYTES = 16 << 20
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 SplitArrays = tuple[np.ndarray, np.ndarray, list[str]]  # images, labels, class names
 
@@ -70,9 +88,10 @@ def fingerprint_tree(paths: Iterable[Path], root: Path) -> str:
         if path.is_dir():
             digest.update(name + b"/\n")
             continue
-        data = path.read_bytes()
-        digest.update(name + f"\t{len(data)}\n".encode())
-        digest.update(data)
+        with path.open("rb") as f:  # in chunks: a huge stray file costs time, not memory
+            digest.update(name + f"\t{os.fstat(f.fileno()).st_size}\n".encode())
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -90,14 +109,12 @@ def split_file(folder: Path, name: str, key: str, split: str) -> Path:
 def read_cached_splits(
     folder: Path, name: str, key: str, splits: Iterable[str]
 ) -> dict[str, SplitArrays] | None:
-    """All requested splits from the cache, or None when any of them is missing, unreadable, or
+    """All requested splits from the cache, or None when any of them is missing, damaged, or
     does not fit the others (a file that no decode could have written is rebuilt, not trusted)."""
     result = {}
     for split in splits:
         path = split_file(folder, name, key, split)
-        if not path.is_file():
-            return None
-        arrays = _read_split(path)
+        arrays = _read_split(path, file_key(name, key, split))
         if arrays is None:
             return None
         if result:
@@ -113,28 +130,93 @@ def read_cached_splits(
     return result
 
 
-def _read_split(path: Path) -> SplitArrays | None:
+def file_key(name: str, key: str, split: str) -> str:
+    """What a cached split holds as `key`: its dataset, full cache key and split."""
+    return f"{name}-{key}-{split}"
+
+
+def _read_split(path: Path, expected_key: str) -> SplitArrays | None:
+    """One cached split, or None (logged) when the file is missing or is not exactly what
+    `write_cached_splits` writes for this key."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            images, labels, classes = npz["images"], npz["labels"], npz["classes"]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-        # A damaged cache file is rebuilt from the source, which is still there.
-        log.warning("ignoring unreadable cache file %s (%s); decoding the source again", path, err)
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise TrickLabError(f"the dataset cache file {path} is a folder; delete that folder")
+        if not stat.S_ISREG(mode):
+            raise _Damaged("not a regular file")
+        with open(path, "rb") as f, zipfile.ZipFile(f) as archive:
+            arrays = _read_arrays(archive, os.fstat(f.fileno()).st_size)
+    except FileNotFoundError:
         return None
-    if (
-        images.dtype != np.uint8
-        or images.ndim != 4
-        or labels.dtype != np.int64
-        or labels.ndim != 1
-        or len(labels) != len(images)
-        or classes.ndim != 1
-        or (len(labels) and (labels.min() < 0 or labels.max() >= len(classes)))
-    ):
-        log.warning(
-            "ignoring cache file %s with unexpected arrays; decoding the source again", path
-        )
+    except (MemoryError, TrickLabError):
+        raise  # an intact file too large for memory: decoding again would not fit either
+    except Exception as err:  # a damaged file can make zipfile or numpy raise almost anything
+        # A damaged cache file is rebuilt from the source, which is still there.
+        log.warning("ignoring damaged cache file %s (%s); decoding the source again", path, err)
+        return None
+    images, labels, classes, key = (arrays[name] for name in _ARRAYS)
+    problem = (
+        "it belongs to another source or option"
+        if key.item() != expected_key
+        else "its labels do not match its images"
+        if len(labels) != len(images)
+        else "its images have neither 1 nor 3 channels"
+        if images.shape[1] not in (1, 3)
+        else "its labels are outside its classes"
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(classes))
+        else None
+    )
+    if problem:
+        log.warning("ignoring cache file %s: %s; decoding the source again", path, problem)
         return None
     return images, labels, [str(c) for c in classes]
+
+
+def _read_exactly(member, nbytes: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """Read an array's bytes in chunks into one buffer (zipfile checks the CRC at the end)."""
+    data = bytearray(nbytes)
+    view = memoryview(data)
+    filled = 0
+    while filled < nbytes:
+        got = member.readinto(view[filled : filled + _READ_CHUNK_BYTES])
+        if not got:
+            raise _Damaged("an array ends before its header says")
+        filled += got
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+class _Damaged(Exception):
+    """A cache file that is not what tricklab writes."""
+
+
+def _read_arrays(archive: zipfile.ZipFile, file_bytes: int) -> dict[str, np.ndarray]:
+    """The four arrays of a cached split, each checked against its header before it is read."""
+    infos = archive.infolist()
+    names = sorted(info.filename for info in infos)
+    if names != sorted(f"{name}.npy" for name in _ARRAYS):
+        raise _Damaged(f"it holds {', '.join(names) or 'nothing'}")
+    arrays = {}
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size > file_bytes:
+            raise _Damaged(f"{info.filename} is compressed or larger than the file")
+        name = info.filename.removesuffix(".npy")
+        with archive.open(info) as member:
+            read_header = _HEADER_READERS.get(np.lib.format.read_magic(member))
+            if read_header is None:
+                raise _Damaged(f"{info.filename} has an npy format tricklab does not write")
+            shape, fortran_order, dtype = read_header(member)
+            kind, ndim = _ARRAYS[name]
+            nbytes = math.prod(shape) * dtype.itemsize
+            if (
+                (dtype.kind if kind == "U" else dtype.str[1:]) != kind
+                or not dtype.isnative
+                or len(shape) != ndim
+                or fortran_order
+                or member.tell() + nbytes != info.file_size
+            ):
+                raise _Damaged(f"{info.filename} holds {dtype} {shape}, not what tricklab writes")
+            arrays[name] = _read_exactly(member, nbytes, dtype, shape)
+    return arrays
 
 
 def ensure_writable(folder: Path) -> None:
@@ -160,7 +242,7 @@ def write_cached_splits(folder: Path, name: str, key: str, splits: dict[str, Spl
     try:
         for split, (images, labels, classes) in splits.items():
             path = split_file(folder, name, key, split)
-            temps[path] = _write_temp(path, images, labels, classes)
+            temps[path] = _write_temp(path, images, labels, classes, file_key(name, key, split))
         for path, temp in temps.items():
             os.replace(temp, path)
             placed.append(path)
@@ -168,23 +250,72 @@ def write_cached_splits(folder: Path, name: str, key: str, splits: dict[str, Spl
         for leftover in (*temps.values(), *placed):
             leftover.unlink(missing_ok=True)
         if isinstance(err, OSError):
+            advice = (
+                "delete that folder"
+                if isinstance(err, IsADirectoryError)
+                else "set TRICKLAB_CACHE or pass cache_dir= (data.cache_dir=) to a folder with "
+                "free space"
+            )
             raise TrickLabError(
-                f"cannot write the dataset cache file {path} ({err.strerror or err}); "
-                "set TRICKLAB_CACHE or pass cache_dir= (data.cache_dir=) to a folder with free space"
+                f"cannot write the dataset cache file {path} ({err.strerror or err}); {advice}"
             ) from err
         raise
 
 
-def _write_temp(path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> Path:
+def _write_temp(
+    path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str], key: str
+) -> Path:
     """One split in a temporary file beside `path` (removed again if writing it fails)."""
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=_TEMP_SUFFIX)
     temp = Path(temp_name)
     try:
         with os.fdopen(fd, "wb") as f:
             # Uncompressed: loading is then a plain read, which is what makes the cache fast.
-            np.savez(f, images=images, labels=labels, classes=np.array(classes, dtype=np.str_))
+            np.savez(
+                f,
+                images=images,
+                labels=labels,
+                classes=np.array(classes, dtype=np.str_),
+                key=np.array(key, dtype=np.str_),
+            )
         os.chmod(temp, 0o644)  # mkstemp makes 0600; a shared cache folder wants readable files
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
     return temp
+
+
+def cached_splits(
+    name: str,
+    key_parts: dict,
+    split_names: Iterable[str],
+    cache_dir: str | Path | None,
+    build: Callable[[], tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]],
+) -> tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The decoded splits from the cache, else `build()` them and cache them.
+
+    `key_parts` (JSON-able) identify the source's content and the decode options.
+    """
+    folder = dataset_cache_dir(cache_dir)
+    key = cache_key(dataset=name, **key_parts)
+    start = time.perf_counter()
+    cached = read_cached_splits(folder, name, key, split_names)
+    if cached is not None:
+        log.info("loaded %s from cache %s in %.2f s", name, folder, time.perf_counter() - start)
+        classes = cached["train"][2]
+        return classes, {split: (images, labels) for split, (images, labels, _) in cached.items()}
+    created = first_missing(folder)
+    try:
+        ensure_writable(folder)  # fail before a slow decode, not after
+        classes, splits = build()
+        log.info(
+            "decoded %s in %.2f s; caching it in %s", name, time.perf_counter() - start, folder
+        )
+        write_cached_splits(
+            folder, name, key, {s: (*arrays, classes) for s, arrays in splits.items()}
+        )
+    except BaseException:
+        # A failed check, decode or write leaves no cache folder behind that it made.
+        remove_empty_dirs(folder, created)
+        raise
+    return classes, splits

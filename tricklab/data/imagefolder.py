@@ -2,15 +2,19 @@
 
 Images are decoded with Pillow, one by one: on two shared cores a thread pool measured slower
 than this plain loop (Pillow's per-image work is mostly Python-side for 32×32 images).
-Archives are read straight from memory, never extracted to disk; a member with an absolute path
-or `..`, or a link, is refused. Hidden files and folders (`.DS_Store`, `._x.jpg`,
-`.ipynb_checkpoints`) are skipped; so are files whose suffix is not an image suffix.
+Archives are streamed member by member, never extracted to disk nor held whole in memory; a
+member with an absolute path or `..`, or a link, is refused. Hidden files and folders
+(`.DS_Store`, `._x.jpg`, `.ipynb_checkpoints`) are skipped silently; other files whose suffix is
+not an image suffix are skipped with a warning naming them. Sizes are bounded before anything
+large is read (see `tricklab.data.limits`): an image file or member by its bytes, an image by the
+pixels its header declares, the decoded dataset by the memory available.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import re
 import tarfile
@@ -23,8 +27,13 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image, ImageFile
 
-from tricklab.data.cache import fingerprint_tree, sha256_file
+from tricklab.data import limits
+from tricklab.data.cache import cached_splits, fingerprint_tree, sha256_file
+from tricklab.data.dataset import LoadedSource, SourceRequest
+from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS, format_bytes
 from tricklab.errors import TrickLabError
+
+log = logging.getLogger(__name__)
 
 # Part of the cache key: raised when decoding changes what images come out (2: 16-bit grey scaled).
 DECODER_VERSION = 2
@@ -34,6 +43,7 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
 # Pillow modes that hold one grey channel; everything else is converted to RGB.
 _GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"}
+_SKIPPED_NAMES_SHOWN = 5  # names in the warning about skipped files
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,29 @@ class ImageEntry:
 class SplitListing:
     classes: list[str]
     entries: list[ImageEntry]
+
+
+def load_imagefolder(request: SourceRequest) -> LoadedSource:
+    """The loader `load_dataset` calls: every split decoded once, then read from the cache."""
+    if request.data_dir is None:
+        raise TrickLabError(
+            "dataset 'imagefolder' needs its folder: pass data_dir= (--data-dir / data.dir=) "
+            "holding train/<class>/<image> or train.tar.gz"
+        )
+    sources = find_split_sources(request.data_dir)
+    key_parts = {
+        "sources": {split: source_fingerprint(path) for split, path in sources.items()},
+        "image_size": request.image_size,
+        "decoder": DECODER_VERSION,
+    }
+    classes, splits = cached_splits(
+        "imagefolder",
+        key_parts,
+        tuple(sources),
+        request.cache_dir,
+        lambda: decode_imagefolder(sources, request.image_size),
+    )
+    return LoadedSource(classes, splits, str(request.data_dir))
 
 
 # ---------------------------------------------------------------- locating the splits
@@ -129,58 +162,135 @@ def list_split(source: Path) -> SplitListing:
 
 def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
+    skipped = []
     for path in sorted(_walk(folder)):
         rel = path.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts):
             continue
-        if path.is_dir() and len(rel.parts) == 1:
-            by_class.setdefault(rel.parts[0], [])
-        elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
-            display = printable(f"{split}/{rel.as_posix()}")
+        display = printable(f"{split}/{rel.as_posix()}")
+        if path.is_dir():
+            if len(rel.parts) == 1:
+                by_class.setdefault(rel.parts[0], [])
+        elif path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
+            skipped.append(display)
+        else:
             if len(rel.parts) == 1:
                 raise _outside_class_folder(display, split)
+            _check_file_size(path.stat().st_size, f"image {display}")
             by_class.setdefault(rel.parts[0], []).append((display, path))
+    _warn_skipped(skipped, folder)
     return _sorted_by_name(by_class)
 
 
 def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
-    raw = archive.read_bytes()
-    try:
-        # Decompressing once up front is ~3× faster than letting tarfile seek in a gzip stream.
-        data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-        tar = tarfile.open(fileobj=io.BytesIO(data))
-        members = tar.getmembers()  # reads every header: a damaged body fails here, not later
-    except (OSError, EOFError, zlib.error, tarfile.TarError) as err:
-        # tarfile's "could not be opened" lists one line per compression it tried; keep the first.
-        reason = (str(err).splitlines() or [type(err).__name__])[0].rstrip(":")
-        raise TrickLabError(
-            f"{archive} is not a readable tar archive: {reason}; replace it with a tar of "
-            f"{split}/<class>/<image> (e.g. tar czf {split}.tar.gz {split})"
-        ) from err
+    """The images of a (gzipped) tar, streamed: headers are checked as they come, members that
+    are not images are skipped unread, and an image's bytes are read only within the limits."""
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
     with_own_images: set[str] = set()  # top folders holding an image directly, not only deeper
-    with tar:
-        for member in members:
-            _refuse_unsafe_member(member, archive)
-        for member in members:
-            parts = [p for p in PurePosixPath(member.name).parts if p != "."]
-            if parts and parts[0] == split:
-                parts = parts[1:]
-            if not parts or any(part.startswith(".") for part in parts):
-                continue
-            if member.isdir() and len(parts) == 1:
-                by_class.setdefault(parts[0], [])
-            elif not member.isdir() and PurePosixPath(parts[-1]).suffix.lower() in IMAGE_SUFFIXES:
-                display = printable(f"{member.name} (in {archive.name})")
-                if len(parts) == 1:
-                    raise _outside_class_folder(display, split)
-                if len(parts) == 2:
-                    with_own_images.add(parts[0])
-                by_class.setdefault(parts[0], []).append(
-                    (display, _read_member(tar, member, archive))
-                )
+    skipped = []
+    budget = limits.available_memory_bytes()
+    held = 0  # image bytes read so far
+    with open(archive, "rb") as raw:  # an unreadable file is named by load_dataset
+        try:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            # A gzip stream read forwards once is as fast as decompressing it whole up front,
+            # and needs no memory for the members it skips.
+            stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
+            with tarfile.open(fileobj=_BoundedReads(stream, archive), mode="r:") as tar:
+                for member in tar:
+                    _refuse_unsafe_member(member, archive)
+                    parts = [p for p in PurePosixPath(member.name).parts if p != "."]
+                    if parts and parts[0] == split:
+                        parts = parts[1:]
+                    if not parts or any(part.startswith(".") for part in parts):
+                        continue
+                    display = printable(f"{member.name} (in {archive.name})")
+                    if member.isdir():
+                        if len(parts) == 1:
+                            by_class.setdefault(parts[0], [])
+                        continue
+                    if PurePosixPath(parts[-1]).suffix.lower() not in IMAGE_SUFFIXES:
+                        skipped.append(printable(member.name))
+                        continue
+                    if len(parts) == 1:
+                        raise _outside_class_folder(display, split)
+                    if len(parts) == 2:
+                        with_own_images.add(parts[0])
+                    _check_file_size(member.size, display)
+                    held += member.size
+                    if budget is not None and held > budget:
+                        raise TrickLabError(
+                            f"archive {archive} holds more image bytes than fit in memory "
+                            f"({format_bytes(held)} read, {format_bytes(budget)} available); "
+                            "use fewer images"
+                        )
+                    by_class.setdefault(parts[0], []).append(
+                        (display, _read_member(tar, member, archive))
+                    )
+        except (OSError, EOFError, zlib.error, tarfile.TarError) as err:
+            # tarfile's "could not be opened" lists one line per compression it tried; keep the first.
+            reason = (str(err).splitlines() or [type(err).__name__])[0].rstrip(":")
+            raise TrickLabError(
+                f"{archive} is not a readable tar archive: {reason}; replace it with a tar of "
+                f"{split}/<class>/<image> (e.g. tar czf {split}.tar.gz {split})"
+            ) from err
+    _warn_skipped(skipped, archive)
     _refuse_wrapper_folder(by_class, with_own_images, archive, split)
     return _sorted_by_name(by_class)
+
+
+class _BoundedReads(io.RawIOBase):
+    """A file whose single reads may not exceed what one image may be: tarfile reads a member's
+    header, long name or body in one read, so a header declaring gigabytes stops here."""
+
+    def __init__(self, stream: io.IOBase, archive: Path) -> None:
+        self._stream, self._archive = stream, archive
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > MAX_IMAGE_FILE_BYTES:
+            raise TrickLabError(
+                f"archive {self._archive} holds a header or member of {size:,} bytes, more than "
+                f"the {format_bytes(MAX_IMAGE_FILE_BYTES)} an image may be; refusing to read it"
+            )
+        return self._stream.read(size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+
+def _check_file_size(size: int, what: str) -> None:
+    """Refuse an image file or member above MAX_IMAGE_FILE_BYTES before reading it."""
+    if size > MAX_IMAGE_FILE_BYTES:
+        raise TrickLabError(
+            f"{what} is {size:,} bytes; an image file may be at most "
+            f"{format_bytes(MAX_IMAGE_FILE_BYTES)}: shrink it or remove it"
+        )
+
+
+def _warn_skipped(skipped: list[str], where: Path) -> None:
+    """One warning naming files that are not images (by their suffix), which are left out."""
+    if not skipped:
+        return
+    shown = ", ".join(skipped[:_SKIPPED_NAMES_SHOWN])
+    more = f" and {len(skipped) - _SKIPPED_NAMES_SHOWN} more" if len(skipped) > 5 else ""
+    log.warning(
+        "skipped %d files in %s that are not images (suffix not one of %s): %s%s",
+        len(skipped),
+        where,
+        " ".join(IMAGE_SUFFIXES),
+        shown,
+        more,
+    )
 
 
 def _refuse_wrapper_folder(
@@ -291,6 +401,12 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
     """Decode one image fully, as mode "L" (grey sources) or "RGB" (everything else)."""
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
+            width, height = img.size  # from the header: nothing decoded yet
+            if width * height > MAX_IMAGE_PIXELS:
+                raise TrickLabError(
+                    f"image {display} is {width}x{height} pixels, more than the "
+                    f"{MAX_IMAGE_PIXELS:,} tricklab decodes; shrink it or remove it"
+                )
             img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
             if img.mode.startswith("I;16") or (img.mode == "I" and img.format == "PNG"):
                 # 16-bit grey (PNG; mode "I" before Pillow 10.3): keep the top 8 bits; Pillow's
@@ -300,6 +416,10 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
                 )
             mode = "L" if img.mode in _GRAY_MODES else "RGB"
             return img if img.mode == mode else img.convert(mode)
+    except TrickLabError:
+        raise
+    except Image.DecompressionBombError as err:
+        raise TrickLabError(f"image {display} has too many pixels to decode ({err})") from err
     except Exception as err:  # Pillow raises many types for bad files (OSError, SyntaxError, ...)
         reason = re.sub(r" <_io\.BytesIO object at 0x[0-9a-f]+>", "", str(err))  # an archive member
         raise TrickLabError(
@@ -326,6 +446,9 @@ def decode_imagefolder(
                 "both splits need the same class folders"
             )
 
+    count = sum(len(listing.entries) for listing in listings.values())
+    if image_size is not None:
+        _check_decoded_fits(count, image_size, image_size)
     first: tuple[tuple[int, int], str] | None = None  # (width, height), display of the first image
     all_gray = True
     decoded = {}
@@ -338,6 +461,7 @@ def decode_imagefolder(
                     img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
                 if first is None:
                     first = (img.size, entry.display)
+                    _check_decoded_fits(count, *img.size)
                 elif img.size != first[0]:
                     raise _mixed_sizes(first, (img.size, entry.display))
                 if out is None:
@@ -359,6 +483,16 @@ def decode_imagefolder(
         split: (np.ascontiguousarray(hwc[..., :channels].transpose(0, 3, 1, 2)), labels)
         for split, (hwc, labels) in decoded.items()
     }
+
+
+def _check_decoded_fits(count: int, width: int, height: int) -> None:
+    """Every image of every split, decoded as RGB and then copied into channels-first order."""
+    limits.check_fits_in_memory(
+        "imagefolder",
+        2 * count * 3 * width * height,
+        f"{count} images of 3x{height}x{width}",
+        "ask for a smaller data.image_size or use fewer images",
+    )
 
 
 def _mixed_sizes(a: tuple[tuple[int, int], str], b: tuple[tuple[int, int], str]) -> TrickLabError:

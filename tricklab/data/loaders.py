@@ -31,15 +31,11 @@ from tricklab.data.augment import (
     pad,
     window_view,
 )
+from tricklab.data.names import STORAGE_DTYPE_NAMES
 from tricklab.errors import TrickLabError
 
 FLIPS = ("none", "random", "alternating")
-STORAGE_DTYPES = {
-    "uint8": torch.uint8,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-}
+STORAGE_DTYPES = {name: getattr(torch, name) for name in STORAGE_DTYPE_NAMES}
 
 # Independent random streams derived from the one user seed.
 _ORDER_STREAM, _AUGMENT_STREAM, _FLIP_BASE_STREAM = 0, 1, 2
