@@ -151,3 +151,14 @@ def test_bad_trace_folder_is_refused_before_any_work(tmp_path):
     recipe = tricklab.load_recipe(None, [*TINY_SYNTHETIC, "data.name=imagefolder", "data.dir=/x"])
     with pytest.raises(TrickLabError, match="does not exist"):  # the trace, not the data
         profile_step(recipe, repeats=2, trace=tmp_path / "missing" / "t.json")
+
+
+def test_a_recipe_that_fails_to_build_leaves_the_backend_flags_as_they_were():
+    recipe = tricklab.load_recipe(
+        None, [*TINY_SYNTHETIC, "model.whiten_bias_epochs=1", "model.name=resnet18",
+               "model.widths=null", "tricks.matmul_precision=medium"]
+    )  # fmt: skip
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(TrickLabError, match="whitening layer"):
+        profile_step(recipe, repeats=2)
+    assert torch.get_float32_matmul_precision() == before

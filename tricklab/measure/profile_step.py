@@ -127,6 +127,13 @@ class StepBench:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> StepBench:
+        try:
+            return self._build()
+        except BaseException:
+            self._stack.close()  # backend flags back as they were
+            raise
+
+    def _build(self) -> StepBench:
         from tricklab.train.api import load_data, needs_warm_up, prepare, resolve_device, warm_up
         from tricklab.train.backend import backend_settings
 
@@ -291,8 +298,13 @@ def top_operators(prof, device: torch.device, count: int, steps: int) -> list[di
     events = [e for e in prof.key_averages() if not e.key.startswith(("tricklab.", "ProfilerStep"))]
     on_device = device.type == "cuda"
 
-    def self_device_us(e) -> float:
-        return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)))
+    def self_device_us(e) -> float:  # torch < 2.4 names it after CUDA
+        name = (
+            "self_device_time_total"
+            if hasattr(e, "self_device_time_total")
+            else "self_cuda_time_total"
+        )
+        return float(getattr(e, name, 0))
 
     key = self_device_us if on_device else (lambda e: float(e.self_cpu_time_total))
     total = sum(key(e) for e in events) or 1.0
