@@ -43,7 +43,7 @@ CACHE_FORMAT_VERSION = 2
 _TEMP_SUFFIX = ".partial"
 # The arrays of a cached split: the dtype kind each must have and its number of dimensions.
 _ARRAYS = {"images": ("u1", 4), "labels": ("i8", 1), "classes": ("U", 1), "key": ("U", 0)}
-_READ_CHUNK_BYTES = 16 << 20
+_READ_CHUNK_BYTES = 1 << 20
 _HEADER_READERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
     (2, 0): np.lib.format.read_array_header_2_0,
@@ -173,16 +173,16 @@ def _read_split(path: Path, expected_key: str) -> SplitArrays | None:
 
 
 def _read_exactly(member, nbytes: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    """Read an array's bytes in chunks into one buffer (zipfile checks the CRC at the end)."""
-    data = bytearray(nbytes)
-    view = memoryview(data)
+    """Read an array's bytes in chunks straight into it (zipfile checks the CRC at the end)."""
+    array = np.empty(shape, dtype=dtype)
+    view = memoryview(array.reshape(-1).view(np.uint8))
     filled = 0
     while filled < nbytes:
         got = member.readinto(view[filled : filled + _READ_CHUNK_BYTES])
         if not got:
             raise _Damaged("an array ends before its header says")
         filled += got
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
+    return array
 
 
 class _Damaged(Exception):
