@@ -141,3 +141,9 @@ def test_data_show_cifar10_sample_gives_counts_per_class(capsys, tricklab_cache_
     assert (info["train"]["size"], info["test"]["size"]) == (10_000, 2_000)
     assert info["train"]["per_class"] == [1000] * 10
     assert info["test"]["per_class"] == [200] * 10
+
+
+def test_cifar10_sample_refuses_a_data_dir_with_one_line(capsys, tmp_path):
+    assert main(["data", "show", "cifar10-sample", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "takes no data_dir" in err

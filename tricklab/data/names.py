@@ -9,11 +9,11 @@ from __future__ import annotations
 # data.name -> "module:function" that loads that source. `load_dataset` dispatches through this
 # table, and the recipe's choices and the CLI's help list its keys. A loader takes a
 # `tricklab.data.dataset.SourceRequest` and returns a `LoadedSource`; subsets, the held-out split
-# and the memory checks are done around it. A new source is one more line here, e.g.
-#     "cifar10-sample": "tricklab.data.cifar:load_cifar10_sample",
+# and the memory checks are done around it. A new source is one more line here (as cifar10-sample).
 DATASET_SOURCES: dict[str, str] = {
     "cifar10": "tricklab.data.cifar:load_cifar",
     "cifar100": "tricklab.data.cifar:load_cifar",
+    "cifar10-sample": "tricklab.data.sample:load_cifar10_sample",  # shipped: 10k/2k real images
     "mnist": "tricklab.data.torchvision_sources:load_torchvision",
     "fashion-mnist": "tricklab.data.torchvision_sources:load_torchvision",
     "svhn": "tricklab.data.torchvision_sources:load_torchvision",
