@@ -164,7 +164,7 @@ def test_train_live_view_renders(tmp_path, capsys):
         ),
         (["train", ""], "empty recipe name"),
         (["train", "."], "is a folder"),
-        (["train", "loader.batch_size=100000000000000000000"], "must be <= 2147483647"),
+        (["train", "data.train_size=100000000000000000000"], "must be <= 2147483647"),
         (["train", "loader.num_workers=100000"], "must be <= 256"),
         (["train", "run.time_budget_seconds=0"], "must be > 0"),
         (["train", "schedule.milestones=[2,-1]"], "fractions of training in [0, 1]"),

@@ -71,7 +71,8 @@ def test_value_below_minimum_is_refused():
 
 
 @pytest.mark.parametrize(
-    "override", ["optim.lr=nan", "optim.lr=.inf", "optim.lr=-.inf", "run.epochs=inf"]
+    "override",
+    ["optim.lr=nan", "optim.lr=.inf", "optim.lr=-.inf", "run.epochs=inf", "optim.lr=" + "9" * 400],
 )
 def test_nan_and_infinity_are_refused(override):
     with pytest.raises(TrickLabError, match="finite number"):
@@ -224,3 +225,176 @@ def test_a_key_given_twice_in_a_recipe_file_is_refused(tmp_path):
     path.write_text("optim:\n  lr: 0.1\n  lr: 0.2\n")
     with pytest.raises(TrickLabError, match=r"dup.yaml: 'lr' is given twice \(line 3\)"):
         load_recipe(path)
+
+
+# ---------------------------------------------------------------- hostile recipes, overrides, spaces
+# What a recipe, an override or a sweep space may hold: tricklab.train.yamlio's limits.
+
+NESTED = "[" * 5000 + "]" * 5000
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err[:3]
+    return err[0]
+
+
+def cli(*args: str) -> int:
+    from tricklab.cli import main
+
+    return main(list(args))
+
+
+def test_an_override_nested_thousands_deep_is_one_line(capsys):
+    assert cli("train", f"model.widths={NESTED}") == 2
+    assert "override: model.widths: line 1: nested deeper than 32 levels" in one_line_error(capsys)
+
+
+def test_a_recipe_file_nested_thousands_deep_is_one_line(tmp_path, capsys):
+    (tmp_path / "r.yaml").write_text(f"model:\n  widths: {NESTED}\n")
+    assert cli("train", str(tmp_path / "r.yaml")) == 2
+    assert "r.yaml: line 2: nested deeper than 32 levels" in one_line_error(capsys)
+
+
+def test_a_space_file_nested_thousands_deep_is_one_line(tmp_path, capsys):
+    (tmp_path / "space.yaml").write_text(f"model.widths: {NESTED}\n")
+    args = ["sweep", "--baseline", "data.name=synthetic", "--space", str(tmp_path / "space.yaml")]
+    assert cli(*args, "--out", str(tmp_path / "exp"), "--dry-run") == 2
+    assert "space.yaml: line 1: nested deeper than 32 levels" in one_line_error(capsys)
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["model: {? [a, b] : 1}\n", "model:\n  ? {a: 1}\n  : 1\n", "{[run]: 1}\n"]
+)
+def test_a_mapping_key_that_is_a_list_or_mapping_is_one_line(tmp_path, capsys, text):
+    (tmp_path / "r.yaml").write_text(text)
+    assert cli("train", str(tmp_path / "r.yaml")) == 2
+    assert "a mapping key must be a name, not a list or a mapping" in one_line_error(capsys)
+
+
+# 315 bytes that expand to 9^9 = 387,420,489 numbers when aliases are followed.
+BILLION_LAUGHS = (
+    "model:\n  widths: [&a [1,1,1,1,1,1,1,1,1],\n"
+    + "".join(
+        f"    &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}],\n"
+        for a, b in zip("abcdefgh", "bcdefghi")
+    )
+    + "    *i]\n"
+)
+
+
+def test_a_billion_laughs_recipe_is_refused_at_once_in_little_memory(tmp_path):
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    (tmp_path / "laughs.yaml").write_text(BILLION_LAUGHS)
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "tricklab", "train", str(tmp_path / "laughs.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit_memory,
+    )
+    seconds = time.perf_counter() - start
+    assert out.returncode == 2, out.stderr[-500:]
+    (line,) = out.stderr.strip().splitlines()
+    assert "laughs.yaml: line 3: YAML aliases (*a) are not allowed" in line
+    assert seconds < 10  # the interpreter's start-up included; 0.6 s measured on a 2-core VM
+
+
+def test_aliases_are_refused_in_an_override_and_a_space_file(tmp_path, capsys):
+    assert cli("train", "model.widths=[&w 8, *w, *w]") == 2
+    assert "override: model.widths: line 1: YAML aliases (*w) are not allowed" in one_line_error(
+        capsys
+    )
+    (tmp_path / "space.yaml").write_text("optim.lr: &r [0.1, 0.2]\noptim.muon_lr: *r\n")
+    args = ["sweep", "--baseline", "data.name=synthetic", "--space", str(tmp_path / "space.yaml")]
+    assert cli(*args, "--out", str(tmp_path / "exp"), "--dry-run") == 2
+    assert "space.yaml: line 2: YAML aliases (*r) are not allowed" in one_line_error(capsys)
+
+
+def test_a_recipe_file_larger_than_the_limit_is_refused_unread(tmp_path, capsys):
+    from tricklab.train.yamlio import MAX_YAML_BYTES
+
+    path = tmp_path / "big.yaml"
+    path.write_text("# " + "x" * MAX_YAML_BYTES + "\nrun:\n  epochs: 1\n")
+    assert cli("train", str(path)) == 2
+    assert f"big.yaml is larger than {MAX_YAML_BYTES:,} bytes" in one_line_error(capsys)
+
+
+def test_a_recipe_with_more_values_than_the_limit_is_refused(capsys):
+    from tricklab.train.yamlio import MAX_YAML_NODES
+
+    many = "[" + ",".join(["1"] * MAX_YAML_NODES) + "]"
+    assert cli("train", f"schedule.milestones={many}") == 2
+    assert f"more than {MAX_YAML_NODES:,} values" in one_line_error(capsys)
+
+
+def test_a_bad_value_is_shown_shortened_in_its_one_line(capsys):
+    assert cli("train", "model.widths=[" + ", ".join(["[1, 2]"] * 2000) + "]") == 2
+    line = one_line_error(capsys)
+    assert "model.widths=[[1, 2], [1, 2]," in line and "expected list[int]" in line
+    assert len(line) < 300
+
+
+def test_a_recipe_in_a_folder_the_user_may_not_enter_is_one_line(tmp_path):
+    """Root enters every folder: as root, the CLI runs without that capability (setpriv)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "tricklab", "train", "locked/r.yaml"]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv to give up reading every folder")
+        dropped = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--inh-caps={dropped}", f"--bounding-set={dropped}", *command]
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "r.yaml").write_text("run:\n  epochs: 1\n")
+    (tmp_path / "locked").chmod(0)
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+    assert out.returncode == 2, out.stderr[-500:]
+    assert out.stderr.strip().splitlines() == [
+        "error: cannot read recipe file locked/r.yaml: Permission denied"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "bound"),
+    [
+        ("model.widths=[100000, 100000, 100000]", "model.widths=[100000, 100000, 100000]: each must be <= 8192"),
+        ("model.width=1000", "model.width=1000 must be <= 64"),
+        ("loader.batch_size=10000000", "must be <= 65536"),
+        ("loader.eval_batch_size=10000000", "must be <= 65536"),
+        ("data.image_size=100000", "must be <= 1024"),
+        ("aug.translate=100000", "must be <= 64"),
+        ("run.epochs=1e308", "must be <= 100000"),
+        ("tricks.ema_warmup_epochs=1e308", "must be <= 100000"),
+    ],
+)  # fmt: skip
+def test_sizes_that_cannot_fit_are_refused_by_the_recipe(override, bound, capsys):
+    assert cli("train", override) == 2
+    assert bound in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name", ["sgd", "muon"])
+def test_nesterov_without_momentum_is_refused_by_the_recipe(name):
+    with pytest.raises(TrickLabError, match=r"optim.nesterov=true needs optim.momentum > 0"):
+        load_recipe(None, [f"optim.name={name}", "optim.nesterov=true", "optim.momentum=0"])
+    load_recipe(None, ["optim.name=adam", "optim.nesterov=true", "optim.momentum=0"])  # unused
+
+
+def test_lookahead_without_ema_decay_is_refused_by_the_recipe():
+    with pytest.raises(TrickLabError, match=r"tricks.lookahead=true needs tricks.ema_decay > 0"):
+        load_recipe(None, ["tricks.lookahead=true"])

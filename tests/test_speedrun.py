@@ -23,7 +23,8 @@ from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
 from tricklab.models import build_model
 from tricklab.speedrun import WARMUP_SEED
 from tricklab.train.api import train
-from tricklab.train.muon import MuonSGD, filter_params, has_torch_muon, newton_schulz
+from tricklab.train.muon import MuonSGD, has_torch_muon, newton_schulz
+from tricklab.train.optim import filter_params
 from tricklab.train.recipe import builtin_recipes, load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -487,6 +488,31 @@ def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
     assert summary["n"] == 2 and [r["seed"] for r in summary["runs"]] == [0, 1]
     assert "interrupted after 2 of 3 runs" in captured.err
     assert json.loads((out / "summary.json").read_text())["n"] == 2
+
+
+def test_a_run_broken_by_an_unexpected_error_is_counted_failed_and_the_speedrun_goes_on(
+    monkeypatch, capsys
+):
+    """At most the run in flight is lost: the other runs train and are summarized; exit 1."""
+    from tricklab.train import loop
+
+    real_step, steps = loop.train_step, []
+
+    def step(*args):
+        steps.append(1)
+        if len(steps) == 1:  # seed 0's first step
+            raise ValueError("a bug in a trick")
+        return real_step(*args)
+
+    monkeypatch.setattr(loop, "train_step", step)
+    code = main(["speedrun", *TINY_SPEEDRUN94, "data.train_size=100", "--runs", "2",
+                 "--warmup-epochs", "0", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert code == 1
+    assert [r["status"] for r in summary["runs"]] == ["failed", "complete"]
+    assert summary["failed"] == 1 and summary["runs"][0]["error"] == "ValueError: a bug in a trick"
+    assert "ValueError: a bug in a trick" in captured.err
 
 
 @pytest.mark.parametrize(

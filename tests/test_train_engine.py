@@ -10,8 +10,8 @@ import torch
 from tricklab.errors import TrickLabError
 from tricklab.train import api
 from tricklab.train.api import RunResult, load_checkpoint, train
-from tricklab.train.loop import Parts, evaluate, train_step
-from tricklab.train.recipe import load_recipe
+from tricklab.train.loop import Outcome, Parts, end_of_epoch, evaluate, train_step
+from tricklab.train.recipe import RunConfig, load_recipe
 from tricklab.train.schedule import lr_factor
 
 # Small enough that a run takes a second or two on a shared 2-core CPU.
@@ -550,3 +550,156 @@ def test_subsets_and_the_held_out_split_follow_data_seed_not_run_seed(tmp_path):
     base, other_run, other_data = images(), images("run.seed=3"), images("data.seed=3")
     assert all(torch.equal(a, b) for a, b in zip(base, other_run))
     assert not torch.equal(base[0], other_data[0]) and not torch.equal(base[1], other_data[1])
+
+
+# ---------------------------------------------------------------- end-of-epoch decisions
+def epoch_row(epoch, val_acc=None, val_loss=None, *, step=None, train_seconds=None):
+    """A row as the loop records it, with only what the decisions read."""
+    return {
+        "epoch": epoch,
+        "step": 10 * epoch if step is None else step,
+        "train_seconds": float(epoch) if train_seconds is None else train_seconds,
+        "val_acc": val_acc,
+        "val_loss": val_loss,
+    }
+
+
+def decide(rows, total_steps=100, diverged_step=None, **run):
+    """Feed rows one by one as the loop does; the outcome and whether each row stopped training."""
+    out, stops = Outcome(), []
+    for row in rows:
+        out.epochs.append(row)
+        stops.append(end_of_epoch(out, RunConfig(**run), total_steps))
+    if diverged_step is not None:
+        stops.append(end_of_epoch(out, RunConfig(**run), total_steps, diverged_step))
+    return out, stops
+
+
+def test_an_epoch_before_the_last_step_goes_on_and_the_last_step_ends_training():
+    out, stops = decide([epoch_row(1, step=50), epoch_row(2, 0.5, 1.0, step=100)])
+    assert stops == [False, True]
+    assert (out.status, out.stopped_epoch, out.time_budget_reached) == ("complete", None, False)
+
+
+def test_a_nan_training_loss_ends_training_as_diverged_at_its_step():
+    out, stops = decide([epoch_row(1, 0.5, 1.0)], diverged_step=17)
+    assert stops == [False, True]
+    assert (out.status, out.diverged_step, out.stopped_epoch) == ("diverged", 17, 2)
+    assert out.error == "loss became NaN/Inf at step 17"
+
+
+@pytest.mark.parametrize("val_loss", [math.nan, math.inf])
+def test_a_nan_validation_loss_ends_training_as_diverged_after_the_epochs_last_step(val_loss):
+    out, stops = decide([epoch_row(1, 0.1, 2.0), epoch_row(2, 0.1, val_loss, step=20)])
+    assert stops == [False, True]
+    assert (out.status, out.diverged_step, out.stopped_epoch) == ("diverged", 20, 2)
+    assert out.error == "validation loss became NaN/Inf after step 20"
+
+
+def test_the_time_budget_ends_training_early_and_says_so():
+    rows = [epoch_row(1, train_seconds=1.0), epoch_row(2, train_seconds=2.5)]
+    out, stops = decide(rows, time_budget_seconds=2.0)
+    assert stops == [False, True]
+    assert (out.status, out.time_budget_reached, out.stopped_epoch) == ("complete", True, 2)
+
+
+def test_a_budget_spent_on_the_last_step_is_no_early_end():
+    out, stops = decide([epoch_row(1, step=100, train_seconds=3.0)], time_budget_seconds=2.0)
+    assert stops == [True] and not out.time_budget_reached and out.stopped_epoch is None
+
+
+def test_time_to_target_is_the_first_evaluation_at_the_target_and_training_goes_on():
+    rows = [epoch_row(1, 0.8, 1.0), epoch_row(2), epoch_row(3, 0.92, 0.5), epoch_row(4, 0.95, 0.4)]
+    out, stops = decide(rows, target_accuracy=0.9)
+    assert stops == [False] * 4 and out.time_to_target_seconds == 3.0 and out.status == "complete"
+
+
+def test_stop_at_target_ends_training_when_the_target_is_reached():
+    rows = [epoch_row(1, 0.8, 1.0), epoch_row(2, 0.9, 0.5)]
+    out, stops = decide(rows, target_accuracy=0.9, stop_at_target=True)
+    assert stops == [False, True]
+    assert (out.status, out.stopped_epoch, out.time_to_target_seconds) == ("reached-target", 2, 2.0)
+
+
+def test_early_stopping_counts_evaluations_without_an_improvement_of_min_delta():
+    # 0.605 is not 0.01 better than 0.6; the unevaluated epoch 4 counts for nothing.
+    accs = [0.5, 0.6, 0.605, None, 0.58]
+    rows = [epoch_row(e, a, None if a is None else 1 - a) for e, a in enumerate(accs, 1)]
+    out, stops = decide(rows, early_stopping_patience=2, early_stopping_min_delta=0.01)
+    assert stops == [False, False, False, False, True]
+    assert (out.status, out.stopped_epoch) == ("stopped-early", 5)
+
+
+def test_early_stopping_on_val_loss_counts_a_lower_loss_as_better():
+    losses = [1.0, 0.9, 0.95, 0.8, 0.85]
+    rows = [epoch_row(e, 0.5, loss) for e, loss in enumerate(losses, 1)]
+    out, stops = decide(rows, early_stopping_patience=2, early_stopping_monitor="val_loss")
+    assert stops == [False] * 5 and out.status == "complete"
+    out, stops = decide(rows[:3] + [epoch_row(4, 0.5, 0.96)], early_stopping_patience=2,
+                        early_stopping_monitor="val_loss")  # fmt: skip
+    assert stops[-1] and (out.status, out.stopped_epoch) == ("stopped-early", 4)
+
+
+def test_patience_running_out_at_the_last_step_ends_training_complete():
+    rows = [epoch_row(1, 0.6, 1.0, step=50), epoch_row(2, 0.5, 1.1, step=100)]
+    out, stops = decide(rows, early_stopping_patience=1)
+    assert stops == [False, True] and (out.status, out.stopped_epoch) == ("complete", None)
+
+
+def test_the_loop_reads_on_one_screen():
+    import inspect
+
+    from tricklab.train import loop
+
+    assert len(inspect.getsource(loop.run_loop).splitlines()) <= 50
+
+
+# ---------------------------------------------------------------- sizes that cannot fit
+def test_a_model_whose_weights_cannot_fit_the_device_is_refused_before_it_is_built(
+    monkeypatch, tmp_path
+):
+    from tricklab.train import model_memory
+
+    monkeypatch.setattr(model_memory, "device_memory_bytes", lambda device: 64 * 2**20)
+    built = []
+    monkeypatch.setattr(api, "build_model", lambda *a, **k: built.append(1))
+    with pytest.raises(TrickLabError) as error:
+        train(tiny("model.widths=[512, 512, 512]"), out_dir=tmp_path / "run")
+    message = str(error.value)
+    assert "model.widths" in message and "11.9 M parameters" in message
+    assert "needs at least 0.1 GiB" in message and "0.1 GiB is available on the cpu" in message
+    assert not built and not (tmp_path / "run").exists()
+
+
+def test_the_estimate_counts_weights_gradients_optimizer_state_and_the_average():
+    from tricklab.train.model_memory import training_state_bytes
+
+    model = torch.nn.Linear(10, 10)  # 110 parameters of 4 bytes
+    sgd = tiny("optim.momentum=0", "optim.nesterov=false")
+    assert training_state_bytes(model, sgd) == 110 * 4 * 2  # weights, gradients
+    assert training_state_bytes(model, tiny()) == 110 * 4 * 3  # and the momentum
+    adamw = tiny("optim.name=adamw", "optim.nesterov=false")
+    assert training_state_bytes(model, adamw) == 110 * 4 * 4  # and its two moments
+    assert training_state_bytes(model, tiny("tricks.ema_decay=0.9")) == 110 * 4 * 4  # its average
+
+
+def test_out_of_memory_while_building_the_model_is_an_oom_run_like_one_in_training(
+    monkeypatch, tmp_path, capsys
+):
+    from tricklab.cli import main
+
+    message = (
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory:"
+        " you tried to allocate 360000000000 bytes. Error code 12 (Cannot allocate memory)"
+    )
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(api, "build_model", no_memory)
+    assert main(["train", *TINY, "--out", str(tmp_path / "run"), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == "oom" and result["error"] == message
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "oom"

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -33,7 +32,8 @@ from optuna.distributions import (
 
 from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import SEEDS_ERROR, format_value
-from tricklab.train.recipe import field_table, read_yaml
+from tricklab.train.recipe import field_table
+from tricklab.train.yamlio import read_yaml_file
 
 RANGE_KEYS = {"low", "high", "log", "step"}
 MAX_GRID_POINTS = 100_000
@@ -110,18 +110,7 @@ def overrides_for(params: Mapping[str, Any]) -> list[str]:
 
 def load_space(path: str | Path) -> SearchSpace:
     """Read SPACE.yaml (see the module doc); TrickLabError says which entry is wrong and why."""
-    path = Path(path)
-    if not path.is_file():
-        raise TrickLabError(f"search space file {path} does not exist")
-    try:
-        data = read_yaml(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise TrickLabError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    except TrickLabError as exc:  # a key given twice
-        raise TrickLabError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise TrickLabError(f"cannot read search space file {path}: {exc.strerror}") from None
-    return parse_space(data, source=str(path))
+    return parse_space(read_yaml_file(path, "search space file"), source=str(path))
 
 
 def parse_space(data: Any, source: str = "space") -> SearchSpace:

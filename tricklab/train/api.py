@@ -32,6 +32,7 @@ from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
 from tricklab.train.loop import (
+    Outcome,
     Parts,
     evaluate,
     frozen_in_epoch,
@@ -40,6 +41,7 @@ from tricklab.train.loop import (
     sync,
     train_step,
 )
+from tricklab.train.model_memory import check_model_fits
 from tricklab.train.optim import build_optimizer
 from tricklab.train.recipe import Recipe
 from tricklab.train.schedule import build_scheduler
@@ -172,6 +174,7 @@ def init_sample(images: torch.Tensor, seed: int) -> torch.Tensor:
 def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Parts, dict]:
     """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`."""
     t, m = recipe.tricks, recipe.model
+    check_model_fits(recipe, dataset.num_classes, dataset.image_shape, device)
     torch.manual_seed(recipe.run.seed)
     c, h, w = dataset.image_shape
     model = build_model(
@@ -220,10 +223,6 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
             t.ema_decay_power,
             total_steps,
         )
-    elif t.lookahead:
-        raise TrickLabError(
-            "tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)"
-        )
     parts = Parts(
         model=model,
         forward=forward,
@@ -250,7 +249,7 @@ def needs_warm_up(tricks: Any, device: torch.device) -> bool:
     return tricks.compile != "off" or device.type == "cuda"
 
 
-def warm_up(p: Parts) -> float:
+def warm_up(parts: Parts) -> float:
     """Run every kind of train step the loop will meet, and eval batches, then restore every state.
 
     Kinds: a full batch; the last, smaller batch of an epoch when the loader keeps it; both again
@@ -261,18 +260,19 @@ def warm_up(p: Parts) -> float:
     train_seconds."""
     saved = copy.deepcopy(
         (
-            p.model.state_dict(),
-            p.optimizer.state_dict(),
-            p.scheduler.state_dict(),
-            p.scaler.state_dict(),
+            parts.model.state_dict(),
+            parts.optimizer.state_dict(),
+            parts.scheduler.state_dict(),
+            parts.scaler.state_dict(),
         )
     )
-    loader = p.train_loader
+    loader = parts.train_loader
     # Freezing only grows with the epoch: the last epoch has every parameter the loop will freeze.
-    frozen = [param for param in frozen_in_epoch(p, num_epochs(p) - 1) if param.requires_grad]
-    sync(p.device)
+    last_epoch = num_epochs(parts) - 1
+    frozen = [param for param in frozen_in_epoch(parts, last_epoch) if param.requires_grad]
+    sync(parts.device)
     start = time.perf_counter()
-    p.model.train()
+    parts.model.train()
     images, labels = next(iter(loader))
     batches = [(images, labels)]
     rest = 0 if loader.drop_last else loader.num_samples % loader.batch_size
@@ -283,20 +283,20 @@ def warm_up(p: Parts) -> float:
             param.requires_grad_(not freeze)
         for x, y in batches:
             for _ in range(2):
-                train_step(p, x, y)
+                train_step(parts, x, y)
     for param in frozen:
         param.requires_grad_(True)
-    p.model.eval()
-    eval_images = next(iter(p.eval_loader))[0]
-    with torch.inference_mode(), p.autocast():
+    parts.model.eval()
+    eval_images = next(iter(parts.eval_loader))[0]
+    with torch.inference_mode(), parts.autocast():
         for _ in range(2):
-            p.forward(eval_images)
-    sync(p.device)
+            parts.forward(eval_images)
+    sync(parts.device)
     seconds = time.perf_counter() - start
-    p.model.load_state_dict(saved[0])
-    p.optimizer.load_state_dict(saved[1])
-    p.scheduler.load_state_dict(saved[2])
-    p.scaler.load_state_dict(saved[3])
+    parts.model.load_state_dict(saved[0])
+    parts.optimizer.load_state_dict(saved[1])
+    parts.scheduler.load_state_dict(saved[2])
+    parts.scaler.load_state_dict(saved[3])
     loader.set_epoch(0)
     return seconds
 
@@ -429,10 +429,13 @@ def _record_peak_memory(result: RunResult, device: torch.device) -> None:
 
 
 def out_of_memory_error(exc: BaseException) -> str | None:
-    """The one-line error of a CUDA out-of-memory (torch.cuda.OutOfMemoryError, or a CUDA error
-    from a library such as cuBLAS or cuDNN: `CUDA error: out of memory`); None for other errors."""
+    """The one-line error of an out-of-memory (torch.cuda.OutOfMemoryError, a CUDA error from a
+    library such as cuBLAS or cuDNN: `CUDA error: out of memory`, the CPU allocator's `can't
+    allocate memory`); None for other errors."""
+    text = str(exc).lower()
     oom = isinstance(exc, torch.cuda.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+        isinstance(exc, RuntimeError)
+        and ("out of memory" in text or "can't allocate memory" in text)  # CPU: DefaultCPUAllocator
     )
     if not oom:
         return None
@@ -450,7 +453,7 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
+def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -> None:
     """Fill the result from the loop's outcome; the final TTA evaluation happens here."""
     result.status = outcome.status
     result.epochs = outcome.epochs
@@ -468,11 +471,11 @@ def _finish(result: RunResult, p: Parts, outcome, recipe: Recipe) -> None:
     evaluated = [row for row in outcome.epochs if row["val_acc"] is not None]
     if evaluated:
         result.val_acc, result.val_loss = evaluated[-1]["val_acc"], evaluated[-1]["val_loss"]
-    if p.ema is not None:
-        p.ema.copy_to_model()
-        p.ema = None
+    if parts.ema is not None:
+        parts.ema.copy_to_model()
+        parts.ema = None
     if recipe.tricks.tta != "none":
-        result.val_acc_tta, result.val_loss_tta = evaluate(p, recipe.tricks.tta)
+        result.val_acc_tta, result.val_loss_tta = evaluate(parts, recipe.tricks.tta)
 
 
 def _make_run_dir(out: Path) -> None:

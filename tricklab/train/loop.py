@@ -12,12 +12,15 @@ import torch
 from torch import nn
 
 from tricklab.train.averaging import WeightAverage
+from tricklab.train.recipe import RunConfig
 from tricklab.train.tta import tta_logits
 
 # How often the loop syncs with an accelerator to check for a NaN loss and the time budget. A
 # per-step check would stall the GPU's queue; the step a NaN first appeared is still recorded
 # exactly. On the CPU, where nothing is queued, it checks every step.
 CHECK_EVERY_STEPS = 25
+
+OnEpoch = Callable[[dict], None]  # called with each epoch's row as it is recorded
 
 
 @dataclass
@@ -58,146 +61,188 @@ def sync(device: torch.device) -> None:
 
 
 def train_step(
-    p: Parts, images: torch.Tensor, labels: torch.Tensor
+    parts: Parts, images: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step; returns (loss, logits) without syncing."""
-    with p.autocast():
-        logits = p.forward(images)
-        loss = p.loss_fn(logits, labels)
-    p.optimizer.zero_grad(set_to_none=True)
-    p.scaler.scale(loss).backward()
-    p.scaler.step(p.optimizer)
-    p.scaler.update()
-    p.scheduler.step()
+    with parts.autocast():
+        logits = parts.forward(images)
+        loss = parts.loss_fn(logits, labels)
+    parts.optimizer.zero_grad(set_to_none=True)
+    parts.scaler.scale(loss).backward()
+    parts.scaler.step(parts.optimizer)
+    parts.scaler.update()
+    parts.scheduler.step()
     return loss.detach(), logits.detach()
 
 
 @torch.inference_mode()
-def evaluate(p: Parts, tta: str = "none") -> tuple[float, float]:
+def evaluate(parts: Parts, tta: str = "none") -> tuple[float, float]:
     """(accuracy, mean cross-entropy) over the eval loader, with the EMA weights when there are any."""
-    p.model.eval()
-    loss_sum = torch.zeros((), device=p.device)
-    correct = torch.zeros((), device=p.device, dtype=torch.long)
+    parts.model.eval()
+    loss_sum = torch.zeros((), device=parts.device)
+    correct = torch.zeros((), device=parts.device, dtype=torch.long)
     count = 0
-    with p.ema.swapped_in() if p.ema else contextlib.nullcontext():
-        for images, labels in p.eval_loader:
-            with p.autocast():
-                logits = tta_logits(p.forward, images, tta).float()
+    with parts.ema.swapped_in() if parts.ema else contextlib.nullcontext():
+        for images, labels in parts.eval_loader:
+            with parts.autocast():
+                logits = tta_logits(parts.forward, images, tta).float()
             loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum")
             correct += (logits.argmax(1) == labels).sum()
             count += len(labels)
     return correct.item() / count, loss_sum.item() / count
 
 
-def num_epochs(p: Parts) -> int:
+def num_epochs(parts: Parts) -> int:
     """Epochs the loop starts (the last one partial when run.epochs is fractional)."""
-    return math.ceil(p.total_steps / len(p.train_loader))
+    return math.ceil(parts.total_steps / len(parts.train_loader))
 
 
-def frozen_in_epoch(p: Parts, epoch: int) -> list[nn.Parameter]:
+def frozen_in_epoch(parts: Parts, epoch: int) -> list[nn.Parameter]:
     """The parameters the loop no longer trains in `epoch` (0-based): model.whiten_bias_epochs."""
     return [
         param
-        for name, param in p.model.named_parameters()
-        if name in p.freeze_after_epochs and epoch >= p.freeze_after_epochs[name]
+        for name, param in parts.model.named_parameters()
+        if name in parts.freeze_after_epochs and epoch >= parts.freeze_after_epochs[name]
     ]
 
 
-def run_loop(p: Parts, run, on_epoch: Callable[[dict], None] | None = None) -> Outcome:
+def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> Outcome:
     """Train for run.epochs (fractional allowed); evaluate every run.eval_every epochs and at the end."""
-    out = Outcome()
-    step, best, evals_since_best = 0, None, 0
-    check_every = 1 if p.device.type == "cpu" else CHECK_EVERY_STEPS
-    for epoch in range(num_epochs(p)):
-        for param in frozen_in_epoch(p, epoch):
+    out, step = Outcome(), 0
+    check_every = 1 if parts.device.type == "cpu" else CHECK_EVERY_STEPS
+    for epoch in range(num_epochs(parts)):
+        for param in frozen_in_epoch(parts, epoch):
             param.requires_grad_(False)
-        p.model.train()
+        parts.model.train()
         # Per-step results stay on the device, unreduced: appending costs no kernel launch, and
         # the epoch's sums take a few at its end.
         losses, predictions, targets = [], [], []
-        checked, bad_step = 0, None  # losses[:checked] are known finite
-        sync(p.device)
+        checked, bad = 0, None  # losses[:checked] are known finite; losses[bad] is not
+        sync(parts.device)
         start = time.perf_counter()
-        for images, labels in p.train_loader:
-            loss, logits = train_step(p, images, labels)
-            if p.ema:
-                p.ema.update(step)
+        for images, labels in parts.train_loader:
+            loss, logits = train_step(parts, images, labels)
+            if parts.ema:
+                parts.ema.update(step)
             losses.append(loss)
             predictions.append(logits.argmax(1))
             targets.append(labels)
             step += 1
-            if step % check_every == 0 or step == p.total_steps:
-                bad_step, checked = _first_nonfinite(losses, checked), len(losses)
-                if bad_step is not None:
+            if step % check_every == 0 or step == parts.total_steps:
+                bad, checked = _first_nonfinite(losses, checked), len(losses)
+                if bad is not None:
                     break
-                sync(p.device)
+                sync(parts.device)
                 if _over_budget(run, out.train_seconds + time.perf_counter() - start):
                     break
-            if step >= p.total_steps:
+            if step >= parts.total_steps:
                 break
-        if bad_step is None:
-            bad_step = _first_nonfinite(losses, checked)
-        sync(p.device)
+        if bad is None:
+            bad = _first_nonfinite(losses, checked)
+        sync(parts.device)
         epoch_seconds = time.perf_counter() - start
         out.train_seconds += epoch_seconds
-        seen = sum(len(t) for t in targets)
-        out.images_seen += seen
-        if bad_step is not None:
-            out.status, out.stopped_epoch = "diverged", epoch + 1
-            out.diverged_step = step - len(losses) + bad_step + 1
-            out.error = f"loss became NaN/Inf at step {out.diverged_step}"
-            break
-        over_budget = _over_budget(run, out.train_seconds)
-        if over_budget and step < p.total_steps:
-            out.time_budget_reached, out.stopped_epoch = True, epoch + 1
-        last = step >= p.total_steps or over_budget
-        row = {
-            "epoch": epoch + 1,
-            "step": step,
-            "train_loss": _weighted_sum(losses, targets) / seen,
-            "train_acc": (torch.cat(predictions) == torch.cat(targets)).sum().item() / seen,
-            "val_loss": None,
-            "val_acc": None,
-            "lr": p.optimizer.param_groups[0]["lr"],
-            "epoch_seconds": epoch_seconds,
-            "images_per_second": seen / epoch_seconds if epoch_seconds > 0 else None,
-            "train_seconds": out.train_seconds,
-        }
-        if last or (run.eval_every > 0 and (epoch + 1) % run.eval_every == 0):
-            row["val_acc"], row["val_loss"] = evaluate(p)
-        out.epochs.append(row)
-        if on_epoch:
-            on_epoch(row)
-        if row["val_loss"] is not None and not math.isfinite(row["val_loss"]):
-            # Every training loss was finite, but the last updates broke the weights.
-            out.status, out.diverged_step, out.stopped_epoch = "diverged", step, epoch + 1
-            out.error = f"validation loss became NaN/Inf after step {step}"
-            break
-        if row["val_acc"] is not None:
-            target = run.target_accuracy
-            if (
-                target is not None
-                and out.time_to_target_seconds is None
-                and row["val_acc"] >= target
-            ):
-                out.time_to_target_seconds = out.train_seconds
-                if run.stop_at_target:
-                    out.status, out.stopped_epoch = "reached-target", epoch + 1
-                    break
-            if run.early_stopping_patience > 0:
-                score = (
-                    row["val_acc"] if run.early_stopping_monitor == "val_acc" else -row["val_loss"]
-                )
-                if best is None or score > best + run.early_stopping_min_delta:
-                    best, evals_since_best = score, 0
-                else:
-                    evals_since_best += 1
-                if evals_since_best >= run.early_stopping_patience and not last:
-                    out.status, out.stopped_epoch = "stopped-early", epoch + 1
-                    break
-        if last:
+        out.images_seen += sum(len(t) for t in targets)
+        if bad is None:
+            row = _train_row(
+                parts, epoch, step, epoch_seconds, out.train_seconds, losses, predictions, targets
+            )
+            if _is_last(row, run, parts.total_steps) or _evaluation_due(run, epoch):
+                row["val_acc"], row["val_loss"] = evaluate(parts)
+            out.epochs.append(row)
+            if on_epoch:
+                on_epoch(row)
+        diverged_step = None if bad is None else step - len(losses) + bad + 1
+        if end_of_epoch(out, run, parts.total_steps, diverged_step):
             break
     return out
+
+
+def end_of_epoch(
+    out: Outcome, run: RunConfig, total_steps: int, diverged_step: int | None = None
+) -> bool:
+    """Whether training stops after the epoch whose row is `out.epochs[-1]`; why, recorded in `out`.
+
+    In order: (1) a training loss became NaN/Inf at `diverged_step` (that epoch has no row);
+    (2) the time budget ran out before the last step; (3) the validation loss is NaN/Inf;
+    (4) the first evaluation at run.target_accuracy gives time-to-target, and ends training with
+    run.stop_at_target; (5) early stopping: run.early_stopping_patience evaluations without an
+    improvement of run.early_stopping_min_delta, before the last step; (6) the last step."""
+    if diverged_step is not None:
+        out.status, out.stopped_epoch = "diverged", len(out.epochs) + 1
+        out.diverged_step, out.error = diverged_step, f"loss became NaN/Inf at step {diverged_step}"
+        return True
+    row = out.epochs[-1]
+    last = _is_last(row, run, total_steps)
+    if last and row["step"] < total_steps:
+        out.time_budget_reached, out.stopped_epoch = True, row["epoch"]
+    if row["val_loss"] is not None and not math.isfinite(row["val_loss"]):
+        # Every training loss was finite, but the last updates broke the weights.
+        out.status, out.diverged_step, out.stopped_epoch = "diverged", row["step"], row["epoch"]
+        out.error = f"validation loss became NaN/Inf after step {row['step']}"
+        return True
+    if row["val_acc"] is None:
+        return last
+    target = run.target_accuracy
+    if target is not None and out.time_to_target_seconds is None and row["val_acc"] >= target:
+        out.time_to_target_seconds = row["train_seconds"]
+        if run.stop_at_target:
+            out.status, out.stopped_epoch = "reached-target", row["epoch"]
+            return True
+    patience = run.early_stopping_patience
+    if patience > 0 and not last and _evaluations_since_best(out.epochs, run) >= patience:
+        out.status, out.stopped_epoch = "stopped-early", row["epoch"]
+        return True
+    return last
+
+
+def _evaluations_since_best(rows: list[dict], run: RunConfig) -> int:
+    """Evaluations since the best score of run.early_stopping_monitor (by min_delta or more)."""
+    best, since = None, 0
+    for row in rows:
+        if row["val_acc"] is None:
+            continue
+        score = row["val_acc"] if run.early_stopping_monitor == "val_acc" else -row["val_loss"]
+        if best is None or score > best + run.early_stopping_min_delta:
+            best, since = score, 0
+        else:
+            since += 1
+    return since
+
+
+def _is_last(row: dict, run: RunConfig, total_steps: int) -> bool:
+    """The row's epoch is the run's last: its last step, or the time budget spent."""
+    return row["step"] >= total_steps or _over_budget(run, row["train_seconds"])
+
+
+def _evaluation_due(run: RunConfig, epoch: int) -> bool:
+    return run.eval_every > 0 and (epoch + 1) % run.eval_every == 0
+
+
+def _train_row(
+    parts: Parts,
+    epoch: int,
+    step: int,
+    epoch_seconds: float,
+    train_seconds: float,
+    losses: list[torch.Tensor],
+    predictions: list[torch.Tensor],
+    targets: list[torch.Tensor],
+) -> dict:
+    """The epoch's row of metrics.jsonl, its validation metrics still empty."""
+    seen = sum(len(t) for t in targets)
+    return {
+        "epoch": epoch + 1,
+        "step": step,
+        "train_loss": _weighted_sum(losses, targets) / seen,
+        "train_acc": (torch.cat(predictions) == torch.cat(targets)).sum().item() / seen,
+        "val_loss": None,
+        "val_acc": None,
+        "lr": parts.optimizer.param_groups[0]["lr"],
+        "epoch_seconds": epoch_seconds,
+        "images_per_second": seen / epoch_seconds if epoch_seconds > 0 else None,
+        "train_seconds": train_seconds,
+    }
 
 
 def _first_nonfinite(losses: list[torch.Tensor], start: int) -> int | None:
@@ -216,5 +261,5 @@ def _weighted_sum(losses: list[torch.Tensor], targets: list[torch.Tensor]) -> fl
     return (torch.stack(losses).float() * sizes).sum().item()
 
 
-def _over_budget(run, train_seconds: float) -> bool:
+def _over_budget(run: RunConfig, train_seconds: float) -> bool:
     return run.time_budget_seconds is not None and train_seconds >= run.time_budget_seconds

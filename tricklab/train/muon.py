@@ -20,9 +20,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tricklab.errors import TrickLabError
-from tricklab.train.recipe import OptimConfig
-
 # Quintic Newton–Schulz coefficients from Jordan's Muon (also torch.optim.Muon's defaults).
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 # torch.optim.Muon's default; airbench94_muon runs 3 for speed, which leaves small singular values
@@ -255,49 +252,3 @@ class MuonSGD(torch.optim.Optimizer):
             if inner is None:  # saved by the own backend: its buffers are in the outer state
                 raise ValueError("this MuonSGD state_dict was saved by the 'own' backend")
             self._torch_muon.load_state_dict(inner)
-
-
-def filter_params(model: nn.Module) -> list[nn.Parameter]:
-    """The trainable conv filters (4-D weights) of `model`: what Muon updates."""
-    return [p for p in model.parameters() if p.requires_grad and p.ndim == 4]
-
-
-def build_muon(model: nn.Module, cfg: OptimConfig, lr: float) -> MuonSGD:
-    """The optimizer for `optim.name=muon`: Muon on conv filters, Nesterov SGD on the rest.
-
-    Filters: lr `cfg.muon_lr`, momentum `cfg.muon_momentum` (Nesterov), no weight decay (their norm
-    is reset every step instead). The rest is grouped as for SGD (`optim.param_groups`): other
-    weights (the head) at `lr` (already batch-scaled), norm parameters and biases (the whitening
-    bias included, as in airbench94_muon) at `lr × bias_lr_mult`, both with `cfg.momentum`, `cfg.nesterov` and the
-    recipe's weight decay (decoupled when `decoupled_weight_decay`). `lr_scaling` does not touch
-    `muon_lr`: an orthogonalised step's size does not grow with the batch.
-    """
-    from tricklab.train.optim import param_groups
-
-    filters = filter_params(model)
-    if not filters:
-        raise TrickLabError(
-            "optim.name=muon updates conv filters, and this model has no trainable conv filter; "
-            "use optim.name=sgd or adamw"
-        )
-    if cfg.nesterov and cfg.momentum <= 0:
-        raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
-    filter_ids = {id(p) for p in filters}
-    groups = []
-    for group in param_groups(model, cfg, lr, bias_lr_on_all_biases=True):
-        group["params"] = [p for p in group["params"] if id(p) not in filter_ids]
-        if group["params"]:
-            groups.append(group)
-    groups.append(
-        {
-            "params": filters,
-            "lr": cfg.muon_lr,
-            "momentum": cfg.muon_momentum,
-            "nesterov": cfg.muon_momentum > 0,
-            "weight_decay": 0.0,
-            "muon": True,
-        }
-    )
-    return MuonSGD(
-        groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, ns_steps=cfg.muon_ns_steps
-    )

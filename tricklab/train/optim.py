@@ -1,4 +1,6 @@
-"""Optimizers with parameter groups, lr scaling with batch size, and decoupled weight decay."""
+"""Optimizers with parameter groups, lr scaling with batch size, and decoupled weight decay.
+
+Every optimizer's groups are built here, Muon's too: `muon.py` holds only the optimizer."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import torch
 from torch import nn
 
 from tricklab.errors import TrickLabError
+from tricklab.train.muon import MuonSGD
 from tricklab.train.recipe import OptimConfig
 
 
@@ -66,18 +69,53 @@ def param_groups(
     ]
 
 
+def filter_params(model: nn.Module) -> list[nn.Parameter]:
+    """The trainable conv filters (4-D weights) of `model`: what Muon updates."""
+    return [p for p in model.parameters() if p.requires_grad and p.ndim == 4]
+
+
+def muon_groups(model: nn.Module, cfg: OptimConfig, lr: float) -> list[dict]:
+    """`optim.name=muon`'s groups: Muon on conv filters, Nesterov SGD on the rest.
+
+    Filters: lr `cfg.muon_lr`, momentum `cfg.muon_momentum` (Nesterov), no weight decay (their
+    norm is reset every step instead). The rest is grouped as for SGD (`param_groups`): other
+    weights (the head) at `lr` (already batch-scaled), norm parameters and biases (the whitening
+    bias included, as in airbench94_muon) at `lr × bias_lr_mult`. `lr_scaling` does not touch
+    `muon_lr`: an orthogonalised step's size does not grow with the batch."""
+    filters = filter_params(model)
+    if not filters:
+        raise TrickLabError(
+            "optim.name=muon updates conv filters, and this model has no trainable conv filter; "
+            "use optim.name=sgd or adamw"
+        )
+    filter_ids = {id(p) for p in filters}
+    groups = []
+    for group in param_groups(model, cfg, lr, bias_lr_on_all_biases=True):
+        group["params"] = [p for p in group["params"] if id(p) not in filter_ids]
+        if group["params"]:
+            groups.append(group)
+    muon = {
+        "params": filters,
+        "lr": cfg.muon_lr,
+        "momentum": cfg.muon_momentum,
+        "nesterov": cfg.muon_momentum > 0,
+        "weight_decay": 0.0,
+        "muon": True,
+    }
+    return [*groups, muon]
+
+
 def build_optimizer(model: nn.Module, cfg: OptimConfig, batch_size: int) -> torch.optim.Optimizer:
     """The optimizer the recipe names, at the lr scaled to `batch_size`."""
     lr = scaled_lr(cfg.lr, batch_size, cfg.reference_batch_size, cfg.lr_scaling)
-    if cfg.name == "muon":
-        from tricklab.train.muon import build_muon
-
-        return build_muon(model, cfg, lr)
+    if cfg.name == "muon":  # the rest with cfg.momentum and cfg.nesterov, as SGD
+        groups = muon_groups(model, cfg, lr)
+        return MuonSGD(
+            groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, ns_steps=cfg.muon_ns_steps
+        )
     groups = param_groups(model, cfg, lr)
     if cfg.name == "rmsprop":
         return torch.optim.RMSprop(groups, lr=lr)
-    if cfg.name == "sgd" and cfg.nesterov and cfg.momentum <= 0:
-        raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
     # fused: one kernel updates every parameter (PyTorch's default launches one per tensor, or a
     # few "foreach" kernels on CUDA). The recipe allowed it for these three only.
     fused = {"fused": True} if cfg.fused else {}

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import re
-import types
+import os
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,7 +18,17 @@ from typing import Any
 
 import yaml
 
+from tricklab.data.limits import MAX_IMAGE_SIZE
+from tricklab.data.names import DATASET_NAMES, STORAGE_DTYPE_NAMES
 from tricklab.errors import TrickLabError
+from tricklab.train.coerce import coerce, shown, type_name
+from tricklab.train.yamlio import describe_yaml_error, read_yaml, read_yaml_file
+
+# Bounds of sizes that no CIFAR-scale run needs and that would otherwise fail at allocation (a
+# 100,000-channel conv is 360 GB); a parameter-memory estimate checks what they let through.
+MAX_WIDTH = 8192  # channels of a stage
+MAX_BATCH = 65536
+MAX_EPOCHS = 100_000
 
 
 def _f(
@@ -39,15 +47,13 @@ def _f(
 
 @dataclass
 class DataConfig:
-    name: str = _f(
-        "cifar10",
-        "dataset source",
-        ("cifar10", "cifar100", "mnist", "fashion-mnist", "svhn", "imagefolder", "synthetic"),
-    )
+    name: str = _f("cifar10", "dataset source", DATASET_NAMES)
     dir: str | None = _f(None, "folder holding the dataset files (default ~/.cache/tricklab/data)")
     train_size: int | None = _f(None, "seeded class-balanced subset of the train split", minimum=1)
     test_size: int | None = _f(None, "seeded class-balanced subset of the test split", minimum=1)
-    image_size: int | None = _f(None, "resize images to this side length", minimum=1)
+    image_size: int | None = _f(
+        None, "resize images to this side length", minimum=1, maximum=MAX_IMAGE_SIZE
+    )
     val_fraction: float = _f(
         0.1, "held-out fraction when the source has no test split", minimum=0, maximum=1
     )
@@ -64,8 +70,10 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = _f("resnet18", "model from the registry (`tricklab models`)")
-    width: float = _f(1.0, "channel width multiplier", minimum=0)
-    widths: list[int] | None = _f(None, "explicit per-stage widths (airbench nets)")
+    width: float = _f(1.0, "channel width multiplier", minimum=0, maximum=64)
+    widths: list[int] | None = _f(
+        None, "explicit per-stage widths (airbench nets)", minimum=1, maximum=MAX_WIDTH
+    )
     pretrained: bool = _f(False, "load torchvision ImageNet weights (torchvision families)")
     bn_momentum: float | None = _f(
         None,
@@ -78,13 +86,21 @@ class ModelConfig:
         0.0,
         "train the whitening conv's bias for this many whole epochs, then freeze it (airbench)",
         minimum=0,
+        maximum=MAX_EPOCHS,
     )
+
+    def check(self, recipe: Recipe) -> None:
+        _check_whole_epochs("model.whiten_bias_epochs", self.whiten_bias_epochs)
 
 
 @dataclass
 class OptimConfig:
     name: str = _f("sgd", "optimizer", ("sgd", "adam", "adamw", "rmsprop", "muon"))
-    lr: float = _f(0.1, "peak learning rate (after lr_scaling)", minimum=0)
+    lr: float = _f(
+        0.1,
+        "peak learning rate at reference_batch_size, before lr_scaling scales it to the batch",
+        minimum=0,
+    )
     momentum: float = _f(
         0.9,
         "momentum (sgd, muon; rmsprop and adam(w) keep PyTorch's defaults)",
@@ -123,6 +139,15 @@ class OptimConfig:
         False, "fused optimizer step: one kernel for all parameters (sgd, adam, adamw)"
     )
 
+    def check(self, recipe: Recipe) -> None:
+        if self.nesterov and self.momentum <= 0 and self.name in ("sgd", "muon"):
+            raise TrickLabError("optim.nesterov=true needs optim.momentum > 0")
+        if self.fused and self.name not in ("sgd", "adam", "adamw"):
+            raise TrickLabError(
+                f"optim.fused=true needs optim.name sgd, adam or adamw (PyTorch has no fused "
+                f"{self.name})"
+            )
+
 
 @dataclass
 class ScheduleConfig:
@@ -140,30 +165,45 @@ class ScheduleConfig:
     milestones: list[float] = _f([0.5, 0.75], "step: fractions of training at which lr drops")
     gamma: float = _f(0.1, "step: lr factor at each milestone", minimum=0)
 
+    def check(self, recipe: Recipe) -> None:
+        if not 0 <= self.peak_fraction <= 1 or not 0 <= self.warmup_fraction <= 1:
+            raise TrickLabError("schedule fractions must lie in [0, 1]")
+        if not all(0 <= m <= 1 for m in self.milestones):
+            raise TrickLabError(
+                f"schedule.milestones={shown(self.milestones)} must be fractions of training "
+                "in [0, 1]"
+            )
+
 
 @dataclass
 class LoaderConfig:
     kind: str = _f(
         "torch", "device: whole split on the device; torch: DataLoader", ("device", "torch")
     )
-    batch_size: int = _f(128, "training batch size", minimum=1)
-    eval_batch_size: int = _f(1024, "evaluation batch size", minimum=1)
+    batch_size: int = _f(128, "training batch size", minimum=1, maximum=MAX_BATCH)
+    eval_batch_size: int = _f(1024, "evaluation batch size", minimum=1, maximum=MAX_BATCH)
     num_workers: int = _f(0, "torch loader worker processes", minimum=0, maximum=256)
     pin_memory: bool = _f(False, "torch loader: page-locked host memory")
     persistent_workers: bool = _f(False, "torch loader: keep workers between epochs")
-    prefetch_factor: int | None = _f(None, "torch loader: batches prefetched per worker", minimum=1)
+    prefetch_factor: int | None = _f(
+        None, "torch loader: batches prefetched per worker", minimum=1, maximum=64
+    )
     drop_last: bool = _f(False, "drop the last incomplete training batch")
     storage_dtype: str = _f(
-        "uint8", "device loader: dtype the split is kept in", ("uint8", "float16", "bfloat16")
+        "uint8", "device loader: dtype the split is kept in", STORAGE_DTYPE_NAMES
     )
 
 
 @dataclass
 class AugConfig:
     flip: str = _f("none", "horizontal flip", ("none", "random", "alternating"))
-    translate: int = _f(0, "random crop from images padded by this many pixels", minimum=0)
+    translate: int = _f(
+        0, "random crop from images padded by this many pixels", minimum=0, maximum=64
+    )
     pad_mode: str = _f("reflect", "padding for translate", ("reflect", "zeros"))
-    cutout: int = _f(0, "side of the zeroed square (Cutout), 0 = off", minimum=0)
+    cutout: int = _f(
+        0, "side of the zeroed square (Cutout), 0 = off", minimum=0, maximum=MAX_IMAGE_SIZE
+    )
     cutout_inside: bool = _f(
         False, "Cutout square wholly inside the image (airbench96), not clipped at the border"
     )
@@ -188,7 +228,10 @@ class TricksConfig:
     ema_decay: float = _f(0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1)
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
     ema_warmup_epochs: float = _f(
-        0.0, "epochs before the EMA starts (it copies the weights then; airbench: 3)", minimum=0
+        0.0,
+        "epochs before the EMA starts (it copies the weights then; airbench94: 0)",
+        minimum=0,
+        maximum=MAX_EPOCHS,
     )
     ema_decay_power: float = _f(
         0.0,
@@ -198,16 +241,32 @@ class TricksConfig:
     lookahead: bool = _f(False, "copy the EMA back into the model at each update (lookahead)")
     tta: str = _f("none", "test-time augmentation", ("none", "flip", "flip-translate"))
 
+    def check(self, recipe: Recipe) -> None:
+        if self.ema_decay >= 1:
+            raise TrickLabError("tricks.ema_decay must be < 1 (1 would never move the average)")
+        if self.lookahead and self.ema_decay == 0:
+            raise TrickLabError(
+                "tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)"
+            )
+        optimizer = recipe.optim.name
+        if self.precision == "16-true-bn32" and optimizer in ("adam", "adamw", "rmsprop"):
+            raise TrickLabError(
+                f"tricks.precision=16-true-bn32 keeps {optimizer}'s state in fp16, where its eps "
+                "(1e-8) rounds to 0 and the step divides by zero; use optim.name=sgd or muon, "
+                "or tricks.precision=16-mixed / bf16-mixed"
+            )
+
 
 @dataclass
 class RunConfig:
-    epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0)
+    epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0, maximum=MAX_EPOCHS)
     seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0, maximum=2**32 - 1)
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
         1.0,
         "evaluate every this many whole epochs (the last epoch always; 0: only the last)",
         minimum=0,
+        maximum=MAX_EPOCHS,
     )
     target_accuracy: float | None = _f(None, "record time-to-target at this val accuracy (0..1)")
     stop_at_target: bool = _f(False, "stop training when target_accuracy is reached")
@@ -222,6 +281,27 @@ class RunConfig:
         0.0, "smallest change that counts as improvement", minimum=0
     )
     checkpoint: bool = _f(False, "write checkpoint.pt (weights) to the run directory")
+
+    def check(self, recipe: Recipe) -> None:
+        target = self.target_accuracy
+        if target is not None and not 0 < target <= 1:
+            raise TrickLabError(f"run.target_accuracy={target} must be a fraction in (0, 1]")
+        if self.stop_at_target and target is None:
+            raise TrickLabError("run.stop_at_target=true needs run.target_accuracy")
+        _check_whole_epochs("run.eval_every", self.eval_every)
+        if self.early_stopping_patience > 0 and self.eval_every == 0:
+            raise TrickLabError(
+                "run.early_stopping_patience needs evaluations to watch; set run.eval_every >= 1"
+            )
+        budget = self.time_budget_seconds
+        if budget is not None and not budget > 0:
+            raise TrickLabError(f"run.time_budget_seconds={budget} must be > 0 (or empty: none)")
+
+
+def _check_whole_epochs(key: str, value: float) -> None:
+    """The loop acts on these at epoch ends."""
+    if value != int(value):
+        raise TrickLabError(f"{key}={value} must be a whole number of epochs")
 
 
 SECTIONS: dict[str, type] = {
@@ -254,10 +334,14 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "recipe") -> Recipe:
+        """A recipe from section -> field -> value; TrickLabError naming `source` if any is bad."""
         if not isinstance(data, dict):
             raise TrickLabError(
                 f"{source}: expected a mapping of sections, got {type(data).__name__}"
             )
+        for name in data:
+            if name not in SECTIONS:
+                _check_section(str(name), source)
         sections = {}
         for name, section_cls in SECTIONS.items():
             values = data.get(name) or {}
@@ -266,13 +350,15 @@ class Recipe:
             for key in values:
                 _check_key(f"{name}.{key}", source)
             sections[name] = section_cls(
-                **{k: _coerce(f"{name}.{k}", v, source) for k, v in values.items()}
+                **{k: _coerce(section_cls, name, k, v, source) for k, v in values.items()}
             )
-        for name in data:
-            if name not in SECTIONS:
-                _check_section(str(name), source)
         recipe = cls(**sections)
-        _check_consistency(recipe, source)
+        try:
+            for section in sections.values():  # the cross-field rules, beside their fields
+                if hasattr(section, "check"):
+                    section.check(recipe)
+        except TrickLabError as exc:
+            raise TrickLabError(f"{source}: {exc}") from None
         return recipe
 
     def get(self, key: str) -> Any:
@@ -286,14 +372,17 @@ class Recipe:
             key, sep, text = assignment.partition("=")
             if not sep or not key:
                 raise TrickLabError(f"override '{assignment}' is not of the form key=value")
-            section, name = _split_key(key.strip(), "override")
+            key = key.strip()
+            section, name = _split_key(key, "override")
             try:
-                data[section][name] = _read_value(text)
+                data[section][name] = read_yaml(text) if text.strip() else None
             except yaml.YAMLError:
                 raise TrickLabError(
-                    f"override: {key.strip()}={text!r} is not valid YAML (quote strings that "
+                    f"override: {key}={shown(text)} is not valid YAML (quote strings that "
                     "hold brackets, colons or '=')"
                 ) from None
+            except TrickLabError as exc:  # beyond yamlio's limits
+                raise TrickLabError(f"override: {key}: {exc}") from None
         return Recipe.from_dict(data, source="override")
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -317,7 +406,7 @@ def field_table() -> list[dict[str, Any]]:
             rows.append(
                 {
                     "key": f"{section}.{f.name}",
-                    "type": _type_name(hints[f.name]),
+                    "type": type_name(hints[f.name]),
                     "default": default,
                     "choices": list(f.metadata["choices"]) if f.metadata["choices"] else None,
                     "minimum": f.metadata["minimum"],
@@ -333,8 +422,8 @@ def builtin_recipes() -> dict[str, str]:
     out = {}
     for entry in sorted(resources.files("tricklab.recipes").iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml"):
-            first = entry.read_text().splitlines()[0] if entry.read_text() else ""
-            out[entry.name[:-5]] = first.lstrip("# ").strip()
+            lines = entry.read_text().splitlines()
+            out[entry.name[:-5]] = lines[0].lstrip("# ").strip() if lines else ""
     return out
 
 
@@ -345,44 +434,28 @@ def load_recipe(
     if name_or_path is None:
         recipe = Recipe()
     else:
-        text, source = _read_recipe_text(str(name_or_path))
-        try:
-            data = read_yaml(text) or {}
-        except yaml.YAMLError as exc:
-            mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
-            where = (
-                f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            )
-            raise TrickLabError(
-                f"{source}: not valid YAML{where} ({problem or type(exc).__name__})"
-            ) from None
-        except TrickLabError as exc:  # a key given twice
-            raise TrickLabError(f"{source}: {exc}") from None
-        recipe = Recipe.from_dict(data, source=source)
+        data, source = _read_recipe(str(name_or_path))
+        recipe = Recipe.from_dict({} if data is None else data, source=source)
     return recipe.override(overrides)
 
 
-def _read_recipe_text(name: str) -> tuple[str, str]:
-    """A YAML file's text, else a built-in recipe's (a folder named like one does not hide it)."""
+def _read_recipe(name: str) -> tuple[Any, str]:
+    """A YAML file's data, else a built-in recipe's (a folder named like one does not hide it),
+    and the name errors give it."""
     if not name.strip():
         raise TrickLabError(
             "empty recipe name: give a built-in recipe (`tricklab recipes`) or a .yaml path"
         )
-    path = Path(name)
-    if path.is_file():
+    path, builtin = Path(name), builtin_recipes()
+    if name in builtin and not os.path.isfile(path):
+        text = resources.files("tricklab.recipes").joinpath(f"{name}.yaml").read_text()
         try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except UnicodeDecodeError:
-            raise TrickLabError(f"recipe file {path} is not UTF-8 text") from None
-        except OSError as exc:
-            raise TrickLabError(f"cannot read recipe file {path}: {exc.strerror}") from None
-    builtin = builtin_recipes()
-    if name in builtin:
-        return resources.files("tricklab.recipes").joinpath(f"{name}.yaml").read_text(), name
-    if path.is_dir():
-        raise TrickLabError(f"recipe file {path} is a folder, not a YAML file")
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        raise TrickLabError(f"recipe file {path} does not exist")
+            return read_yaml(text), name
+        except yaml.YAMLError as exc:
+            raise TrickLabError(f"{name}: {describe_yaml_error(exc)}") from None
+    looks_like_a_path = path.suffix in (".yaml", ".yml") or "/" in name or os.sep in name
+    if name in builtin or looks_like_a_path or os.path.lexists(path):
+        return read_yaml_file(path, "recipe file"), str(path)
     close = difflib.get_close_matches(name, builtin, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise TrickLabError(
@@ -397,13 +470,14 @@ def _split_key(key: str, source: str) -> tuple[str, str]:
 
 
 def _check_key(key: str, source: str) -> None:
-    if key in all_keys():
+    keys = all_keys()
+    if key in keys:
         return
-    close = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
     if not close:  # a bare field name without its section: find the section
-        close = [k for k in all_keys() if k.split(".")[1] == key.split(".")[-1]][:1]
+        close = [k for k in keys if k.split(".")[1] == key.split(".")[-1]][:1]
     hint = f"; did you mean '{close[0]}'?" if close else "; `tricklab tricks` lists every key"
-    raise TrickLabError(f"{source}: unknown recipe key '{key}'{hint}")
+    raise TrickLabError(f"{source}: unknown recipe key {shown(key)}{hint}")
 
 
 def _check_section(name: str, source: str) -> None:
@@ -413,174 +487,14 @@ def _check_section(name: str, source: str) -> None:
     close = difflib.get_close_matches(name, SECTIONS, n=1, cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise TrickLabError(
-        f"{source}: unknown recipe section '{name}'; {hint}sections: {', '.join(SECTIONS)}"
+        f"{source}: unknown recipe section {shown(name)}; {hint}sections: {', '.join(SECTIONS)}"
     )
 
 
-def _type_name(tp: Any) -> str:
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return _type_name(inner[0]) + " | None"
-    if typing.get_origin(tp) is list:
-        return f"list[{_type_name(args[0])}]"
-    return tp.__name__
-
-
-INT_MAX = 2**31 - 1  # the bound of an int field that names none
-
-
-def _coerce(key: str, value: Any, source: str) -> Any:
-    """Check `value` against the field's type, allowed values and bound; return it typed."""
-    section, name = key.split(".")
-    cls = SECTIONS[section]
-    f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    tp = typing.get_type_hints(cls)[name]
-    meta = f.metadata
-    optional = typing.get_origin(tp) in (typing.Union, types.UnionType)
-    base = next(a for a in typing.get_args(tp) if a is not type(None)) if optional else tp
-    if value is None:
-        if optional:
-            return None
-        raise TrickLabError(f"{source}: {key} cannot be empty (expected {_type_name(tp)})")
-    typed = _as_type(base, value)
-    if typed is _BAD:
-        allowed = f"one of {', '.join(meta['choices'])}" if meta["choices"] else _type_name(tp)
-        if base is float:
-            allowed = f"a finite number ({allowed})"
-        raise TrickLabError(f"{source}: {key}={value!r} is not valid; expected {allowed}")
-    if meta["choices"] and typed not in meta["choices"]:
-        raise TrickLabError(
-            f"{source}: {key}={value!r} is not allowed; choose one of {', '.join(meta['choices'])}"
-        )
-    if meta["minimum"] is not None and typed < meta["minimum"]:
-        raise TrickLabError(f"{source}: {key}={value!r} must be >= {meta['minimum']}")
-    maximum = meta["maximum"]
-    if maximum is None and base is int:
-        maximum = INT_MAX  # counts and sizes: far beyond any real one, and C-sized for torch
-    if maximum is not None and typed > maximum:
-        raise TrickLabError(f"{source}: {key}={value!r} must be <= {maximum}")
-    return typed
-
-
-_BAD = object()
-
-
-# YAML 1.1 words that PyYAML would read as booleans. Recipes (files and key=value alike) are read
-# with YAML 1.2's booleans, true/false only, so `tricks.compile: off` names the choice "off";
-# a bool field still takes these words (see _as_type).
-_YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": True, "n": False}
-
-
-class _RecipeLoader(yaml.SafeLoader):
-    """SafeLoader whose only booleans are true/false (YAML 1.2), refusing a key given twice."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise TrickLabError(f"'{key}' is given twice (line {key_node.start_mark.line + 1})")
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-_RecipeLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_RecipeLoader.add_implicit_resolver(
-    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-
-
-def read_yaml(text: str) -> Any:
-    """Recipe YAML (a file's text or one command-line value), read safely with YAML 1.2 booleans."""
-    return yaml.load(text, Loader=_RecipeLoader)
-
-
-def _read_value(text: str) -> Any:
-    """A command-line value: empty is None, anything else is read as recipe YAML."""
-    return read_yaml(text) if text.strip() else None
-
-
-def _as_type(base: Any, value: Any) -> Any:
-    if typing.get_origin(base) is list:
-        (item,) = typing.get_args(base)
-        if not isinstance(value, (list, tuple)):
-            return _BAD
-        items = [_as_type(item, v) for v in value]
-        return _BAD if any(i is _BAD for i in items) else items
-    if base is bool:
-        if isinstance(value, str):
-            return _YAML11_BOOL_WORDS.get(value.lower(), _BAD)
-        return value if isinstance(value, bool) else _BAD
-    if base is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
-    if base is float:
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                return _BAD
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return float(value) if ok and math.isfinite(value) else _BAD  # no NaN or infinity
-    if base is str:
-        return (
-            str(value)
-            if isinstance(value, (str, int, float)) and not isinstance(value, bool)
-            else _BAD
-        )
-    return _BAD
-
-
-def _check_consistency(recipe: Recipe, source: str) -> None:
-    """Cross-field rules that one field's check cannot see."""
-    t = recipe.run.target_accuracy
-    if t is not None and not 0 < t <= 1:
-        raise TrickLabError(f"{source}: run.target_accuracy={t} must be a fraction in (0, 1]")
-    if recipe.run.stop_at_target and t is None:
-        raise TrickLabError(f"{source}: run.stop_at_target=true needs run.target_accuracy")
-    s = recipe.schedule
-    if not 0 <= s.peak_fraction <= 1 or not 0 <= s.warmup_fraction <= 1:
-        raise TrickLabError(f"{source}: schedule fractions must lie in [0, 1]")
-    if not all(0 <= m <= 1 for m in s.milestones):
-        raise TrickLabError(
-            f"{source}: schedule.milestones={s.milestones} must be fractions of training in [0, 1]"
-        )
-    if recipe.tricks.ema_decay >= 1:
-        raise TrickLabError(
-            f"{source}: tricks.ema_decay must be < 1 (1 would never move the average)"
-        )
-    whole = {
-        "run.eval_every": recipe.run.eval_every,
-        "model.whiten_bias_epochs": recipe.model.whiten_bias_epochs,
-    }
-    for key, value in whole.items():  # the loop acts on them at epoch ends
-        if value != int(value):
-            raise TrickLabError(f"{source}: {key}={value} must be a whole number of epochs")
-    if recipe.run.early_stopping_patience > 0 and recipe.run.eval_every == 0:
-        raise TrickLabError(
-            f"{source}: run.early_stopping_patience needs evaluations to watch; set run.eval_every >= 1"
-        )
-    budget = recipe.run.time_budget_seconds
-    if budget is not None and not budget > 0:
-        raise TrickLabError(
-            f"{source}: run.time_budget_seconds={budget} must be > 0 (or empty: none)"
-        )
-    if recipe.tricks.precision == "16-true-bn32" and recipe.optim.name in (
-        "adam",
-        "adamw",
-        "rmsprop",
-    ):
-        raise TrickLabError(
-            f"{source}: tricks.precision=16-true-bn32 keeps {recipe.optim.name}'s state in fp16, where "
-            "its eps (1e-8) rounds to 0 and the step divides by zero; use optim.name=sgd or muon, "
-            "or tricks.precision=16-mixed / bf16-mixed"
-        )
-    if recipe.optim.fused and recipe.optim.name not in ("sgd", "adam", "adamw"):
-        raise TrickLabError(
-            f"{source}: optim.fused=true needs optim.name sgd, adam or adamw "
-            f"(PyTorch has no fused {recipe.optim.name})"
-        )
+def _coerce(section_cls: type, section: str, name: str, value: Any, source: str) -> Any:
+    spec = next(f for f in dataclasses.fields(section_cls) if f.name == name)
+    tp = typing.get_type_hints(section_cls)[name]
+    try:
+        return coerce(f"{section}.{name}", value, spec, tp)
+    except TrickLabError as exc:
+        raise TrickLabError(f"{source}: {exc}") from None
