@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 import tricklab
-from tricklab import speedrun
+from tricklab import demo, speedrun
 from tricklab.clitools import (
     INTERRUPTED_EXIT_CODE,
     Parser,
@@ -323,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
 
-    for module in (speedrun, experiments_cli, profile_cli):  # each adds its own commands
+    for module in (demo, speedrun, experiments_cli, profile_cli):  # each adds its own commands
         module.register(sub)
     return parser
 

@@ -1,0 +1,132 @@
+"""`tricklab demo`: its plan, a 1-seed smoke run of it on a tiny budget, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import pytest
+
+from tricklab import demo
+from tricklab.cli import main
+from tricklab.train.recipe import load_recipe
+
+DEFAULT_PLAN = demo.DemoPlan()
+
+
+def tiny_plan(cache_dir) -> demo.DemoPlan:
+    """The demo's plan (same baseline, same tricks) on a budget of seconds."""
+    return dataclasses.replace(
+        DEFAULT_PLAN,
+        epochs=1.0,
+        train_size=600,
+        test_size=200,
+        cpu_widths=(8, 16, 16),
+        cache_dir=str(cache_dir),
+    )
+
+
+def test_default_plan_is_scaled_speedrun94_on_the_sample_with_a_fixed_budget():
+    plan = demo.DemoPlan()
+    recipe = load_recipe(demo.BASELINE_RECIPE, plan.baseline_overrides("cpu"))
+    assert recipe.data.name == "cifar10-sample" and recipe.data.dir is None
+    assert recipe.model.name == "airbench" and list(recipe.model.widths) == [16, 64, 64]
+    assert recipe.tricks.precision == "32-true"
+    assert recipe.run.epochs == plan.epochs
+    assert recipe.run.early_stopping_patience == 0 and recipe.run.stop_at_target is False
+    # Every varied key is a real recipe field whose value differs from the baseline's.
+    for key, values in plan.vary.items():
+        assert all(recipe.get(key) != load_recipe(None, [f"{key}={v}"]).get(key) for v in values)
+    assert len(plan.vary) == 3
+
+
+def test_on_a_gpu_the_plan_keeps_the_recipe_widths_and_precision():
+    speedrun94 = load_recipe(demo.BASELINE_RECIPE)
+    recipe = load_recipe(demo.BASELINE_RECIPE, demo.DemoPlan().baseline_overrides("cuda"))
+    assert recipe.model.widths == speedrun94.model.widths
+    assert recipe.tricks.precision == speedrun94.tricks.precision
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, tricklab_cache_dir):
+    """The demo run once with 1 seed on a tiny budget (a few seconds per run)."""
+    out = tmp_path_factory.mktemp("demo") / "out"
+    events = []
+    result = demo.run_demo(
+        out, seeds=1, plan=tiny_plan(tricklab_cache_dir), on_run_end=events.append
+    )
+    return result, events
+
+
+def test_smoke_trains_the_baseline_and_each_trick_once_per_seed(smoke):
+    result, events = smoke
+    configs = {"baseline", *(f"{k}={v[0]}" for k, v in result.plan.vary.items())}
+    assert {e.config_id for e in events} == configs
+    assert all(e.seed == 0 and e.status == "complete" for e in events)
+    assert result.summary.study == demo.STUDY_NAME and result.summary.planned == 4
+    assert result.summary.status_counts == {"complete": 4}
+    assert (result.out_dir / "study" / "study.db").is_file()
+
+
+def test_smoke_writes_the_report_into_the_out_folder(smoke):
+    result, _ = smoke
+    report = result.report
+    assert report.md_path == result.out_dir / "report.md" and report.md_path.is_file()
+    assert report.html_path.is_file()
+    assert report.summary.strip()
+    assert len(report.conclusions) == 3  # one sentence per trick vs the baseline
+
+
+def test_rerun_on_a_folder_holding_the_report_exits_2_with_one_line(smoke, capsys):
+    result, _ = smoke
+    before = result.report.md_path.read_bytes()
+    assert main(["demo", "--out", str(result.out_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "already holds a report" in err
+    assert result.report.md_path.read_bytes() == before
+
+
+def test_cli_prints_the_report_path_and_the_conclusion(
+    tmp_path, tricklab_cache_dir, monkeypatch, capsys
+):
+    monkeypatch.setattr(demo, "DemoPlan", functools.partial(tiny_plan, tricklab_cache_dir))
+    results = []
+    run_demo = demo.run_demo
+    monkeypatch.setattr(
+        demo, "run_demo", lambda *a, **k: results.append(run_demo(*a, **k)) or results[-1]
+    )
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--seeds", "1"]) == 0
+    printed = capsys.readouterr().out
+    report = results[0].report
+    assert f"report: {out / 'report.html'}" in printed and report.html_path.is_file()
+    assert printed.rstrip().endswith(report.summary.strip())
+
+
+def test_cli_json_is_one_object_naming_the_report(smoke, tmp_path, monkeypatch, capsys):
+    result, _ = smoke
+    monkeypatch.setattr(demo, "run_demo", lambda *args, **kwargs: result)
+    assert main(["demo", "--out", str(tmp_path / "new"), "--seeds", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["report"]["md_path"] == str(result.out_dir / "report.md")
+    assert data["report"]["summary"] == result.report.summary
+    assert data["study"]["status_counts"] == {"complete": 4}
+    assert data["seeds"] == 1 and data["plan"]["epochs"] == 1.0
+
+
+def test_out_that_is_a_file_exits_2_before_training(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("mine")
+    assert main(["demo", "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a file" in err
+    assert target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("seeds", ["0", "-1", "101"])
+def test_seeds_out_of_range_exit_2_and_make_no_folder(tmp_path, capsys, seeds):
+    out = tmp_path / "new"
+    assert main(["demo", "--out", str(out), "--seeds", seeds]) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert not out.exists()
