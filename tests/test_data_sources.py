@@ -1128,7 +1128,10 @@ def test_every_dataset_name_resolves_to_a_loader():
 
 
 def run_with_memory_limit(
-    code: str, extra_bytes: int, imports: str = "torch, tricklab.cli, tricklab.data.sources"
+    code: str,
+    extra_bytes: int,
+    imports: str = "torch, tricklab.cli, tricklab.data.sources",
+    timeout: float = 300,
 ):
     """Run `code` in a child whose address space may grow by `extra_bytes` past what `imports`
     took (RLIMIT_AS); skips where the limit cannot be set."""
@@ -1144,7 +1147,7 @@ def run_with_memory_limit(
         f"resource.setrlimit(resource.RLIMIT_AS, (vm + {extra_bytes}, hard))\n"
     )
     return subprocess.run(
-        [sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -1367,3 +1370,23 @@ def test_cifar_batch_whose_data_is_a_shared_nested_list_is_refused_without_expan
     out = run_with_memory_limit(code, extra_bytes=512 << 20)
     assert out.returncode == 2, out.stderr
     assert "data_batch_1" in out.stderr and "not an official CIFAR batch" in out.stderr
+
+
+def test_a_fifo_or_a_link_to_a_device_in_an_image_folder_is_skipped_not_read(tmp_path):
+    """Reading either would never end (a FIFO waits for a writer, /dev/zero never ends)."""
+    make_tree(tmp_path / "data")
+    os.mkfifo(tmp_path / "data" / "train" / "cat" / "waits.png")
+    (tmp_path / "data" / "train" / "dog" / "endless.png").symlink_to("/dev/zero")
+    code = (
+        "from tricklab.data.sources import load_dataset\n"
+        f"ds = load_dataset('imagefolder', {str(tmp_path / 'data')!r}, "
+        f"cache_dir={str(tmp_path / 'c')!r})\n"
+        "print(len(ds.train))\n"
+    )
+    try:
+        out = run_with_memory_limit(code, extra_bytes=256 << 20, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("loading the folder did not end")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["12"]
+    assert "waits.png" in out.stderr and "endless.png" in out.stderr  # named as skipped

@@ -284,8 +284,9 @@ def _warn_skipped(skipped: list[str], where: Path) -> None:
     shown = ", ".join(skipped[:_SKIPPED_NAMES_SHOWN])
     more = f" and {len(skipped) - _SKIPPED_NAMES_SHOWN} more" if len(skipped) > 5 else ""
     log.warning(
-        "skipped %d files in %s that are not images (suffix not one of %s): %s%s",
+        "skipped %d file%s in %s that are not images (not a file, or suffix not one of %s): %s%s",
         len(skipped),
+        "" if len(skipped) == 1 else "s",
         where,
         " ".join(IMAGE_SUFFIXES),
         shown,
