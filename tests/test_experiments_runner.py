@@ -39,7 +39,7 @@ TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "optim.nesterov=true", "run.epochs=1"]
 FAST = Liveness(poll_seconds=0.05)
 
 
-def fake_train(recipe, *, on_epoch=None, out_dir=None):
+def fake_train(recipe, *, on_epoch=None, out_dir=None, stop=None):
     """A stand-in engine: accuracy grows with lr and seed, two epochs, no training."""
     accuracy = 0.5 + 0.1 * recipe.optim.lr + 0.01 * recipe.run.seed
     rows = [
@@ -209,32 +209,38 @@ def found_handler(request):
 
 @pytest.mark.parametrize("library_error", [False, True], ids=["dropped", "turned-into-an-error"])
 def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
-    baseline, tmp_path, capsys, library_error, found_handler
+    tmp_path, capsys, monkeypatch, library_error, found_handler
 ):
     """A signal handler's KeyboardInterrupt raised inside __del__ is dropped ("Exception ignored
     in ..."); one raised inside a library callback may come back as another error. Either way the
-    worker stops after that run, marks it interrupted and prints no traceback. Whatever handlers
-    it found for SIGINT and SIGTERM are back in place afterwards."""
+    run in flight ends interrupted, the worker stops after it and prints no traceback. Whatever
+    handlers it found for SIGINT and SIGTERM are back in place afterwards."""
+    from tricklab.train import api, loop
 
     class SignalsWhileCollected:
         def __del__(self):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)  # the handler runs here, inside __del__
 
-    calls = []
+    runs, real_step = [], loop.train_step
 
     def train(recipe, **kwargs):
-        calls.append(recipe)
-        if len(calls) == 2:
+        runs.append(recipe)
+        return api.train(recipe, **kwargs)
+
+    def step(*args):
+        if len(runs) == 2 and not hasattr(step, "signalled"):
+            step.signalled = True
             SignalsWhileCollected()  # collected at once: the interrupt is dropped
             if library_error:
                 raise RuntimeError("a callback raised KeyboardInterrupt")
-        return fake_train(recipe, **kwargs)
+        return real_step(*args)
 
+    monkeypatch.setattr(loop, "train_step", step)
     with pytest.raises(KeyboardInterrupt):
-        ablate(baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path, train_fn=train,
-               liveness=FAST)  # fmt: skip
-    assert len(calls) == 2  # the worker stopped after the run in flight
+        ablate(load_recipe(None, TINY), {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path,
+               train_fn=train, liveness=FAST)  # fmt: skip
+    assert len(runs) == 2  # the worker stopped after the run in flight
     assert "Traceback" not in capsys.readouterr().err
     trials = unit_trials("s", tmp_path)
     assert sorted(trial_status(t) for t in trials) == ["complete", "interrupted"]
@@ -357,7 +363,7 @@ def test_median_pruner_stops_hopeless_trials_and_records_them_pruned(baseline, t
     assert summary.status_counts["pruned"] == len(pruned)
 
 
-def epochs_fake_train(recipe, *, on_epoch=None, out_dir=None):
+def epochs_fake_train(recipe, *, on_epoch=None, out_dir=None, stop=None):
     """fake_train's accuracies over the recipe's run.epochs epochs, reported as they end."""
     accuracy = 0.5 + 0.1 * recipe.optim.lr + 0.01 * recipe.run.seed
     epochs = int(recipe.run.epochs)

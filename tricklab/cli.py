@@ -9,10 +9,8 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from rich.console import Group
@@ -36,6 +34,7 @@ from tricklab.errors import TrickLabError
 from tricklab.experiments import cli as experiments_cli
 from tricklab.measure import profile_cli
 from tricklab.paths import first_missing, new_numbered_dir, remove_empty_dirs
+from tricklab.stopping import stop_on_signals
 from tricklab.train.recipe import builtin_recipes, field_table, load_recipe
 
 MAX_CLASSES = 100_000
@@ -168,38 +167,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     name, overrides = recipe_and_overrides(args.words)
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
-    from tricklab.train.api import RunResult, train
+    from tricklab.train.api import RunInterrupted, train
 
     out, made = (Path(args.out), None) if args.out else _default_run_dir(name)
     try:
-        try:
-            if args.json:
-                result = train(recipe, out_dir=out)
-            else:
-                with EpochView(recipe.run.epochs) as view:
-                    result = train(recipe, out_dir=out, on_epoch=view)
-        except Exception as exc:
-            # Not a user mistake (those exit 2): a bug or a broken environment. The run recorded
-            # itself failed; show where it broke, then report it like any other ended run.
-            if isinstance(exc, TrickLabError) or not (out / "result.json").exists():
-                raise
-            traceback.print_exc()
-            result = RunResult.from_dict(json.loads((out / "result.json").read_text()))
-        if not args.json:
-            print_result(result)
+        if args.json:
+            result = train(recipe, out_dir=out, stop=args.stop)
+        else:
+            with EpochView(recipe.run.epochs) as view:
+                result = train(recipe, out_dir=out, on_epoch=view, stop=args.stop)
+    except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
+        if args.json:
+            print(json.dumps(stopped.result.to_dict()))
+        else:
             err_console.print(f"run directory: {out}")
-    except KeyboardInterrupt:
-        if (out / "result.json").exists():  # the run recorded itself interrupted
-            if args.json:
-                print(json.dumps(json.loads((out / "result.json").read_text())))
-            else:
-                err_console.print(f"run directory: {out}")
         raise
     finally:
         if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
             remove_empty_dirs(out, made)
+    if result.traceback:  # not a user mistake (those exit 2): a bug or a broken environment
+        print(result.traceback, file=sys.stderr, end="")
     if args.json:
         print(json.dumps(result.to_dict()))
+    else:
+        print_result(result)
+        err_console.print(f"run directory: {out}")
     return 0 if result.status not in ("diverged", "oom", "failed") else 1
 
 
@@ -343,18 +335,18 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
-    try:
-        return args.func(args)
-    except TrickLabError as exc:
-        print_error(str(exc))
-        return 2
-    except KeyboardInterrupt:
-        err_console.print("interrupted", highlight=False)
-        return INTERRUPTED_EXIT_CODE
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    # Every command runs with Ctrl-C and SIGTERM as one exception, Interrupted, and finds the
+    # stop request in args.stop (train() and the experiment workers check it).
+    with stop_on_signals() as stop:
+        args.stop = stop
+        try:
+            return args.func(args)
+        except TrickLabError as exc:
+            print_error(str(exc))
+            return 2
+        except KeyboardInterrupt:
+            err_console.print("interrupted", highlight=False)
+            return INTERRUPTED_EXIT_CODE
 
 
 def run() -> None:
@@ -366,7 +358,6 @@ def run() -> None:
     exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
     by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
     schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted."""
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
         code = main()
         sys.stdout.flush()

@@ -31,6 +31,7 @@ from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import normalize_target
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
 from tricklab.paths import atomic_write
+from tricklab.stopping import Interrupted, StopRequest
 from tricklab.train.recipe import Recipe, load_recipe
 
 DEFAULT_RECIPE = "speedrun94"
@@ -183,6 +184,7 @@ def speedrun(
     target_accuracy: float | None = None,
     warmup_epochs: float | None = None,
     recipe_name: str = "recipe",
+    stop: StopRequest | None = None,
 ) -> SpeedrunSummary:
     """Train `recipe` once to warm up (not counted), then `runs` times with seeds 0..runs-1.
 
@@ -192,7 +194,9 @@ def speedrun(
     0 skips it, a number shortens it (one epoch meets every batch shape, which cuDNN autotunes;
     with tricks.compile each run compiles in its own warm-up steps, timed apart). With `out_dir`,
     each run writes its directory (warmup/, seed-0/, ...) and summary.json goes beside them.
-    `on_run` is called with each finished run, the warm-up included (its `warmup` is True)."""
+    `on_run` is called with each finished run, the warm-up included (its `warmup` is True).
+    Ctrl-C or SIGTERM (or `stop`, see tricklab.stopping) after some counted runs raises
+    SpeedrunInterrupted with their summary (also written to summary.json)."""
     from tricklab.train.api import train
 
     check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
@@ -218,7 +222,7 @@ def speedrun(
         if warmup_epochs is not None and warmup_epochs < recipe.run.epochs:
             changes.append(f"run.epochs={warmup_epochs}")
         run_out = out / "warmup" if out is not None else None
-        result = train(recipe.override(changes), out_dir=run_out)
+        result = train(recipe.override(changes), out_dir=run_out, stop=stop)
         peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
         warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
         if on_run is not None:
@@ -229,7 +233,7 @@ def speedrun(
     try:
         for seed in range(runs):
             run_out = out / f"seed-{seed}" if out is not None else None
-            result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out)
+            result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop)
             if warmup is None and seed == 0:
                 peak, peak_source = _resolve_peak(
                     result.hardware, recipe.tricks.precision, peak_tflops
@@ -254,7 +258,7 @@ def speedrun(
     return summary
 
 
-class SpeedrunInterrupted(KeyboardInterrupt):
+class SpeedrunInterrupted(Interrupted):
     """Ctrl-C (or SIGTERM) after some counted runs; `summary` holds their statistics (and went to
     summary.json with --out). Still a KeyboardInterrupt for callers that only stop."""
 
@@ -439,6 +443,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     def show(run: SpeedrunRun) -> None:
         style = "red" if run.status in FAILED else ("dim" if run.warmup else None)
         out_console.print(run_line(run), highlight=False, style=style)
+        if run.status in FAILED and run.error:  # the traceback of a failed run: its result.json
+            err.print(f"  seed {run.seed}: {run.error}", highlight=False, style="red")
 
     try:
         summary = speedrun(
@@ -450,6 +456,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
             target_accuracy=target,
             warmup_epochs=args.warmup_epochs,
             recipe_name=args.recipe,
+            stop=args.stop,
         )
     except SpeedrunInterrupted as stop:  # the runs that finished are summarized all the same
         summary = stop.summary

@@ -287,6 +287,7 @@ def run_ablate(args: argparse.Namespace) -> int:
                 out_dir=args.out,
                 on_run_end=_run_line(progress),
                 liveness=liveness,
+                stop=args.stop,
             )
         except KeyboardInterrupt:
             return _interrupted()
@@ -348,6 +349,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 out_dir=args.out,
                 on_run_end=_run_line(progress),
                 liveness=liveness,
+                stop=args.stop,
             )
         except KeyboardInterrupt:
             return _interrupted()

@@ -40,15 +40,10 @@ does), under the same unit.
 from __future__ import annotations
 
 import contextlib
-import functools
-import gc
 import json
 import logging
 import math
 import random
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -95,10 +90,17 @@ from tricklab.experiments.storage import (
     trial_status,
     worker_identity,
 )
+from tricklab.stopping import (
+    INTERRUPTED_ERROR,
+    Interrupted,
+    StopRequest,
+    is_interrupt,
+    stop_on_signals,
+)
 
 log = logging.getLogger(__name__)
 
-TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=...) -> RunResult
+TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=..., stop=...) -> RunResult
 ACTIVE = (TrialState.WAITING, TrialState.RUNNING)
 MAX_HEARTBEAT_SECONDS = 86_400
 
@@ -185,14 +187,6 @@ def _default_train() -> TrainFn:
     return train
 
 
-def _free_memory() -> None:
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _jsonable(data: Any) -> Any:
     def default(value: Any) -> Any:
         item = getattr(value, "item", None)  # numpy / torch scalars
@@ -201,113 +195,61 @@ def _jsonable(data: Any) -> Any:
     return json.loads(json.dumps(data, default=default))
 
 
-# The error text of a run or trial stopped by the user, wherever the signal caught the worker.
-INTERRUPTED_ERROR = "stopped by Ctrl-C or SIGTERM"
-
-# Set by Ctrl-C or SIGTERM while a worker loop runs (see `stoppable`).
-_stop_requested = threading.Event()
-
-
-def stoppable(worker_loop: Callable[..., int]) -> Callable[..., int]:
-    """Ctrl-C and SIGTERM stop `worker_loop` as a KeyboardInterrupt, and the stop is remembered.
-
-    Python drops an exception raised while a weakref callback or `__del__` runs ("Exception ignored
-    in ..."), and a signal handler's KeyboardInterrupt can land there; the remembered stop is then
-    raised again at the next epoch end, run end or claim, so no signal is lost."""
-
-    @functools.wraps(worker_loop)
-    def run(*args: Any, **kwargs: Any) -> int:
-        if threading.current_thread() is not threading.main_thread():
-            return worker_loop(*args, **kwargs)  # signal handlers belong to the main thread
-
-        def on_signal(signum: int, frame: Any) -> None:
-            _stop_requested.set()
-            raise KeyboardInterrupt
-
-        def on_unraisable(unraisable: Any) -> None:
-            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
-                previous_hook(unraisable)  # a dropped stop is remembered, not printed
-
-        _stop_requested.clear()
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
-        try:
-            return worker_loop(*args, **kwargs)
-        finally:
-            sys.unraisablehook = previous_hook
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            _stop_requested.clear()
-
-    return run
-
-
-def _stop_if_requested() -> None:
-    if _stop_requested.is_set():
-        raise KeyboardInterrupt
-
-
 def train_one(
     recipe: Any,
     train_fn: TrainFn,
+    stop: StopRequest,
     on_epoch: Callable[[dict, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Train one recipe and return its run record; never raises for a failed run.
+    """Train one recipe and return its run record; never raises for a run that ended.
 
-    The record is the RunResult's dict plus `status`, `error` and `accuracy`. NaN loss gives
-    `diverged` (the engine's verdict), out-of-memory `oom` (memory freed), optuna.TrialPruned from
-    `on_epoch` `pruned`, Ctrl-C `interrupted` (the caller re-raises), any other exception `failed`
-    with its message. `on_epoch(row, epoch_number)` sees each epoch's metrics.
+    The record is the RunResult's dict plus `accuracy`; its status is the one `train()` gave
+    (see `api.run_end`), or `pruned` when `on_epoch` raised optuna.TrialPruned. An interrupted run
+    is recorded too (the caller stores it, then stops). `on_epoch(row, epoch_number)` sees each
+    epoch's metrics.
     """
+    from tricklab.train.api import RunInterrupted, run_end
+
     epochs: list[dict] = []
 
     def record_epoch(row: dict) -> None:
         epochs.append(dict(row))
-        _stop_if_requested()
         if on_epoch is not None:
             on_epoch(row, len(epochs))
 
-    from tricklab.measure.hardware import hardware_fingerprint
-    from tricklab.train.api import out_of_memory_error, resolve_device
-
     start = time.perf_counter()
-    status, error, result = "failed", None, None
     try:
-        result = train_fn(recipe, on_epoch=record_epoch)
-        status, error = result.status, result.error
-        _stop_if_requested()  # a stop whose KeyboardInterrupt was dropped during the last epoch
+        record = train_fn(recipe, on_epoch=record_epoch, stop=stop).to_dict()
+    except RunInterrupted as stopped:
+        record = stopped.result.to_dict()
     except optuna.TrialPruned as exc:
-        status, error = "pruned", str(exc) or None
-    except (KeyboardInterrupt, SystemExit):
-        status, error = "interrupted", INTERRUPTED_ERROR
-    except Exception as exc:
-        if (
-            _stop_requested.is_set()
-        ):  # a library turned the stop's KeyboardInterrupt into its own error
-            status, error = "interrupted", INTERRUPTED_ERROR
-        elif oom := out_of_memory_error(exc):
-            status, error = "oom", oom
-        else:
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
-    if status == "oom":  # here, not in `except`: its traceback would keep the run's tensors alive
-        _free_memory()
-    if result is not None:
-        record = result.to_dict()
-    else:
-        record = {
-            "recipe": recipe.to_dict(),
-            "epochs": epochs,
-            "wall_seconds": time.perf_counter() - start,
-            "train_seconds": epochs[-1].get("train_seconds", 0.0) if epochs else 0.0,
-            "tricklab_version": tricklab.__version__,
-            "hardware": hardware_fingerprint(resolve_device(recipe.run.device)),
-        }
-    record.update(status=status, error=error)
+        record = _unfinished_record(recipe, epochs, start, "pruned", str(exc) or None)
+    except (Exception, KeyboardInterrupt) as exc:  # a train_fn other than train() raised
+        record = _unfinished_record(recipe, epochs, start, *run_end(exc, stop))
     record["accuracy"] = headline_accuracy(record)
     record["target_accuracy"] = recipe.get("run.target_accuracy")
     if record["status"] in COMPLETE_STATUSES and record["accuracy"] is None:
         record.update(status="failed", error="the run finished without a validation accuracy")
     return _jsonable(record)
+
+
+def _unfinished_record(
+    recipe: Any, epochs: list[dict], start: float, status: str, error: str | None
+) -> dict[str, Any]:
+    """The record of a run that left no RunResult: what the epochs it finished show."""
+    from tricklab.measure.hardware import hardware_fingerprint
+    from tricklab.train.api import resolve_device
+
+    return {
+        "status": status,
+        "error": error,
+        "recipe": recipe.to_dict(),
+        "epochs": epochs,
+        "wall_seconds": time.perf_counter() - start,
+        "train_seconds": epochs[-1].get("train_seconds", 0.0) if epochs else 0.0,
+        "tricklab_version": tricklab.__version__,
+        "hardware": hardware_fingerprint(resolve_device(recipe.run.device)),
+    }
 
 
 def _pruning_reporter(trial: optuna.Trial, recipe: Any) -> Callable[[dict, int], None]:
@@ -371,7 +313,7 @@ def _claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[No
     try:
         yield
     except BaseException as exc:
-        interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
+        interrupted = is_interrupt(exc)
         with contextlib.suppress(Exception):
             if storage.get_trial(trial_id).state == TrialState.RUNNING:
                 storage.set_trial_user_attr(
@@ -431,7 +373,6 @@ def _event(trial_number: int, config_id: str, record: dict) -> RunEvent:
 # ---------------------------------------------------------------- worker loops
 
 
-@stoppable
 def run_units(
     study: optuna.Study,
     storage: optuna.storages.BaseStorage,
@@ -440,6 +381,7 @@ def run_units(
     *,
     url: str,
     train_fn: TrainFn,
+    stop: StopRequest,
     liveness: Liveness = Liveness(),
     params: Callable[[Unit], dict[str, Any]] | None = None,
     space: SearchSpace | None = None,
@@ -456,7 +398,7 @@ def run_units(
     by_key = {u.key: u for u in units}
     ran = 0
     while True:
-        _stop_if_requested()
+        stop.check()
         fail_stale_trials(study, storage, liveness.grace_seconds)
         with claim_lock(url):
             tries = _attempts(study.get_trials(deepcopy=False))
@@ -493,7 +435,7 @@ def run_units(
             with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
                 recipe = unit_recipe(baseline, unit)
                 record = train_one(
-                    recipe, train_fn, _pruning_reporter(trial, recipe) if prune else None
+                    recipe, train_fn, stop, _pruning_reporter(trial, recipe) if prune else None
                 )
             record["seed"] = unit.seed
             stored = _finish_trial(study, trial, [record], record["status"], record["error"])
@@ -501,7 +443,7 @@ def run_units(
         if on_run_end is not None:
             on_run_end(_event(claimed.number, unit.config.config_id, record))
         if record["status"] == "interrupted":
-            raise KeyboardInterrupt
+            raise Interrupted(INTERRUPTED_ERROR)
 
 
 def _run_sampled_trial(
@@ -513,6 +455,7 @@ def _run_sampled_trial(
     space: SearchSpace,
     seeds: int,
     train_fn: TrainFn,
+    stop: StopRequest,
     liveness: Liveness,
     prune: bool,
     on_run_end: Callable[[RunEvent], None] | None,
@@ -545,7 +488,7 @@ def _run_sampled_trial(
                 )
                 break
             reporter = _pruning_reporter(trial, recipe) if prune and seed == 0 else None
-            record = train_one(recipe, train_fn, reporter)
+            record = train_one(recipe, train_fn, stop, reporter)
             record["seed"] = seed
             records.append(record)
             # Stored as it ends, kept if the worker dies before the last seed (and before tell).
@@ -596,7 +539,6 @@ def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
 REUSED_STATUSES = (*COMPLETE_STATUSES, "diverged")
 
 
-@stoppable
 def run_sampled(
     study: optuna.Study,
     storage: optuna.storages.BaseStorage,
@@ -607,6 +549,7 @@ def run_sampled(
     url: str,
     seeds: int,
     train_fn: TrainFn,
+    stop: StopRequest,
     liveness: Liveness = Liveness(),
     prune: bool = False,
     on_run_end: Callable[[RunEvent], None] | None = None,
@@ -616,7 +559,7 @@ def run_sampled(
     session_start = datetime.now()
     ran = 0
     while True:
-        _stop_if_requested()
+        stop.check()
         fail_stale_trials(study, storage, liveness.grace_seconds)
         all_trials = study.get_trials(deepcopy=False)
         tries = _attempts(all_trials)
@@ -666,16 +609,22 @@ def run_sampled(
                 space,
                 seeds,
                 train_fn,
+                stop,
                 liveness,
                 prune,
                 on_run_end,
             )
         ran += 1  # a sampled configuration, all its seeds: the unit `planned` counts
         if records and records[-1]["status"] == "interrupted":
-            raise KeyboardInterrupt
+            raise Interrupted(INTERRUPTED_ERROR)
 
 
 # ---------------------------------------------------------------- public API
+
+
+def _stop_request(stop: StopRequest | None) -> contextlib.AbstractContextManager[StopRequest]:
+    """The caller's stop request, or Ctrl-C and SIGTERM caught for the call (see stopping.py)."""
+    return contextlib.nullcontext(stop) if stop is not None else stop_on_signals()
 
 
 def _pruner(name: str) -> optuna.pruners.BasePruner:
@@ -748,6 +697,7 @@ def ablate(
     train_fn: TrainFn | None = None,
     on_run_end: Callable[[RunEvent], None] | None = None,
     liveness: Liveness = Liveness(),
+    stop: StopRequest | None = None,
 ) -> ExperimentSummary:
     """Run an ablation: the baseline plus one change at a time (or the grid), seeds 0..seeds-1.
 
@@ -755,6 +705,8 @@ def ablate(
     uses). `study` defaults to a name derived from the baseline and the plan, `storage` to an SQLite
     file in `out_dir` (default runs/experiments/<study>); see storage.py for the other storages.
     Calling it again resumes; several processes calling it on one storage share the work.
+    Ctrl-C or SIGTERM (or `stop`, see tricklab.stopping) marks the running trial interrupted and
+    raises Interrupted.
     """
     configs, units = plan_ablation(baseline, vary, seeds, grid, check_runs=train_fn is None)
     name = study or default_study_name("ablate", baseline, [c.config_id for c in configs])
@@ -775,16 +727,18 @@ def ablate(
         sampler=optuna.samplers.RandomSampler(),
     )
     done_before = _done_units(opened, units)
-    ran = run_units(
-        opened,
-        store,
-        baseline,
-        units,
-        url=url,
-        train_fn=train_fn or _default_train(),
-        liveness=liveness,
-        on_run_end=on_run_end,
-    )
+    with _stop_request(stop) as stop:
+        ran = run_units(
+            opened,
+            store,
+            baseline,
+            units,
+            url=url,
+            train_fn=train_fn or _default_train(),
+            stop=stop,
+            liveness=liveness,
+            on_run_end=on_run_end,
+        )
     return _summarize_units(opened, units, done_before, ran, "ablation", url)
 
 
@@ -848,6 +802,7 @@ def sweep(
     train_fn: TrainFn | None = None,
     on_run_end: Callable[[RunEvent], None] | None = None,
     liveness: Liveness = Liveness(),
+    stop: StopRequest | None = None,
 ) -> ExperimentSummary:
     """Sweep recipe keys over `space` with an Optuna sampler; objective: validation accuracy.
 
@@ -884,59 +839,62 @@ def sweep(
         sampler=optuna_sampler,
         pruner=_pruner(pruner),
     )
-    train = train_fn or _default_train()
-    if sampler == "grid":
-        points = grid_configs(space, trials, sampler_seed)
-        values = {config.config_id: v for config, v in points}
-        units = plan_units([config for config, _ in points], seeds)
-        done_before = _done_units(opened, units)
-        ran = run_units(
+    with _stop_request(stop) as stop:
+        train = train_fn or _default_train()
+        if sampler == "grid":
+            points = grid_configs(space, trials, sampler_seed)
+            values = {config.config_id: v for config, v in points}
+            units = plan_units([config for config, _ in points], seeds)
+            done_before = _done_units(opened, units)
+            ran = run_units(
+                opened,
+                store,
+                base,
+                units,
+                url=url,
+                train_fn=train,
+                stop=stop,
+                liveness=liveness,
+                params=lambda unit: values[unit.config.config_id],
+                space=space.grid_space(),
+                prune=pruner != "none",
+                on_run_end=on_run_end,
+            )
+            return _summarize_units(opened, units, done_before, ran, "sweep", url)
+        done_before = sum(
+            any(trial_status(t) in DONE_STATUSES for t in ts)
+            for ts in _attempts(opened.get_trials(deepcopy=False)).values()
+        )
+        ran = run_sampled(
             opened,
             store,
             base,
-            units,
+            space,
+            trials,
             url=url,
+            seeds=seeds,
             train_fn=train,
+            stop=stop,
             liveness=liveness,
-            params=lambda unit: values[unit.config.config_id],
-            space=space.grid_space(),
             prune=pruner != "none",
             on_run_end=on_run_end,
         )
-        return _summarize_units(opened, units, done_before, ran, "sweep", url)
-    done_before = sum(
-        any(trial_status(t) in DONE_STATUSES for t in ts)
-        for ts in _attempts(opened.get_trials(deepcopy=False)).values()
-    )
-    ran = run_sampled(
-        opened,
-        store,
-        base,
-        space,
-        trials,
-        url=url,
-        seeds=seeds,
-        train_fn=train,
-        liveness=liveness,
-        prune=pruner != "none",
-        on_run_end=on_run_end,
-    )
-    counts: dict[str, int] = {}
-    for unit_tries in _attempts(opened.get_trials(deepcopy=False)).values():
-        statuses = [trial_status(t) for t in sorted(unit_tries, key=lambda t: t.number)]
-        done = [s for s in statuses if s in DONE_STATUSES]
-        final = done[0] if done else statuses[-1]
-        counts[final] = counts.get(final, 0) + 1
-    return ExperimentSummary(
-        study=name,
-        storage=url,
-        kind="sweep",
-        planned=trials,
-        ran=ran,
-        already_done=done_before,
-        status_counts=counts,
-        stats=config_stats(collect_runs(opened), order="accuracy"),
-    )
+        counts: dict[str, int] = {}
+        for unit_tries in _attempts(opened.get_trials(deepcopy=False)).values():
+            statuses = [trial_status(t) for t in sorted(unit_tries, key=lambda t: t.number)]
+            done = [s for s in statuses if s in DONE_STATUSES]
+            final = done[0] if done else statuses[-1]
+            counts[final] = counts.get(final, 0) + 1
+        return ExperimentSummary(
+            study=opened.study_name,
+            storage=url,
+            kind="sweep",
+            planned=trials,
+            ran=ran,
+            already_done=done_before,
+            status_counts=counts,
+            stats=config_stats(collect_runs(opened), order="accuracy"),
+        )
 
 
 def results(

@@ -9,6 +9,7 @@ import gc
 import json
 import math
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
 from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.paths import atomic_write, first_missing, remove_empty_dirs
+from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
@@ -74,6 +76,7 @@ class RunResult:
     time_budget_reached: bool = False  # run.time_budget_seconds stopped it (at stopped_epoch)
     diverged_step: int | None = None
     error: str | None = None
+    traceback: str | None = None  # where a failed run broke
     params: int | None = None
     forward_macs: int | None = None
     epochs: list[dict] = field(default_factory=list)
@@ -332,14 +335,20 @@ def train(
     *,
     out_dir: str | Path | None = None,
     on_epoch: Callable[[dict], None] | None = None,
+    stop: StopRequest | None = None,
 ) -> RunResult:
     """Train one model as the recipe says and return what was measured.
 
     With `out_dir`, writes recipe.yaml (resolved), metrics.jsonl (a line per epoch), result.json and,
-    with run.checkpoint, checkpoint.pt. NaN loss gives status "diverged", CUDA out-of-memory "oom";
-    exceptions raised by `on_epoch` (e.g. optuna.TrialPruned) and other errors propagate, with
-    result.json recording the epochs so far. Bad input (TrickLabError) found while setting up
-    (data, model, tricks) propagates with nothing written: no run directory is left behind."""
+    with run.checkpoint, checkpoint.pt. How the run ended is decided here, once (`run_end`), and
+    is the result's status: complete (or stopped-early, reached-target), diverged (NaN loss), oom,
+    failed (an unexpected error: its message in `error`, its traceback in `traceback`), all
+    returned; interrupted (Ctrl-C, SIGTERM, or `stop` requested) raises RunInterrupted, which
+    carries the result. `stop` is checked at each epoch end and when the run ends, so a stop whose
+    KeyboardInterrupt Python dropped still ends the run. Exceptions raised by `on_epoch` (e.g.
+    optuna.TrialPruned) propagate, with result.json recording the epochs so far. Bad input
+    (TrickLabError) found while setting up (data, model, tricks) propagates with nothing written:
+    no run directory is left behind."""
     wall_start = time.perf_counter()
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
@@ -358,14 +367,21 @@ def train(
         status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device)
     )
     started = False
+    callback_error: list[BaseException] = []  # what the caller's on_epoch raised, if anything
 
     def record_epoch(row: dict) -> None:
         result.epochs.append(row)
         if out is not None:
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(json_safe(row)) + "\n")
+        if stop is not None:
+            stop.check()
         if on_epoch is not None:
-            on_epoch(row)
+            try:
+                on_epoch(row)
+            except Exception as exc:
+                callback_error.append(exc)
+                raise
 
     try:
         dataset = load_data(recipe)
@@ -391,36 +407,60 @@ def train(
             _finish(result, parts, outcome, recipe)
             if recipe.run.checkpoint and out is not None and outcome.status != "diverged":
                 save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
+        if stop is not None:
+            stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
         _record_peak_memory(result, device)
     except BaseException as exc:
         if isinstance(exc, TrickLabError) and not started:
             remove_empty_dirs(out, created)
             raise
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
-        if oom := out_of_memory_error(
-            exc
-        ):  # recorded, not raised; memory freed below, outside `except`
-            result.status, result.error = "oom", oom
-        elif isinstance(exc, KeyboardInterrupt):
-            result.status, result.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
-        else:
-            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = run_end(exc, stop)
+        if result.status == "failed":
+            result.traceback = "".join(traceback.format_exception(exc))
         result.epochs_completed = len(result.epochs)
         if result.epochs:
             result.train_seconds = result.epochs[-1]["train_seconds"]
-        if result.status != "oom":
+        # Raised on: the caller's own exception, a user mistake met mid-run, and a stop (the
+        # caller must stop too). An oom or a failed run is returned; its memory is freed below,
+        # outside `except`, whose traceback keeps the run's tensors alive.
+        raised = isinstance(exc, TrickLabError) or exc in callback_error
+        if raised or result.status == "interrupted":
             result.wall_seconds = time.perf_counter() - wall_start
             if out is not None:
                 _write_json_atomic(out / "result.json", result.to_dict())
+            if result.status == "interrupted" and not isinstance(exc, SystemExit):
+                raise RunInterrupted(result) from exc
             raise
-    if result.status == "oom":  # free what the failed run held, so the next run can go on
+    if result.status in ("oom", "failed"):  # free what the run held, so the next run can go on
         parts = None
         gc.collect()
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     result.wall_seconds = time.perf_counter() - wall_start
     if out is not None:
         _write_json_atomic(out / "result.json", result.to_dict())
     return result
+
+
+class RunInterrupted(Interrupted):
+    """A run stopped by Ctrl-C or SIGTERM; `result` is its RunResult, status interrupted, with the
+    epochs it finished (and result.json holds it when the run had a directory)."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(result.error)
+        self.result = result
+
+
+def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, str]:
+    """How a run that raised `exc` ended, as (status, error): `interrupted` for Ctrl-C, SIGTERM or
+    an exit, and for any error once a stop was requested (a library may turn the KeyboardInterrupt
+    into an error of its own); `oom` for out of memory; `failed` for anything else."""
+    if is_interrupt(exc) or (stop is not None and stop.requested):
+        return "interrupted", INTERRUPTED_ERROR
+    if oom := out_of_memory_error(exc):
+        return "oom", oom
+    return "failed", f"{type(exc).__name__}: {exc}"
 
 
 def _record_peak_memory(result: RunResult, device: torch.device) -> None:

@@ -1,0 +1,129 @@
+"""Stopping and failures: Ctrl-C/SIGTERM as one exception, and train() deciding how a run ended."""
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.stopping import Interrupted, StopRequest, stop_on_signals
+from tricklab.train import api, loop
+from tricklab.train.recipe import load_recipe
+
+TINY = load_recipe(None, [*TINY_SYNTHETIC, "run.epochs=2"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_both_signals_raise_interrupted_and_mark_the_request(signum):
+    with stop_on_signals() as stop:
+        assert not stop.requested
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signum)
+            signal.sigtimedwait([], 1)  # a pause in which the handler runs
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):  # raised again wherever it is checked
+            stop.check()
+
+
+@pytest.mark.parametrize(
+    "found", [signal.SIG_IGN, signal.SIG_DFL, signal.default_int_handler, lambda s, f: None]
+)
+def test_the_handlers_found_are_put_back(found):
+    before = {s: signal.signal(s, found) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with stop_on_signals():
+            assert signal.getsignal(signal.SIGINT) is not found
+        assert signal.getsignal(signal.SIGINT) is found
+        assert signal.getsignal(signal.SIGTERM) is found
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def test_outside_the_main_thread_signals_are_left_alone():
+    seen = {}
+
+    def worker():
+        with stop_on_signals() as stop:
+            seen["handler"] = signal.getsignal(signal.SIGTERM)
+            seen["requested"] = stop.requested
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"handler": before, "requested": False}
+
+
+def test_a_stop_requested_mid_run_ends_it_interrupted_with_the_epochs_it_finished(
+    tmp_path, monkeypatch
+):
+    """As after a Ctrl-C whose KeyboardInterrupt Python dropped: the epoch's end stops the run."""
+    stop, real_step = StopRequest(), loop.train_step
+
+    def step(*args):
+        stop.request()
+        return real_step(*args)
+
+    monkeypatch.setattr(loop, "train_step", step)
+    with pytest.raises(api.RunInterrupted) as raised:
+        api.train(TINY, out_dir=tmp_path, stop=stop)
+    result = raised.value.result
+    assert isinstance(raised.value, KeyboardInterrupt)  # callers that only stop, stop
+    assert result.status == "interrupted" and "Ctrl-C" in result.error
+    assert result.epochs_completed == 1 < TINY.run.epochs
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
+
+
+def test_an_error_once_a_stop_was_requested_is_interrupted_not_failed(monkeypatch):
+    """A library may turn the KeyboardInterrupt of a Ctrl-C into an error of its own."""
+    stop = StopRequest()
+
+    def step(*args):
+        stop.request()
+        raise RuntimeError("a callback raised KeyboardInterrupt")
+
+    monkeypatch.setattr(loop, "train_step", step)
+    with pytest.raises(api.RunInterrupted) as raised:
+        api.train(TINY, stop=stop)
+    assert raised.value.result.status == "interrupted"
+
+
+def test_an_unexpected_error_is_returned_failed_with_its_traceback(monkeypatch, tmp_path):
+    def step(*args):
+        raise ValueError("a bug in a trick")
+
+    monkeypatch.setattr(loop, "train_step", step)
+    result = api.train(TINY, out_dir=tmp_path)
+    assert result.status == "failed" and result.error == "ValueError: a bug in a trick"
+    assert result.traceback.startswith("Traceback") and "in step" in result.traceback
+    assert json.loads((tmp_path / "result.json").read_text()) == result.to_dict()
+
+
+def test_an_error_raised_by_on_epoch_is_the_callers_and_propagates():
+    class Pruned(Exception):
+        pass
+
+    def on_epoch(row):
+        raise Pruned
+
+    with pytest.raises(Pruned):
+        api.train(TINY, on_epoch=on_epoch)
+
+
+@pytest.mark.parametrize(
+    "exc, status",
+    [
+        (KeyboardInterrupt(), "interrupted"),
+        (SystemExit(3), "interrupted"),
+        (RuntimeError("CUDA error: out of memory"), "oom"),
+        (ValueError("x"), "failed"),
+    ],
+)
+def test_run_end_names_each_way_a_run_ends(exc, status):
+    assert api.run_end(exc)[0] == status
+    requested = StopRequest()
+    requested.request()
+    assert api.run_end(exc, requested)[0] == "interrupted"

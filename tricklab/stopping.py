@@ -1,0 +1,80 @@
+"""Ctrl-C and SIGTERM: one exception, and a stop that is never lost.
+
+Inside `stop_on_signals()` (every `tricklab` command runs there, and so do `ablate` and `sweep`
+called from Python) SIGINT and SIGTERM raise `Interrupted` and mark the StopRequest it yields.
+`train()` takes that request and checks it at each epoch end and when the run ends: Python drops an
+exception raised while `__del__` or a weakref callback runs ("Exception ignored in ..."), and a
+signal can land there; a library may also turn the KeyboardInterrupt into an error of its own. The
+marked request stops the run all the same, and `train()` records it `interrupted`, not `failed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+# The error text of a run or trial stopped by the user, wherever the signal caught it.
+INTERRUPTED_ERROR = "stopped by Ctrl-C or SIGTERM"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM. A KeyboardInterrupt, so code that handles Ctrl-C handles both."""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` ends the process rather than the run: Ctrl-C, SIGTERM, or an exit."""
+    return isinstance(exc, (KeyboardInterrupt, SystemExit))
+
+
+class StopRequest:
+    """Set once Ctrl-C or SIGTERM arrived; `check()` raises Interrupted from then on."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self) -> None:
+        self._event.set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise Interrupted(INTERRUPTED_ERROR)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """Within the block SIGINT and SIGTERM raise Interrupted and mark the yielded StopRequest; the
+    handlers found before (whatever they were, an ignored signal included) come back after it.
+
+    Signal handlers belong to the main thread: elsewhere the request is yielded unmarked and the
+    signals stay as they are."""
+    stop = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.request()
+        raise Interrupted(INTERRUPTED_ERROR)
+
+    def on_unraisable(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            previous_hook(unraisable)  # a dropped stop is remembered by `stop`, not printed
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
+    try:
+        yield stop
+    finally:
+        sys.unraisablehook = previous_hook
+        for signum, handler in previous.items():
+            # None: a handler not installed from Python, which cannot be put back; the default.
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
