@@ -37,7 +37,7 @@ def test_every_command_is_registered():
     (commands,) = [a for a in build_parser()._actions if a.dest == "command"]
     assert set(commands.choices) == {
         "data", "train", "tricks", "recipes", "models", "speedrun", "ablate", "sweep", "results",
-        "profile", "demo",
+        "profile", "demo", "report",
     }  # fmt: skip
 
 

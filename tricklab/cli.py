@@ -34,6 +34,7 @@ from tricklab.errors import TrickLabError
 from tricklab.experiments import cli as experiments_cli
 from tricklab.measure import profile_cli
 from tricklab.paths import first_missing, new_numbered_dir, remove_empty_dirs
+from tricklab.report import cli as report_cli
 from tricklab.stopping import stop_on_signals
 from tricklab.train.recipe import builtin_recipes, field_table, load_recipe
 
@@ -315,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
 
-    for module in (demo, speedrun, experiments_cli, profile_cli):  # each adds its own commands
+    for module in (demo, speedrun, experiments_cli, profile_cli, report_cli):  # each adds its own
         module.register(sub)
     return parser
 

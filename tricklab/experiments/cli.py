@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+import tricklab.report.cli as report_cli
 from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, recipe_and_overrides
 from tricklab.clitools import wide_console as console
 from tricklab.errors import TrickLabError
@@ -108,7 +109,9 @@ def register(subparsers: Any) -> None:
             "(baseline) with Welch intervals and p-values, runs reaching the target, failures."
         ),
     )
-    results_p.add_argument("study", help="the study name (ablate/sweep print it)")
+    results_p.add_argument(
+        "study", nargs="?", help="the study name (ablate/sweep print it); none: list the studies"
+    )
     results_p.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
     results_p.add_argument(
         "--out",
@@ -126,7 +129,8 @@ def register(subparsers: Any) -> None:
         "--json", action="store_true", help="print one JSON object (meta + rows) as the last line"
     )
     results_p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
-    results_p.set_defaults(func=run_results)
+    report_cli.add_results_args(results_p)  # --format table|md|latex|csv|json, --per-seed
+    results_p.set_defaults(func=report_cli.run_results)
 
 
 _STORAGE_HELP = (
@@ -357,30 +361,6 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_results(args: argparse.Namespace) -> int:
-    from tricklab.experiments.runner import study_results
-    from tricklab.experiments.stats import write_csv
-
-    check_not_empty(args, "study", "--storage", "--out", "--reference", "--csv")
-    target = normalize_target(args.target) if args.target is not None else None
-    meta, rows = study_results(
-        args.study, args.storage, out_dir=args.out, reference=args.reference, target=target
-    )
-    if args.csv:
-        write_csv(rows, args.csv)
-    out = console()
-    if args.json:
-        print(json.dumps({**meta, "configs": [r.to_dict() for r in rows]}))
-        return 0
-    if not rows:
-        out.print(f"study {meta['study']} has no runs yet")
-        return 0
-    out.print(stats_table(rows, title=f"{meta['kind']} {meta['study']}"))
-    if args.csv:
-        out.print(f"rows written to {args.csv}")
-    return 0
-
-
 def _interrupted() -> int:
     print(
         "interrupted: the running trial is marked interrupted; rerun the same command to resume",
@@ -425,63 +405,13 @@ def _print_summary(
         print(json.dumps(summary.to_dict()))
         return
     if summary.stats:
-        out.print(stats_table(summary.stats, title=f"{summary.kind} {summary.study}"))
+        out.print(stats_table(summary.stats, f"{summary.kind} {summary.study}", out.width))
     out.print(line, highlight=False)
     out.print(f"storage {summary.storage}", highlight=False)
 
 
-def _pct(x: float | None, sign: bool = False) -> str:
-    return "-" if x is None else (f"{x * 100:+.2f}" if sign else f"{x * 100:.2f}")
+def stats_table(rows: list[ConfigStats], title: str = "", width: int | None = None) -> Any:
+    """The results table as rich renders it (tricklab/report/tables.py: the same as `results`)."""
+    from tricklab.report.tables import results_table, to_rich
 
-
-def _interval(low: float | None, high: float | None, fmt: Any) -> str:
-    return "" if low is None or high is None else f"[{fmt(low)}, {fmt(high)}]"
-
-
-def _p(p: float | None) -> str:
-    return "-" if p is None else f"{p:.3g}"
-
-
-def stats_table(rows: list[ConfigStats], title: str = "") -> Table:
-    """The results table as rich renders it (accuracy in %, times in seconds, 95% intervals)."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("config", overflow="fold")
-    table.add_column("n", justify="right")
-    table.add_column("acc % mean ± std [95% CI]", justify="right")
-    table.add_column("Δacc vs ref [95% CI], p", justify="right")
-    table.add_column("train s", justify="right")
-    table.add_column("speedup [95% CI], p", justify="right")
-    table.add_column("≥ target, s to it", justify="right")
-    table.add_column("failures")
-    table.add_column("note")
-    for r in rows:
-        acc = "-" if r.accuracy_mean is None else _pct(r.accuracy_mean)
-        if r.accuracy_std is not None:
-            acc += f" ± {_pct(r.accuracy_std)} {_interval(r.accuracy_ci_low, r.accuracy_ci_high, _pct)}"
-        secs = "-" if r.train_seconds_mean is None else f"{r.train_seconds_mean:.1f}"
-        if r.train_seconds_std is not None:
-            secs += f" ± {r.train_seconds_std:.1f}"
-        diff = speed = ""
-        if r.accuracy_diff is not None:
-            signed = lambda v: _pct(v, sign=True)  # noqa: E731
-            ci = _interval(r.accuracy_diff_ci_low, r.accuracy_diff_ci_high, signed)
-            diff = " ".join(filter(None, [signed(r.accuracy_diff), ci]))
-            diff += f", p {_p(r.accuracy_p_value)}" if r.accuracy_p_value is not None else ""
-        if r.speedup is not None:
-            ci = _interval(r.speedup_ci_low, r.speedup_ci_high, lambda v: f"{v:.3g}")
-            speed = " ".join(filter(None, [f"{r.speedup:.2f}×", ci]))
-            speed += f", p {_p(r.time_p_value)}" if r.time_p_value is not None else ""
-        reached = f"{r.reached_target}/{r.target_runs}" if r.target is not None else "-"
-        if r.time_to_target_seconds_mean is not None:
-            reached += f", {r.time_to_target_seconds_mean:.1f}"
-        failures = ", ".join(f"{k} {v}" for k, v in r.failures.items())
-        if r.pending:
-            failures = (failures + ", " if failures else "") + f"{r.pending} pending"
-        if r.is_reference:
-            note = "reference"
-        elif r.within_noise is None:
-            note = "too few runs" if r.accuracy_diff is not None else ""
-        else:
-            note = "within noise" if r.within_noise else "significant"
-        table.add_row(r.config_id, str(r.n), acc, diff, secs, speed, reached, failures, note)
-    return table
+    return to_rich(results_table(rows, title), width)

@@ -1,0 +1,21 @@
+"""Tiny real studies for the report tests: the experiment runner on generated data, 1 epoch."""
+
+from pathlib import Path
+
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.experiments import Liveness, ablate
+from tricklab.train.recipe import load_recipe
+
+TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "run.epochs=1"]
+FAST = Liveness(poll_seconds=0.05)
+# Four configurations (so Benjamini-Hochberg applies), one of which diverges (NaN loss).
+VARY = {"tricks.label_smoothing": [0.1], "aug.flip": ["random"], "optim.lr": [1e12]}
+
+
+def make_study(root: Path, name: str = "rep", seeds: int = 2, vary: dict | None = None) -> Path:
+    """An ablation stored where `tricklab results NAME` looks for it from `root`
+    (root/runs/experiments/NAME); returns that folder."""
+    folder = root / "runs" / "experiments" / name
+    ablate(load_recipe(None, TINY), vary or VARY, seeds, study=name, out_dir=folder, liveness=FAST)
+    return folder

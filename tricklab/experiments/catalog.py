@@ -1,0 +1,99 @@
+"""Which studies a storage holds: `tricklab results` without a study lists them, and a study name
+that is not there names the closest one (difflib).
+
+Without `--storage` each study has its own SQLite file, `runs/experiments/<study>/study.db`, so the
+default "storage" is every such file under `runs/experiments` (or the one in `--out DIR`).
+Nothing here creates a file or a table.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+from tricklab.errors import TrickLabError
+from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_url
+
+DB_NAME = "study.db"
+
+
+@dataclass
+class StudyInfo:
+    """One stored study, as listed."""
+
+    name: str
+    kind: str | None  # ablation | sweep (None: not made by tricklab)
+    trials: int
+    started: str | None  # when its first trial started (local time), if any
+    storage: str
+
+
+def _studies_in(url: str) -> list[StudyInfo]:
+    import optuna
+
+    from tricklab.experiments.storage import open_storage
+
+    storage = open_storage(url, must_exist=True)
+    infos = []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        start = summary.datetime_start
+        infos.append(
+            StudyInfo(
+                name=summary.study_name,
+                kind=summary.user_attrs.get("kind"),
+                trials=summary.n_trials,
+                started=start.strftime("%Y-%m-%d %H:%M") if start else None,
+                storage=url,
+            )
+        )
+    return infos
+
+
+def _default_databases(out_dir: str | None) -> list[Path]:
+    if out_dir is not None:
+        db = Path(out_dir) / DB_NAME
+        return [db] if db.is_file() else []
+    if not EXPERIMENTS_ROOT.is_dir():
+        return []
+    return sorted(p for p in EXPERIMENTS_ROOT.glob(f"*/{DB_NAME}") if p.is_file())
+
+
+def list_studies(storage: str | None = None, out_dir: str | None = None) -> list[StudyInfo]:
+    """The studies of `storage`, or, without one, of every default study database (see above)."""
+    if storage is not None:
+        return _studies_in(storage_url(storage, Path(".")))
+    infos: list[StudyInfo] = []
+    for db in _default_databases(out_dir):
+        infos.extend(_studies_in(storage_url(None, db.parent)))
+    return infos
+
+
+def where_listed(storage: str | None, out_dir: str | None) -> str:
+    """Where `list_studies` looked, for messages."""
+    if storage is not None:
+        return storage_url(storage, Path("."))
+    return str(Path(out_dir) / DB_NAME) if out_dir is not None else f"{EXPERIMENTS_ROOT}/*/"
+
+
+def check_study(name: str, storage: str | None = None, out_dir: str | None = None) -> str:
+    """The storage URL holding study `name`; TrickLabError naming the closest study when it is not
+    there (or listing where it looked)."""
+    url = storage_url(storage, experiment_dir(name, out_dir))
+    if storage is None and not Path(url[len("sqlite:///") :]).is_file():
+        names = [s.name for s in list_studies(None, out_dir)]
+    else:
+        names = [s.name for s in _studies_in(url)]
+        if name in names:
+            return url
+    raise TrickLabError(_unknown(name, names, where_listed(storage, out_dir)))
+
+
+def _unknown(name: str, names: list[str], where: str) -> str:
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    if close:
+        return f"no study '{name}' in {where}; did you mean '{close[0]}'?"
+    if names:
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        return f"no study '{name}' in {where} (it has: {shown}); `tricklab results` lists them"
+    return f"no study '{name}': {where} holds no study; pass --storage to say where it is"

@@ -1,0 +1,135 @@
+"""`write_report`: read the sources, draw the figures, write report.md and report.html.
+
+Everything is made in a hidden folder beside `out_dir` and moved into place at the end, so an error
+or Ctrl-C half-way leaves nothing behind; bad input is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tricklab.errors import TrickLabError
+from tricklab.paths import first_missing, remove_empty_dirs
+from tricklab.report.collect import Source, load_sources
+
+OUTPUTS = ("report.md", "report.html", "figures")
+REPORTS_ROOT = Path("reports")
+
+
+@dataclass
+class Report:
+    """What `write_report` wrote."""
+
+    out_dir: Path
+    md_path: Path
+    html_path: Path
+    figures: list[Path] = field(default_factory=list)  # every PNG and SVG
+    conclusions: list[str] = field(default_factory=list)  # one sentence per config vs reference
+    summary: str = ""  # the one-paragraph conclusion
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """TrickLabError for an out_dir that is a file or already holds a report."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TrickLabError(f"--out {out_dir} is a file; give a folder")
+    taken = [name for name in OUTPUTS if (out_dir / name).exists()]
+    if taken:
+        raise TrickLabError(
+            f"--out {out_dir} already holds a report ({', '.join(taken)}); give another folder"
+        )
+    for folder in (out_dir, *out_dir.parents):  # the first that exists must take new files
+        if folder.exists():
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise TrickLabError(
+                    f"cannot write the report into {out_dir}: {folder} is read-only"
+                )
+            break
+
+
+def default_out_dir(sources: Sequence[Source]) -> Path:
+    """reports/<date>-<time>-<first source> (numbered when taken); not made here."""
+    stem = sources[0].name if sources else "report"
+    stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem)[:60] or "report"
+    if len(sources) > 1:
+        stem += f"-and-{len(sources) - 1}-more"
+    base = REPORTS_ROOT / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
+    folder, number = base, 1
+    while folder.exists():
+        number += 1
+        folder = base.with_name(f"{base.name}-{number}")
+    return folder
+
+
+def write_report(
+    sources: Sequence[str | Path],
+    out_dir: str | Path,
+    storage: str | None = None,
+    title: str | None = None,
+) -> Report:
+    """Report on studies (names, or experiment folders), speedrun folders and run folders.
+
+    `storage` is where study names are looked up (default: each study's own SQLite file, as
+    `tricklab results`). Raises TrickLabError, having written nothing, for a source that cannot be
+    read and for an `out_dir` that is a file or already holds a report."""
+    out = Path(out_dir)
+    check_out_dir(out)
+    loaded = load_sources(sources, storage)
+    return render_report(loaded, out, title)
+
+
+def render_report(sources: Sequence[Source], out_dir: Path, title: str | None = None) -> Report:
+    """Write the report of sources already loaded (see `write_report`)."""
+    from tricklab.report.conclusions import conclusions, summary
+    from tricklab.report.document import build_document
+    from tricklab.report.figures import render_figures
+    from tricklab.report.html import render_html
+    from tricklab.report.markdown import render_markdown
+
+    check_out_dir(out_dir)
+    made = first_missing(out_dir.parent)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    except OSError as exc:
+        remove_empty_dirs(out_dir.parent, made)
+        raise TrickLabError(
+            f"cannot write the report into {out_dir}: {exc.strerror or exc}"
+        ) from None
+    try:
+        figures = render_figures(sources, work / "figures")
+        sentences = conclusions(sources)
+        paragraph = summary(sources)
+        names = ", ".join(s.name for s in sources)
+        blocks = build_document(
+            title or f"tricklab report: {names}", sources, figures, sentences, paragraph
+        )
+        (work / "report.md").write_text(render_markdown(blocks, work), encoding="utf-8")
+        (work / "report.html").write_text(render_html(blocks), encoding="utf-8")
+        _move_into(work, out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        remove_empty_dirs(out_dir.parent, made)
+        raise
+    files = [out_dir / "figures" / f.name for fig in figures for f in fig.files]
+    return Report(
+        out_dir, out_dir / "report.md", out_dir / "report.html", files, sentences, paragraph
+    )
+
+
+def _move_into(work: Path, out_dir: Path) -> None:
+    """The finished files into `out_dir`: one rename when it does not exist, else file by file with
+    report.md last (a report.md there means the report is whole)."""
+    work.chmod(0o755)  # mkdtemp makes it private; the report is a plain folder
+    if not out_dir.exists():
+        os.rename(work, out_dir)
+        return
+    for name in ("figures", "report.html", "report.md"):
+        if (work / name).exists():
+            os.rename(work / name, out_dir / name)
+    work.rmdir()

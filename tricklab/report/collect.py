@@ -1,0 +1,289 @@
+"""What a report is made of: the runs of each source and their statistics.
+
+A source is a stored study (ablation or sweep: its name, looked up as `tricklab results` does, or its
+experiment folder holding study.db), a speedrun folder (summary.json) or a run folder (result.json).
+Every source becomes one `Source`: one record per (configuration, seed) in the form of
+`stats.collect_runs`, and the results table of `stats.config_stats`, so a report's numbers are those
+of `tricklab results --json`.
+
+Speedrun and run folders are grouped by machine: the folders of one machine make one source whose
+first configuration is the reference. A speedrun is named by its recipe and what it changed from
+the built-in recipe of that name; a run folder by what its recipe changed from the first one's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tricklab.errors import TrickLabError
+from tricklab.report.fmt import config_name
+
+SPEEDRUN_FILE = "summary.json"
+RUN_FILE = "result.json"
+STUDY_FILE = "study.db"
+COMPLETE = ("complete", "stopped-early", "reached-target")
+
+
+@dataclass
+class Source:
+    """One study, or the speedrun / run folders of one machine."""
+
+    name: str
+    kind: str  # ablation | sweep | speedrun | runs
+    location: str  # storage URL or folder(s)
+    records: list[dict[str, Any]]
+    rows: list[Any]  # ConfigStats, reference first
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hardware(self) -> dict[str, Any]:
+        """The most common hardware fingerprint of its runs ({} when none ran)."""
+        found = [
+            json.dumps(r["hardware"], sort_keys=True) for r in self.records if r.get("hardware")
+        ]
+        return json.loads(Counter(found).most_common(1)[0][0]) if found else {}
+
+    @property
+    def fingerprints(self) -> int:
+        """How many different hardware fingerprints its runs carry."""
+        return len(
+            {json.dumps(r["hardware"], sort_keys=True) for r in self.records if r.get("hardware")}
+        )
+
+    @property
+    def machine(self) -> str:
+        return machine_name(self.hardware)
+
+    @property
+    def reference(self) -> str | None:
+        return next((r.config_id for r in self.rows if r.is_reference), None)
+
+    def name_of(self, config_id: str) -> str:
+        """The display name of a configuration (short numbers)."""
+        row = next((r for r in self.rows if r.config_id == config_id), None)
+        return config_name(config_id, row.overrides if row is not None else [])
+
+    def baseline_recipe(self) -> dict[str, Any] | None:
+        """The recipe the reference configuration ran (seed aside), if any run of it stored one."""
+        ref = self.reference
+        for record in self.records:
+            if record["config_id"] == ref and isinstance(record.get("recipe"), dict):
+                recipe = json.loads(json.dumps(record["recipe"]))
+                recipe.get("run", {}).pop("seed", None)
+                return recipe
+        return None
+
+
+def machine_name(hardware: dict[str, Any]) -> str:
+    """'NVIDIA H100 80GB HBM3' or 'AMD EPYC (2 cores)'; 'unknown machine' without a fingerprint."""
+    if not hardware:
+        return "unknown machine"
+    name = str(hardware.get("device_name") or hardware.get("cpu_model") or "unknown device")
+    if hardware.get("device_type") == "cpu" and hardware.get("cpu_cores"):
+        name += f" ({hardware['cpu_cores']} cores)"
+    return name
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> list[Source]:
+    """Every source named in `specs` (see the module doc); TrickLabError for one that is not there,
+    cannot be read, or is of no known kind. Reads only."""
+    if not specs:
+        raise TrickLabError("name at least one study, speedrun folder or run folder")
+    sources: list[Source] = []
+    speedruns: list[Path] = []
+    runs: list[Path] = []
+    for spec in specs:
+        text = str(spec)
+        if not text.strip():
+            raise TrickLabError("an empty source name; give a study name or a folder")
+        path = Path(text)
+        if path.is_file() and path.name in (SPEEDRUN_FILE, RUN_FILE, STUDY_FILE):
+            path = path.parent
+        if path.is_dir():
+            if (path / SPEEDRUN_FILE).is_file():
+                speedruns.append(path)
+            elif (path / RUN_FILE).is_file():
+                runs.append(path)
+            elif (path / STUDY_FILE).is_file():
+                sources.extend(_folder_studies(path))
+            else:
+                raise TrickLabError(
+                    f"{path} holds no {SPEEDRUN_FILE}, {RUN_FILE} or {STUDY_FILE}: not a speedrun, "
+                    "run or experiment folder"
+                )
+        elif path.exists():
+            raise TrickLabError(f"{path} is a file, not a study, speedrun or run folder")
+        else:
+            sources.append(load_study(text, storage))
+    sources.extend(_by_machine(speedruns, _speedrun_records, "speedrun"))
+    sources.extend(_by_machine(runs, _run_records, "runs"))
+    return sources
+
+
+def load_study(name: str, storage: str | None = None, out_dir: str | None = None) -> Source:
+    """A stored study, with the rows `tricklab results` gives for it."""
+    from tricklab.experiments.catalog import check_study
+    from tricklab.experiments.runner import study_results
+    from tricklab.experiments.stats import collect_runs
+    from tricklab.experiments.storage import load_study as open_stored
+    from tricklab.experiments.storage import open_storage
+
+    url = check_study(name, storage, out_dir)
+    meta, rows = study_results(name, storage, out_dir=out_dir)
+    records = collect_runs(open_stored(open_storage(url, must_exist=True), name))
+    return Source(name, meta["kind"], url, records, rows, meta)
+
+
+def _folder_studies(folder: Path) -> list[Source]:
+    from tricklab.experiments.catalog import list_studies
+
+    studies = list_studies(None, str(folder))
+    if not studies:
+        raise TrickLabError(f"{folder / STUDY_FILE} holds no study")
+    return [load_study(s.name, None, str(folder)) for s in studies]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise TrickLabError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise TrickLabError(f"{path} holds no JSON object")
+    return data
+
+
+def _flat(recipe: dict[str, Any]) -> dict[str, Any]:
+    return {
+        f"{group}.{key}": value
+        for group, values in recipe.items()
+        if isinstance(values, dict)
+        for key, value in values.items()
+    }
+
+
+def _changes(recipe: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    """`key=value` for every recipe field that differs from `base` (the seed aside)."""
+    from tricklab.experiments.plan import format_value
+
+    if base is None:
+        return []
+    flat, flat_base = _flat(recipe), _flat(base)
+    return [
+        f"{k}={format_value(v)}"
+        for k, v in flat.items()
+        if k != "run.seed" and k in flat_base and flat_base[k] != v
+    ]
+
+
+def _builtin_recipe(name: str) -> dict[str, Any] | None:
+    from tricklab.train.recipe import load_recipe
+
+    try:
+        return load_recipe(name).to_dict()
+    except TrickLabError:  # a YAML file that moved, or no built-in of that name
+        return None
+
+
+def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
+    from tricklab.experiments.stats import headline_accuracy
+
+    summary = _read_json(folder / SPEEDRUN_FILE)
+    recipe = summary.get("recipe") or {}
+    name = str(summary.get("recipe_name") or folder.name)
+    changes = _changes(recipe, _builtin_recipe(name))
+    records = []
+    for run in summary.get("runs") or []:
+        result_file = folder / f"seed-{run.get('seed')}" / RUN_FILE
+        result = _read_json(result_file) if result_file.is_file() else {}
+        record = {**result, **{k: v for k, v in run.items() if v is not None or k not in result}}
+        record.setdefault("accuracy", headline_accuracy(record))
+        records.append(
+            {
+                **record,
+                "config_id": " ".join([name, *changes]),
+                "overrides": changes,
+                "hardware": result.get("hardware") or summary.get("hardware") or {},
+                "recipe": result.get("recipe") or recipe,
+                "target_accuracy": summary.get("target_accuracy"),
+                "folder": str(folder),
+            }
+        )
+    return records
+
+
+def _run_records(folder: Path) -> list[dict[str, Any]]:
+    from tricklab.experiments.stats import headline_accuracy
+
+    result = _read_json(folder / RUN_FILE)
+    if not result.get("epochs") and (folder / "metrics.jsonl").is_file():
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+        result["epochs"] = [json.loads(line) for line in lines if line.strip()]
+    recipe = result.get("recipe") or {}
+    return [
+        {
+            **result,
+            "seed": (recipe.get("run") or {}).get("seed", 0),
+            "accuracy": headline_accuracy(result),
+            "target_accuracy": (recipe.get("run") or {}).get("target_accuracy"),
+            "folder": str(folder),
+        }
+    ]
+
+
+def _by_machine(folders: list[Path], read: Any, kind: str) -> list[Source]:
+    """The folders' records grouped into one source per machine, configurations named."""
+    from tricklab.experiments.stats import config_stats
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    places: dict[str, list[str]] = {}
+    for folder in folders:
+        records = read(folder)
+        key = machine_name((records[0].get("hardware") if records else None) or {})
+        groups.setdefault(key, []).extend(records)
+        places.setdefault(key, []).append(str(folder))
+    sources = []
+    for machine, records in groups.items():
+        if kind == "runs":
+            _name_runs(records)
+        _unique_seeds(records)
+        first = records[0]["config_id"] if records else None
+        rows = config_stats(records, reference=first) if records else []
+        folders_here = places[machine]
+        name = Path(folders_here[0]).name if len(folders_here) == 1 else f"{kind} on {machine}"
+        sources.append(Source(name, kind, ", ".join(folders_here), records, rows))
+    return sources
+
+
+def _name_runs(records: list[dict[str, Any]]) -> None:
+    base = records[0].get("recipe") or {}
+    for record in records:
+        changes = _changes(record.get("recipe") or {}, base)
+        record["overrides"] = changes
+        record["config_id"] = " ".join(changes) if changes else "baseline"
+
+
+def _unique_seeds(records: list[dict[str, Any]]) -> None:
+    """Two folders of one configuration with a seed in common (the same speedrun twice): the later
+    folder becomes a configuration of its own, named after it, so no seed is counted twice."""
+    by_folder: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_folder.setdefault(record["folder"], []).append(record)
+    seen: set[tuple[str, int]] = set()
+    for folder, group in by_folder.items():
+        keys = {(r["config_id"], int(r.get("seed") or 0)) for r in group}
+        if keys & seen:
+            for record in group:
+                record["config_id"] = f"{record['config_id']} ({Path(folder).name})"
+            keys = {(r["config_id"], int(r.get("seed") or 0)) for r in group}
+        seen |= keys

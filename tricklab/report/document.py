@@ -1,0 +1,287 @@
+"""The report as a list of blocks (headings, paragraphs, tables, figures, code), written once and
+rendered by markdown.py and html.py, so report.md and report.html say the same thing."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tricklab
+import tricklab.report.fmt as fmt
+from tricklab.report.collect import COMPLETE, Source
+from tricklab.report.figures import FIGURES, Figure
+from tricklab.report.tables import TableData, per_seed_table, results_table
+
+
+@dataclass
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass
+class Paragraph:
+    text: str
+
+
+@dataclass
+class Bullets:
+    items: list[str]
+
+
+@dataclass
+class TableBlock:
+    table: TableData
+
+
+@dataclass
+class FigureBlock:
+    figure: Figure
+
+
+@dataclass
+class Code:
+    text: str
+    language: str = ""
+
+
+@dataclass
+class Details:
+    """A part to open on demand (HTML <details>; in Markdown a plain subsection)."""
+
+    summary: str
+    blocks: list[Any] = field(default_factory=list)
+
+
+METHOD = [
+    "Accuracy is each run's final accuracy on the held-out split, with test-time augmentation"
+    " where the recipe has it; train seconds are the training epochs with each batch's loading"
+    " and augmentation, device-synchronised, without evaluation, dataset decoding or compilation."
+    " Every statistic uses the complete runs only, one per (configuration, seed).",
+    "Means come with 95% Student-t confidence intervals. A configuration is compared with its"
+    " source's reference by Welch's unequal-variance t-test on accuracy (the difference in"
+    " percentage points with its 95% interval and p-value) and on log train seconds (the speedup,"
+    " reference time / configuration time as a ratio of geometric means, with its interval). Where"
+    " both ran the same seeds (the same initialisation and data order) the paired t-test"
+    " (scipy.stats.ttest_rel) over those seeds is reported beside it. With more than 3 rows the"
+    " p-values of each column are adjusted for multiple comparisons by Benjamini-Hochberg"
+    " (scipy.stats.false_discovery_control).",
+    "A change is called significant only when Welch's 95% interval excludes no change and, with more"
+    " than 3 rows, its adjusted p-value is below 0.05; the paired test is shown, not used to call"
+    " a change. At n = 2 a ratio's interval uses a t quantile of 12.7 and is flagged as too wide to"
+    " read.",
+]
+
+
+def _fingerprint_table(sources: Sequence[Source]) -> TableData:
+    fields = [
+        ("machine", lambda s, h: s.machine),
+        ("device", lambda s, h: h.get("device_name")),
+        ("CPU", lambda s, h: h.get("cpu_model")),
+        (
+            "CPU cores / torch threads",
+            lambda s, h: _pair(h.get("cpu_cores"), h.get("torch_threads")),
+        ),
+        ("GPU memory", lambda s, h: _gib(h.get("device_memory_bytes"))),
+        ("compute capability", lambda s, h: h.get("compute_capability")),
+        ("torch", lambda s, h: h.get("torch")),
+        ("CUDA / cuDNN", lambda s, h: _pair(h.get("cuda"), h.get("cudnn"))),
+        ("GPU driver", lambda s, h: h.get("driver")),
+        ("Python", lambda s, h: h.get("python")),
+        ("platform", lambda s, h: h.get("platform")),
+        ("tricklab", lambda s, h: h.get("tricklab")),
+        ("dataset", lambda s, h: _dataset(s)),
+        ("epochs per run", lambda s, h: _recipe_value(s, "run", "epochs")),
+        ("runs with this fingerprint", lambda s, h: _fingerprint_count(s)),
+    ]
+    rows = []
+    for name, get in fields:
+        values = [get(s, s.hardware) for s in sources]
+        if any(v not in (None, "") for v in values):
+            rows.append([name, *("-" if v in (None, "") else str(v) for v in values)])
+    header = ["", *(s.name for s in sources)]
+    return TableData("Hardware and software", header, rows, ["l"] * len(header))
+
+
+def _pair(a: Any, b: Any) -> str | None:
+    if a is None and b is None:
+        return None
+    return f"{'-' if a is None else a} / {'-' if b is None else b}"
+
+
+def _gib(num_bytes: Any) -> str | None:
+    return None if not num_bytes else f"{num_bytes / 2**30:.0f} GiB"
+
+
+def _recipe_value(source: Source, group: str, key: str) -> Any:
+    recipe = source.baseline_recipe() or {}
+    value = (recipe.get(group) or {}).get(key)
+    return fmt.short_number(value) if isinstance(value, float) else value
+
+
+def _dataset(source: Source) -> str | None:
+    recipe = source.baseline_recipe()
+    if not recipe:
+        return None
+    data = recipe.get("data") or {}
+    train, test = data.get("train_size"), data.get("test_size")
+    sizes = f"{train or 'all'} train / {test or 'all'} test images"
+    return f"{data.get('name')} ({sizes}, data.seed {data.get('seed', 0)})"
+
+
+def _fingerprint_count(source: Source) -> str:
+    with_hw = [r for r in source.records if r.get("hardware")]
+    same = sum(r["hardware"] == source.hardware for r in with_hw)
+    text = f"{same} of {len(source.records)}"
+    if source.fingerprints > 1:
+        text += f" ({source.fingerprints} different fingerprints: compare times with care)"
+    return text
+
+
+def _failures_table(sources: Sequence[Source]) -> TableData | None:
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    for source in sources:
+        for record in source.records:
+            if record["status"] in COMPLETE:
+                continue
+            message = (record.get("error") or "").strip().splitlines()
+            key = (
+                source.name,
+                source.name_of(record["config_id"]),
+                record["status"],
+                message[-1][:300] if message else "",
+            )
+            groups.setdefault(key, []).append(str(record.get("seed", "-")))
+    if not groups:
+        return None
+    rows = [
+        [src, cid, status, str(len(seeds)), ", ".join(seeds), msg]
+        for (src, cid, status, msg), seeds in sorted(
+            groups.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
+        )
+    ]
+    header = ["source", "config", "kind", "runs", "seeds", "message"]
+    table = TableData("Runs that did not complete", header, rows, ["l", "l", "l", "r", "l", "l"])
+    return table.without_empty_columns() if len(sources) > 1 else _drop_source(table)
+
+
+def _drop_source(table: TableData) -> TableData:
+    return TableData(
+        table.title, table.header[1:], [r[1:] for r in table.rows], table.align[1:]
+    ).without_empty_columns()
+
+
+def _joined_table(sources: Sequence[Source]) -> TableData:
+    """Configurations side by side across sources (joined by configuration)."""
+    configs: dict[str, str] = {}
+    for source in sources:
+        for row in source.rows:
+            configs.setdefault(row.config_id, source.name_of(row.config_id))
+    header = ["config"]
+    for source in sources:
+        header += [
+            f"{source.name}: acc % (n)",
+            f"{source.name}: train s",
+            f"{source.name}: speedup",
+        ]
+    rows = []
+    for cid, name in configs.items():
+        cells = [name]
+        for source in sources:
+            row = next((r for r in source.rows if r.config_id == cid), None)
+            if row is None or row.accuracy_mean is None:
+                cells += ["-", "-", "-"]
+                continue
+            cells.append(f"{fmt.pct(row.accuracy_mean)} ({row.n})")
+            cells.append(fmt.seconds(row.train_seconds_mean))
+            cells.append(
+                "reference" if row.is_reference else fmt.ratio_interval(row.speedup, None, None)
+            )
+        rows.append(cells)
+    align = ["l"] + ["r"] * (len(header) - 1)
+    return TableData("All sources side by side", header, rows, align)
+
+
+def _source_heading(source: Source) -> str:
+    kinds = {"ablation": "ablation", "sweep": "sweep", "speedrun": "speedruns", "runs": "runs"}
+    return f"{source.name}: {kinds.get(source.kind, source.kind)} on {source.machine}"
+
+
+def _missing_figures(sources: Sequence[Source], figures: Sequence[Figure]) -> list[str]:
+    made = {f.stem for f in figures}
+    reasons = {
+        "accuracy_vs_time": "no configuration has a complete run",
+        "effects": "no configuration was compared with a reference (one configuration, or no complete runs)",
+        "training_curves": "no complete run recorded its epochs",
+        "memory_throughput": "no complete run recorded peak memory or throughput",
+    }
+    return [
+        f'No figure "{title}": {reasons[stem]}.'
+        for stem, title, _, _ in FIGURES
+        if stem not in made
+    ]
+
+
+def build_document(
+    title: str,
+    sources: Sequence[Source],
+    figures: Sequence[Figure],
+    conclusions: Sequence[str],
+    summary: str,
+) -> list[Any]:
+    """Every block of the report, in order."""
+    made = time.strftime("%Y-%m-%d %H:%M")
+    where = "; ".join(f"{s.name} ({s.location})" for s in sources) or "nothing"
+    blocks: list[Any] = [
+        Heading(1, title),
+        Paragraph(f"Made by tricklab {tricklab.__version__} on {made} from {where}."),
+        Heading(2, "Summary"),
+        Paragraph(summary),
+        Heading(2, "Conclusions"),
+    ]
+    if conclusions:
+        blocks.append(Bullets(list(conclusions)))
+    else:
+        blocks.append(
+            Paragraph(
+                "No configuration was compared with a reference: nothing to conclude about changes."
+            )
+        )
+    blocks.append(Heading(2, "Results"))
+    for source in sources:
+        blocks.append(Heading(3, _source_heading(source)))
+        if not source.rows:
+            blocks.append(Paragraph(f"{source.name} has no runs yet."))
+            continue
+        table = results_table(source.rows, "", source.name_of)
+        blocks += [TableBlock(table), Paragraph(table.notes[0])]
+    if len(sources) > 1:
+        blocks += [Heading(3, "All sources side by side"), TableBlock(_joined_table(sources))]
+    blocks.append(Heading(2, "Figures"))
+    for figure in figures:
+        blocks += [Heading(3, figure.title), FigureBlock(figure), Paragraph(figure.caption)]
+    for note in _missing_figures(sources, figures):
+        blocks.append(Paragraph(note))
+    blocks.append(Heading(2, "Failures"))
+    failures = _failures_table(sources)
+    blocks.append(TableBlock(failures) if failures else Paragraph("Every run completed."))
+    blocks += [Heading(2, "Hardware and software"), TableBlock(_fingerprint_table(sources))]
+    blocks += [Heading(2, "Method"), *(Paragraph(p) for p in METHOD)]
+    blocks.append(Heading(2, "Appendix"))
+    for source in sources:
+        recipe = source.baseline_recipe()
+        if recipe:
+            import yaml
+
+            text = yaml.safe_dump(json.loads(json.dumps(recipe)), sort_keys=False)
+            blocks.append(
+                Details(f"{source.name}: the reference's recipe (seed aside)", [Code(text, "yaml")])
+            )
+        if source.records:
+            blocks.append(
+                Details(f"{source.name}: every run", [TableBlock(per_seed_table(source.records))])
+            )
+    return blocks

@@ -1,0 +1,543 @@
+"""The report's figures, drawn with matplotlib's object API (no pyplot, no global backend: PNG through
+Agg) and saved as PNG and SVG:
+
+1. accuracy against train time: every configuration a point with 95% CI bars on both axes, the
+   Pareto front, the baseline a star;
+2. each change's effect against the baseline: accuracy difference (pp) and speedup (×) with 95%
+   CIs, greyed where the interval includes no change (or there are too few runs);
+3. training curves: validation accuracy and loss per epoch and per second of training, mean over
+   seeds with a ±1 std band;
+4. peak memory and training throughput per configuration.
+
+A configuration has one colour (and, across several sources, one marker) in every figure; with
+several sources the colour is the source's (its machine). Legends sit below the axes, over no data.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tricklab.measure.intervals import mean_interval
+from tricklab.report.collect import COMPLETE, Source
+from tricklab.report.fmt import MIB
+
+PALETTE = [  # matplotlib's tab10 without its grey (grey means "within noise"), then tab20's light half
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+    "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
+]  # fmt: skip
+NOISE = "#a0a0a0"
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*"]
+RC = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.35,
+    "grid.linewidth": 0.6,
+    "legend.fontsize": 8.5,
+    "legend.frameon": False,
+    "svg.hashsalt": "tricklab",  # the same SVG for the same data
+    "svg.fonttype": "path",  # text as outlines: the SVG needs no font
+}
+PNG_DPI = 150  # 1050 px wide for a 7-inch figure; the SVG is there for print
+
+
+@dataclass
+class Figure:
+    """One saved figure: its files and what the report says about it."""
+
+    stem: str
+    title: str
+    caption: str
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def png(self) -> Path:
+        return next(p for p in self.files if p.suffix == ".png")
+
+    @property
+    def svg(self) -> Path:
+        return next(p for p in self.files if p.suffix == ".svg")
+
+
+class Styles:
+    """Colours, markers and names of (source, configuration) pairs, the same in every figure."""
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = list(sources)
+        self.multi = len(self.sources) > 1
+        self.configs: dict[str, str] = {}  # config id -> display name, in order of appearance
+        for source in self.sources:
+            for row in source.rows:
+                self.configs.setdefault(row.config_id, source.name_of(row.config_id))
+        self.index = {cid: i for i, cid in enumerate(self.configs)}
+
+    def colour(self, source: int, config_id: str) -> str:
+        return PALETTE[(source if self.multi else self.index[config_id]) % len(PALETTE)]
+
+    def marker(self, config_id: str) -> str:
+        return MARKERS[self.index[config_id] % len(MARKERS)] if self.multi else "o"
+
+    def source_label(self, source: int) -> str:
+        src = self.sources[source]
+        return f"{src.name} ({src.machine})"
+
+    def legend(self, reference: bool = True) -> tuple[list[Any], list[str]]:
+        """Legend entries: one per configuration (single source), or one per source (colour) and
+        one per configuration (marker)."""
+        from matplotlib.lines import Line2D
+
+        handles, labels = [], []
+        if self.multi:
+            for i in range(len(self.sources)):
+                handles.append(Line2D([], [], color=PALETTE[i % len(PALETTE)], lw=2.5))
+                labels.append(self.source_label(i))
+        refs = {s.reference for s in self.sources}
+        for cid, name in self.configs.items():
+            is_ref = reference and cid in refs
+            colour = "0.25" if self.multi else PALETTE[self.index[cid] % len(PALETTE)]
+            marker = "*" if is_ref else self.marker(cid)
+            handles.append(
+                Line2D([], [], color=colour, marker=marker, ms=11 if is_ref else 6, ls="none")
+            )
+            labels.append(f"{name} (reference)" if is_ref and name != "baseline" else name)
+        return handles, labels
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure as MplFigure
+
+    return MplFigure(figsize=(width, height), layout="constrained")
+
+
+def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
+    longest = max((len(label) for label in labels), default=0)
+    ncol = 1 if longest > 48 else 2 if longest > 28 else 3
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(labels)))
+
+
+def _complete(source: Source, config_id: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in source.records
+        if r["config_id"] == config_id and r["status"] in COMPLETE and r.get("accuracy") is not None
+    ]
+
+
+def _ci(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    mean, _, low, high = mean_interval([v for v in values if v is not None])
+    return mean, low, high
+
+
+def _wrap(name: str, width: int = 34) -> str:
+    return textwrap.fill(name, width, break_long_words=True, break_on_hyphens=False)
+
+
+# ---------------------------------------------------------------- 1. accuracy vs time
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both time (lower) and accuracy (higher), by time."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or y > front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+def accuracy_vs_time(styles: Styles) -> Any | None:
+    fig = _figure(7.0, 4.8)
+    ax = fig.subplots()
+    drawn = False
+    times = []
+    for si, source in enumerate(styles.sources):
+        points = []
+        for row in source.rows:
+            runs = _complete(source, row.config_id)
+            if not runs:
+                continue
+            x, xlo, xhi = _ci([r["train_seconds"] for r in runs])
+            y, ylo, yhi = _ci([r["accuracy"] * 100 for r in runs])
+            colour = styles.colour(si, row.config_id)
+            ref = row.is_reference
+            ax.errorbar(
+                x,
+                y,
+                xerr=None if xlo is None else [[x - xlo], [xhi - x]],
+                yerr=None if ylo is None else [[y - ylo], [yhi - y]],
+                fmt="*" if ref else styles.marker(row.config_id),
+                ms=15 if ref else 7,
+                color=colour,
+                mec="black" if ref else colour,
+                mew=0.8 if ref else 0.5,
+                ecolor=colour,
+                elinewidth=1.2,
+                capsize=3,
+                zorder=4 if ref else 3,
+            )
+            points.append((x, y))
+            times += [v for v in (x, xlo, xhi) if v is not None]
+            drawn = True
+        front = pareto_front(points)
+        if len(front) > 1:
+            fx, fy = zip(*front)
+            ax.plot(
+                fx,
+                fy,
+                ls="--",
+                lw=1,
+                color=styles.colour(si, "") if styles.multi else "0.45",
+                zorder=2,
+            )
+    if not drawn:
+        return None
+    positive = [t for t in times if t > 0]
+    if positive and max(positive) / min(positive) > 20:
+        ax.set_xscale("log")
+    else:
+        ax.set_xlim(left=0)  # a wide interval of a mean time runs off at 0 s, not below it
+    ax.set_xlabel("train time per run (s)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy against train time (mean and 95% CI of each configuration)")
+    handles, labels = styles.legend()
+    from matplotlib.lines import Line2D
+
+    handles.append(Line2D([], [], ls="--", lw=1, color="0.45"))
+    labels.append("Pareto front (no configuration faster and more accurate)")
+    _legend(fig, handles, labels)
+    return fig
+
+
+# ---------------------------------------------------------------- 2. effects vs baseline
+
+
+def _comparisons(styles: Styles) -> list[tuple[str, list[tuple[int, Any]]]]:
+    """(config id, [(source index, row)]) for every configuration compared with a reference."""
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for si, source in enumerate(styles.sources):
+        for row in source.rows:
+            if not row.is_reference and row.accuracy_diff is not None:
+                out.setdefault(row.config_id, []).append((si, row))
+    return [(cid, out[cid]) for cid in styles.configs if cid in out]
+
+
+def effects(styles: Styles) -> Any | None:
+    compared = _comparisons(styles)
+    if not compared:
+        return None
+    per_row = 0.38 + 0.16 * (len(styles.sources) - 1)
+    fig = _figure(8.0, 1.9 + per_row * len(compared))
+    ax_acc, ax_speed = fig.subplots(1, 2, sharey=True)
+    step = 0.6 / max(len(styles.sources), 1)
+    for i, (cid, entries) in enumerate(compared):
+        for si, row in entries:
+            y = i + (si - (len(styles.sources) - 1) / 2) * step
+            colour = styles.colour(si, cid)
+            _effect_point(
+                ax_acc,
+                y,
+                row.accuracy_diff * 100,
+                row.accuracy_diff_ci_low,
+                row.accuracy_diff_ci_high,
+                100,
+                row.verdict == "significant",
+                colour,
+                styles.marker(cid),
+            )
+            if row.speedup is not None:
+                _effect_point(
+                    ax_speed,
+                    y,
+                    row.speedup,
+                    row.speedup_ci_low,
+                    row.speedup_ci_high,
+                    1,
+                    row.time_verdict == "significant",
+                    colour,
+                    styles.marker(cid),
+                )
+    ax_acc.axvline(0, color="0.2", lw=0.9, zorder=1)
+    ax_speed.axvline(1, color="0.2", lw=0.9, zorder=1)
+    ax_speed.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    ax_speed.xaxis.set_major_locator(FixedLocator(ratio_ticks(*ax_speed.get_xlim())))
+    ax_speed.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+
+    ax_speed.xaxis.set_minor_locator(NullLocator())
+    ax_speed.xaxis.set_minor_formatter(NullFormatter())
+    ax_acc.set_yticks(range(len(compared)))
+    ax_acc.set_yticklabels([_wrap(styles.configs[cid]) for cid, _ in compared])
+    ax_acc.set_ylim(len(compared) - 0.5, -0.5)
+    ax_acc.set_xlabel("accuracy change (percentage points)")
+    ax_speed.set_xlabel("speedup (×, log scale)")
+    ax_acc.set_title("Accuracy vs the reference")
+    ax_speed.set_title("Speed vs the reference (> 1×: faster)")
+    for ax in (ax_acc, ax_speed):
+        ax.grid(axis="y", visible=False)
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], marker="o", color="0.25", ls="-", lw=1.2),
+        Line2D([], [], marker="o", color=NOISE, mfc="white", ls="-", lw=1.2),
+    ]
+    labels = [
+        "95% CI excludes no change (significant)",
+        "not significant (grey, hollow): 95% CI includes no change, too few runs,"
+        " or not after the Benjamini-Hochberg correction",
+    ]
+    if styles.multi:
+        for i in range(len(styles.sources)):
+            handles.append(Line2D([], [], color=PALETTE[i % len(PALETTE)], lw=2.5))
+            labels.append(styles.source_label(i))
+    _legend(fig, handles, labels)
+    return fig
+
+
+RATIO_TICKS = (0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05,
+               1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)  # fmt: skip
+
+
+def ratio_ticks(low: float, high: float, most: int = 6) -> list[float]:
+    """Readable speedup ticks within [low, high] on a log axis: 1× and, going out from it, those at
+    least 1/`most` of the axis apart."""
+    inside = [t for t in RATIO_TICKS if low <= t <= high]
+    gap = math.log10(high / low) / most
+    kept = [1.0]
+    for side in ([t for t in inside if t > 1], [t for t in reversed(inside) if t < 1]):
+        last = 1.0
+        for tick in side:
+            if abs(math.log10(tick / last)) >= gap:
+                kept.append(tick)
+                last = tick
+    return sorted(kept)
+
+
+def _effect_point(
+    ax: Any,
+    y: float,
+    value: float,
+    low: float | None,
+    high: float | None,
+    scale: float,
+    significant: bool,
+    colour: str,
+    marker: str,
+) -> None:
+    shown = colour if significant else NOISE
+    xerr = None
+    if low is not None and high is not None:
+        xerr = [[value - low * scale], [high * scale - value]]
+    ax.errorbar(
+        value,
+        y,
+        xerr=xerr,
+        fmt=marker,
+        ms=7,
+        color=shown,
+        mfc=shown if significant else "white",
+        mec=shown,
+        ecolor=shown,
+        elinewidth=1.6,
+        capsize=3,
+        zorder=3,
+    )
+
+
+# ---------------------------------------------------------------- 3. training curves
+
+
+def _curve(runs: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, ...] | None:
+    """(epoch, mean seconds, mean, std) per epoch over the runs that evaluated it."""
+    by_epoch: dict[int, list[tuple[float, float]]] = {}
+    for run in runs:
+        for row in run.get("epochs") or []:
+            value, secs = row.get(metric), row.get("train_seconds")
+            if value is None or secs is None or not math.isfinite(value):
+                continue
+            by_epoch.setdefault(int(row.get("epoch", 0)), []).append((float(value), float(secs)))
+    if not by_epoch:
+        return None
+    epochs = sorted(by_epoch)
+    values = [np.array([v for v, _ in by_epoch[e]]) for e in epochs]
+    return (
+        np.array(epochs, dtype=float),
+        np.array([np.mean([s for _, s in by_epoch[e]]) for e in epochs]),
+        np.array([v.mean() for v in values]),
+        np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in values]),
+    )
+
+
+def curves(styles: Styles) -> Any | None:
+    fig = _figure(8.0, 6.4)
+    axes = fig.subplots(2, 2)
+    drawn = False
+    for si, source in enumerate(styles.sources):
+        for row in source.rows:
+            runs = _complete(source, row.config_id)
+            colour = styles.colour(si, row.config_id)
+            style = {"color": colour, "marker": styles.marker(row.config_id), "ms": 3.5, "lw": 1.4}
+            for line, (metric, scale) in enumerate((("val_acc", 100.0), ("val_loss", 1.0))):
+                curve = _curve(runs, metric)
+                if curve is None:
+                    continue
+                epochs, secs, mean, std = curve
+                for col, x in enumerate((epochs, secs)):
+                    ax = axes[line][col]
+                    ax.plot(x, mean * scale, **style)
+                    ax.fill_between(
+                        x,
+                        (mean - std) * scale,
+                        (mean + std) * scale,
+                        color=colour,
+                        alpha=0.15,
+                        lw=0,
+                    )
+                drawn = True
+    if not drawn:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    for line, label in enumerate(("validation accuracy (%)", "validation loss")):
+        axes[line][0].set_ylabel(label)
+        axes[line][0].set_xlabel("epoch")
+        axes[line][0].xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[line][1].set_xlabel("train time (s, mean over seeds)")
+    axes[0][0].set_title("per epoch")
+    axes[0][1].set_title("per second of training")
+    fig.suptitle("Training curves (mean over seeds, band ±1 std)", fontsize=10)
+    handles, labels = styles.legend(reference=False)
+    _legend(fig, handles, labels)
+    return fig
+
+
+# ---------------------------------------------------------------- 4. memory and throughput
+
+
+def memory_throughput(styles: Styles) -> Any | None:
+    bars = []  # (y label config id, source index, memory MiB runs, images/s runs)
+    for si, source in enumerate(styles.sources):
+        for row in source.rows:
+            runs = _complete(source, row.config_id)
+            memory = [r["peak_memory_bytes"] / MIB for r in runs if r.get("peak_memory_bytes")]
+            speed = [r["images_per_second"] for r in runs if r.get("images_per_second")]
+            if memory or speed:
+                bars.append((row.config_id, si, memory, speed))
+    if not bars:
+        return None
+    configs = [cid for cid in styles.configs if any(b[0] == cid for b in bars)]
+    per_row = 0.36 + 0.16 * (len(styles.sources) - 1)
+    fig = _figure(8.0, 1.7 + per_row * len(configs))
+    axes = fig.subplots(1, 2, sharey=True)
+    height = 0.7 / len(styles.sources)
+    for cid, si, memory, speed in bars:
+        y = configs.index(cid) + (si - (len(styles.sources) - 1) / 2) * height
+        for ax, values in zip(axes, (memory, speed)):
+            mean, low, high = _ci(values)
+            if mean is None:
+                continue
+            xerr = None if low is None else [[mean - low], [high - mean]]
+            ax.barh(
+                y,
+                mean,
+                height=height * 0.9,
+                color=styles.colour(si, cid),
+                xerr=xerr,
+                capsize=3,
+                error_kw={"elinewidth": 1, "ecolor": "0.2"},
+            )
+            end = mean if high is None else high
+            ax.text(end, y, f"  {mean:,.0f}", va="center", ha="left", fontsize=8)
+    for ax in axes:
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.25)  # room for the value labels
+        ax.grid(axis="y", visible=False)
+    axes[0].set_yticks(range(len(configs)))
+    axes[0].set_yticklabels([_wrap(styles.configs[cid]) for cid in configs])
+    axes[0].set_ylim(len(configs) - 0.5, -0.5)
+    devices = {s.hardware.get("device_type") for s in styles.sources}
+    measured = {"cuda": ", CUDA allocator", "cpu": ", CPU: process peak RSS"}
+    only = measured.get(next(iter(devices)), "") if len(devices) == 1 else ""
+    axes[0].set_xlabel(f"peak memory (MiB{only})")
+
+    axes[1].set_xlabel("training throughput (images/s)")
+    axes[0].set_title("Peak memory")
+    axes[1].set_title("Throughput")
+    if styles.multi:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=PALETTE[i % len(PALETTE)]) for i in range(len(styles.sources))]
+        _legend(fig, handles, [styles.source_label(i) for i in range(len(styles.sources))])
+    return fig
+
+
+# ---------------------------------------------------------------- all of them
+
+
+def _memory_caption(styles: Styles) -> str:
+    text = "Mean over complete runs, error bars the 95% CI where there are two runs or more."
+    if any(s.hardware.get("device_type") == "cpu" for s in styles.sources):
+        text += (
+            " On the CPU, peak memory is the process's peak resident set size over its whole life,"
+            " so it includes earlier runs of the same process: compare it between configurations"
+            " only on a GPU (there: the CUDA allocator's peak for the run)."
+        )
+    return text
+
+
+FIGURES = (
+    (
+        "accuracy_vs_time",
+        "Accuracy against train time",
+        accuracy_vs_time,
+        "Each point is one configuration: mean accuracy (with TTA where the recipe has it) and"
+        " mean train seconds over its complete runs, bars the 95% Student-t CIs on both axes."
+        " The star is the reference; the dashed line joins the configurations no other one"
+        " beats on both accuracy and time.",
+    ),
+    (
+        "effects",
+        "Effect of each change against the reference",
+        effects,
+        "Accuracy difference (percentage points, Welch 95% CI) and speedup (reference time /"
+        " configuration time, ratio of geometric means with its Welch 95% CI on log seconds)."
+        " Grey hollow points: the interval includes no change, or there are too few runs.",
+    ),
+    (
+        "training_curves",
+        "Training curves",
+        curves,
+        "Validation accuracy and loss after each epoch, against the epoch and against the train"
+        " seconds elapsed, mean over the seeds of each configuration with a band of ±1 standard"
+        " deviation.",
+    ),
+    ("memory_throughput", "Peak memory and throughput", memory_throughput, None),
+)
+
+
+def render_figures(sources: Sequence[Source], folder: Path) -> list[Figure]:
+    """Draw and save every figure the data allows into `folder`; figures without data are left
+    out (the report says why)."""
+    import matplotlib
+
+    styles = Styles(sources)
+    made = []
+    with matplotlib.rc_context(RC):
+        for stem, title, draw, caption in FIGURES:
+            fig = draw(styles)
+            if fig is None:
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            files = [folder / f"{stem}.png", folder / f"{stem}.svg"]
+            fig.savefig(files[0], dpi=PNG_DPI, metadata={"Software": None})
+            fig.savefig(files[1], metadata={"Date": None, "Creator": None})
+            made.append(Figure(stem, title, caption or _memory_caption(styles), files))
+    return made
