@@ -21,7 +21,7 @@ from torch import nn
 
 import tricklab
 from tricklab.data.augment import channel_stats, normalize
-from tricklab.data.loaders import AugmentSpec, DeviceLoader, TorchLoader
+from tricklab.data.loaders import STORAGE_DTYPES, AugmentSpec, DeviceLoader, TorchLoader
 from tricklab.data.sources import Dataset, load_dataset
 from tricklab.errors import TrickLabError
 from tricklab.measure.flops import count_forward_macs, count_params
@@ -52,7 +52,6 @@ from tricklab.train.schedule import build_scheduler
 INIT_FROM_DATA_IMAGES = 5000
 # What a run writes in its directory; a directory holding any of them is not reused.
 RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
-STORAGE_DTYPES = {"uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass
