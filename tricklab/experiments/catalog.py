@@ -80,13 +80,15 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     """The storage URL holding study `name`; TrickLabError naming the closest study when it is not
     there (or listing where it looked)."""
     url = storage_url(storage, experiment_dir(name, out_dir))
+    where = where_listed(storage, out_dir)
     if storage is None and not Path(url[len("sqlite:///") :]).is_file():
         names = [s.name for s in list_studies(None, out_dir)]
+        where = f"{where} (no study database at {Path(url[len('sqlite:///') :])})"
     else:
         names = [s.name for s in _studies_in(url)]
         if name in names:
             return url
-    raise TrickLabError(_unknown(name, names, where_listed(storage, out_dir)))
+    raise TrickLabError(_unknown(name, names, where))
 
 
 def _unknown(name: str, names: list[str], where: str) -> str:
@@ -95,5 +97,5 @@ def _unknown(name: str, names: list[str], where: str) -> str:
         return f"no study '{name}' in {where}; did you mean '{close[0]}'?"
     if names:
         shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-        return f"no study '{name}' in {where} (it has: {shown}); `tricklab results` lists them"
-    return f"no study '{name}': {where} holds no study; pass --storage to say where it is"
+        return f"no study '{name}' in {where}; it has {shown} (`tricklab results` lists them)"
+    return f"no study '{name}' in {where}, nor any other; pass --storage to say where it is"

@@ -170,12 +170,9 @@ def results_table(
 
 
 def varied_keys(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The recipe keys the configurations change, in order of first appearance."""
-    keys: dict[str, None] = {}
-    for record in records:
-        for override in record.get("overrides") or []:
-            keys.setdefault(override.partition("=")[0], None)
-    return list(keys)
+    """The recipe keys the configurations change, sorted (the same columns whatever order the
+    runs ran in)."""
+    return sorted({o.partition("=")[0] for r in records for o in r.get("overrides") or []})
 
 
 def _recipe_value(record: dict[str, Any], key: str) -> Any:
