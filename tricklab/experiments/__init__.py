@@ -3,7 +3,9 @@
 - `plan.py`: which configurations and seeds an ablation runs (one change at a time, or the grid);
 - `space.py`: sweep search spaces (SPACE.yaml) as Optuna distributions;
 - `storage.py`: Optuna storages and studies, trial statuses, worker heartbeats;
-- `runner.py`: the workers: each (configuration, seed) exactly once, across processes and reruns;
+- `runner.py`: `ablate`, `sweep`, `results` from Python, and the summary an experiment leaves;
+- `workers.py`: the worker loops that train the units; `claims.py`: how workers claim units, so
+  each (configuration, seed) runs exactly once across processes and reruns;
 - `stats.py`: the results table (means, Student t intervals, Welch tests, speedups);
 - `cli.py`: `tricklab ablate | sweep | results`.
 
@@ -27,8 +29,8 @@ _EXPORTS = {
     "parse_space": "space",
     "ConfigStats": "stats",
     "ExperimentSummary": "runner",
-    "Liveness": "runner",
-    "RunEvent": "runner",
+    "Liveness": "workers",
+    "RunEvent": "workers",
     "ablate": "runner",
     "results": "runner",
     "study_results": "runner",

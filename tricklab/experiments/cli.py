@@ -33,8 +33,9 @@ from tricklab.experiments.plan import (
 from tricklab.train.recipe import load_recipe
 
 if TYPE_CHECKING:
-    from tricklab.experiments.runner import ExperimentSummary, Liveness, RunEvent
+    from tricklab.experiments.runner import ExperimentSummary
     from tricklab.experiments.stats import ConfigStats
+    from tricklab.experiments.workers import Liveness, RunEvent
 
 # The same as storage.py's (kept here so that registering the commands does not import Optuna).
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -209,7 +210,7 @@ def _baseline(args: argparse.Namespace) -> Any:
 
 def _liveness(args: argparse.Namespace) -> Liveness:
     """The workers' liveness settings; TrickLabError for a bad --heartbeat/--grace-seconds."""
-    from tricklab.experiments.runner import Liveness
+    from tricklab.experiments.workers import Liveness
 
     return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
 

@@ -1,0 +1,436 @@
+"""The worker loops: claim a unit (claims.py), train it, store its record, until none is left.
+
+`run_units` works through a plan of (configuration, seed) units (ablations, grid sweeps): it
+enqueues the unit that needs a try, drawn at random among those of the lowest missing seed (every
+config gets seed k before any gets seed k+1, the run order within a seed is random so a slow drift
+of the machine does not line up with one config, and workers starting together rarely pick the same
+unit), claims it and runs it with a heartbeat. When nothing is left to claim it waits while units
+of the plan still run elsewhere (taking over those whose worker dies), then returns.
+
+`run_sampled` runs random and TPE sweeps, which have no plan of points: a trial is one sampled
+configuration run with every seed (the objective is the mean accuracy; only the first seed reports
+per-epoch accuracy to the pruner; a configuration whose seed fails stops there and the trial takes
+that status). Each complete seed is stored as it ends, and a (configuration, seed) that already ran
+complete (or diverged), in an earlier trial that drew the same point or in an interrupted try of
+this one, is not run again: the trial takes that run (a trial whose seeds all ran before trains
+nothing, and still counts as one of the `trials`). A worker asks Optuna for a new trial while fewer
+than `trials` units exist, then counts the units created before its trial: if that reaches
+`trials`, the trial is a surplus made by a concurrent worker and is skipped, so the study holds
+exactly `trials` sampled units. Failed/oom/interrupted trials of an earlier session are enqueued
+again with their parameters (as Optuna's RetryFailedTrialCallback does), under the same unit.
+
+A run's status is the one `train()` gave it (see tricklab.stopping and `api.run_end`). An
+interrupted run is stored, then the worker raises Interrupted; a SIGKILL leaves the trial RUNNING
+until the next worker sees its process gone (same host) or its heartbeat silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+
+import tricklab
+from tricklab.errors import TrickLabError
+from tricklab.experiments.claims import (
+    ACTIVE,
+    attempts,
+    claimed,
+    finish_trial,
+    needs_try,
+    skip,
+    taken_by_other,
+    unit_of,
+)
+from tricklab.experiments.plan import Unit, unit_recipe
+from tricklab.experiments.space import SearchSpace, overrides_for
+from tricklab.experiments.stats import headline_accuracy
+from tricklab.experiments.storage import (
+    COMPLETE_STATUSES,
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_HEARTBEAT_SECONDS,
+    RETRY_STATUSES,
+    WORKER_ATTR,
+    claim_lock,
+    fail_stale_trials,
+    heartbeat,
+    pop_waiting_trial,
+    stored_runs,
+    trial_status,
+    worker_identity,
+)
+from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
+
+TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=..., stop=...) -> RunResult
+MAX_HEARTBEAT_SECONDS = 86_400
+# A sampled point's seeded runs that a later draw of the point takes instead of training again.
+REUSED_STATUSES = (*COMPLETE_STATUSES, "diverged")
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """How workers tell each other they are alive (see storage.py).
+
+    heartbeat_seconds: beat interval; grace_seconds: silence after which another host's worker
+    counts as dead (same-host workers are checked by pid at once); poll_seconds: how often an idle
+    worker looks again while units of its plan run elsewhere."""
+
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    poll_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--heartbeat-seconds", self.heartbeat_seconds),
+            ("--grace-seconds", self.grace_seconds),
+            ("poll_seconds", self.poll_seconds),
+        ):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise TrickLabError(f"{flag} {value} must be a finite number of seconds > 0")
+        if self.heartbeat_seconds > MAX_HEARTBEAT_SECONDS:  # beyond threading's timeouts
+            raise TrickLabError(
+                f"--heartbeat-seconds {self.heartbeat_seconds} must be at most "
+                f"{MAX_HEARTBEAT_SECONDS} (a day)"
+            )
+        # A live worker beats at least once per grace period, or others take its trial for dead.
+        if self.grace_seconds <= self.heartbeat_seconds:
+            raise TrickLabError(
+                f"--grace-seconds {self.grace_seconds} must be larger than the heartbeat "
+                f"interval ({self.heartbeat_seconds} s)"
+            )
+
+
+@dataclass
+class RunEvent:
+    """One finished run, for progress display."""
+
+    trial: int
+    config_id: str
+    seed: int
+    status: str
+    accuracy: float | None
+    train_seconds: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What a worker loop needs besides its plan: the study and its storage (`url` names the
+    claim lock, see storage.claim_lock), the baseline recipe the units change, how to train, the
+    stop request, liveness, whether the study's pruner may stop runs, and who hears of each run."""
+
+    study: optuna.Study
+    storage: optuna.storages.BaseStorage
+    url: str
+    base: Any  # the baseline Recipe
+    train_fn: TrainFn
+    stop: StopRequest
+    liveness: Liveness = Liveness()
+    prune: bool = False
+    on_run_end: Callable[[RunEvent], None] | None = None
+
+    def report(self, trial_number: int, config_id: str, record: dict) -> None:
+        if self.on_run_end is not None:
+            self.on_run_end(
+                RunEvent(
+                    trial=trial_number,
+                    config_id=config_id,
+                    seed=int(record.get("seed", 0)),
+                    status=record["status"],
+                    accuracy=record.get("accuracy"),
+                    train_seconds=record.get("train_seconds"),
+                    error=record.get("error"),
+                )
+            )
+
+
+# ---------------------------------------------------------------- one run
+
+
+def train_one(
+    recipe: Any,
+    train_fn: TrainFn,
+    stop: StopRequest,
+    on_epoch: Callable[[dict, int], None] | None = None,
+) -> dict[str, Any]:
+    """Train one recipe and return its run record; never raises for a run that ended.
+
+    The record is the RunResult's dict plus `accuracy`; its status is the one `train()` gave
+    (see `api.run_end`), or `pruned` when `on_epoch` raised optuna.TrialPruned. An interrupted run
+    is recorded too (the caller stores it, then stops). `on_epoch(row, epoch_number)` sees each
+    epoch's metrics.
+    """
+    from tricklab.train.api import RunInterrupted, run_end  # torch, imported when a run starts
+
+    epochs: list[dict] = []
+
+    def record_epoch(row: dict) -> None:
+        epochs.append(dict(row))
+        if on_epoch is not None:
+            on_epoch(row, len(epochs))
+
+    start = time.perf_counter()
+    try:
+        record = train_fn(recipe, on_epoch=record_epoch, stop=stop).to_dict()
+    except RunInterrupted as stopped:
+        record = stopped.result.to_dict()
+    except optuna.TrialPruned as exc:
+        record = _unfinished_record(recipe, epochs, start, "pruned", str(exc) or None)
+    except (Exception, KeyboardInterrupt) as exc:  # a train_fn other than train() raised
+        record = _unfinished_record(recipe, epochs, start, *run_end(exc, stop))
+    record["accuracy"] = headline_accuracy(record)
+    record["target_accuracy"] = recipe.get("run.target_accuracy")
+    if record["status"] in COMPLETE_STATUSES and record["accuracy"] is None:
+        record.update(status="failed", error="the run finished without a validation accuracy")
+    return _jsonable(record)
+
+
+def _unfinished_record(
+    recipe: Any, epochs: list[dict], start: float, status: str, error: str | None
+) -> dict[str, Any]:
+    """The record of a run that left no RunResult: what the epochs it finished show."""
+    from tricklab.measure.hardware import hardware_fingerprint  # torch
+    from tricklab.train.api import resolve_device  # torch
+
+    return {
+        "status": status,
+        "error": error,
+        "recipe": recipe.to_dict(),
+        "epochs": epochs,
+        "wall_seconds": time.perf_counter() - start,
+        "train_seconds": epochs[-1].get("train_seconds", 0.0) if epochs else 0.0,
+        "tricklab_version": tricklab.__version__,
+        "hardware": hardware_fingerprint(resolve_device(recipe.run.device)),
+    }
+
+
+def _jsonable(data: Any) -> Any:
+    def default(value: Any) -> Any:
+        item = getattr(value, "item", None)  # numpy / torch scalars
+        return item() if callable(item) else str(value)
+
+    return json.loads(json.dumps(data, default=default))
+
+
+def _pruning_reporter(trial: optuna.Trial, recipe: Any) -> Callable[[dict, int], None]:
+    """Report each epoch's val_acc to the study's pruner; raise TrialPruned when it says so,
+    except after the last epoch: a run that has finished is kept, not thrown away."""
+    last_epoch = math.ceil(recipe.run.epochs)
+
+    def on_epoch(row: dict, epoch: int) -> None:
+        accuracy = row.get("val_acc")
+        if accuracy is None:
+            return
+        trial.report(float(accuracy), epoch)
+        if epoch < last_epoch and trial.should_prune():
+            raise optuna.TrialPruned(f"pruned after epoch {epoch} (val_acc {accuracy:.4f})")
+
+    return on_epoch
+
+
+# ---------------------------------------------------------------- planned units
+
+
+def run_units(
+    worker: Worker,
+    units: Sequence[Unit],
+    *,
+    params: Callable[[Unit], dict[str, Any]] | None = None,
+    space: SearchSpace | None = None,
+) -> int:
+    """Work through `units` with any other workers of the study (see the module doc).
+
+    `params(unit)` gives the Optuna params to record on the unit's trial, drawn from `space` (grid
+    sweeps). Returns how many runs this worker did."""
+    study, storage, liveness = worker.study, worker.storage, worker.liveness
+    session_start = datetime.now()
+    order = random.Random()  # run order only; no result depends on it
+    by_key = {u.key: u for u in units}
+    ran = 0
+    while True:
+        worker.stop.check()
+        fail_stale_trials(study, storage, liveness.grace_seconds)
+        with claim_lock(worker.url):
+            tries = attempts(study.get_trials(deepcopy=False))
+            missing = [u for u in units if needs_try(tries.get(u.key, []), session_start)]
+            if missing:
+                lowest_seed = min(u.seed for u in missing)
+                unit = order.choice([u for u in missing if u.seed == lowest_seed])
+                study.enqueue_trial(
+                    params(unit) if params else {},
+                    user_attrs={
+                        "unit": unit.key,
+                        "config_id": unit.config.config_id,
+                        "overrides": list(unit.config.overrides),
+                        "seed": unit.seed,
+                    },
+                )
+            trial_id = pop_waiting_trial(study, storage, set(by_key))
+        if trial_id is None:
+            tries = attempts(study.get_trials(deepcopy=False))
+            if not any(t.state in ACTIVE for key in by_key for t in tries.get(key, [])):
+                return ran
+            time.sleep(liveness.poll_seconds)  # others still run units of this plan
+            continue
+        with claimed(storage, trial_id):
+            frozen = storage.get_trial(trial_id)
+            owner = taken_by_other(study, frozen)
+            if owner is not None:
+                skip(storage, trial_id, f"its unit is taken by trial {owner}")
+                continue
+            unit = by_key[frozen.user_attrs["unit"]]
+            trial = optuna.Trial(study, trial_id)
+            if space is not None:
+                space.suggest(trial)
+            with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
+                recipe = unit_recipe(worker.base, unit)
+                reporter = _pruning_reporter(trial, recipe) if worker.prune else None
+                record = train_one(recipe, worker.train_fn, worker.stop, reporter)
+            record["seed"] = unit.seed
+            stored = finish_trial(study, trial, [record], record["status"], record["error"])
+        ran += stored  # a run another worker took for dead is lost, not counted
+        worker.report(frozen.number, unit.config.config_id, record)
+        if record["status"] == "interrupted":
+            raise Interrupted(INTERRUPTED_ERROR)
+
+
+# ---------------------------------------------------------------- sampled configurations
+
+
+def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> int:
+    """Run sampled trials until the study holds `trials` units (see the module doc); returns how
+    many trials (each with all its seeds) this call ran."""
+    study, storage, liveness = worker.study, worker.storage, worker.liveness
+    session_start = datetime.now()
+    ran = 0
+    while True:
+        worker.stop.check()
+        fail_stale_trials(study, storage, liveness.grace_seconds)
+        tries = attempts(study.get_trials(deepcopy=False))
+        for unit, unit_tries in tries.items():
+            last = unit_tries[-1]
+            if trial_status(last) in RETRY_STATUSES and needs_try(unit_tries, session_start):
+                study.enqueue_trial(last.params, user_attrs={"unit": unit})
+        with claim_lock(worker.url):
+            trial_id = pop_waiting_trial(study, storage)
+        if trial_id is None:
+            if len(tries) >= trials:
+                if not any(t.state in ACTIVE for t in study.get_trials(deepcopy=False)):
+                    return ran
+                time.sleep(liveness.poll_seconds)
+                continue
+            with claim_lock(worker.url):
+                trial = study.ask()  # pops a waiting retry if one appeared meanwhile
+            trial_id = trial._trial_id
+            storage.set_trial_system_attr(trial_id, WORKER_ATTR, worker_identity())
+        else:
+            trial = None
+        with claimed(storage, trial_id):
+            frozen = storage.get_trial(trial_id)
+            if "unit" in frozen.user_attrs:
+                owner = taken_by_other(study, frozen)
+                if owner is not None:
+                    skip(storage, trial_id, f"its unit is taken by trial {owner}")
+                    continue
+            else:
+                storage.set_trial_user_attr(trial_id, "unit", f"sample-{frozen.number}")
+                earlier = {
+                    unit_of(t)
+                    for t in study.get_trials(deepcopy=False)
+                    if t.number < frozen.number and trial_status(t) != "skipped"
+                }
+                if len(earlier) >= trials:
+                    skip(storage, trial_id, f"the study already has its {trials} trials")
+                    continue
+            if trial is None:
+                trial = optuna.Trial(study, trial_id)
+            with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
+                records = _run_sampled_trial(worker, trial, space, seeds)
+            failed = [r for r in records if r["status"] not in COMPLETE_STATUSES]
+            status, error = (
+                (failed[0]["status"], failed[0].get("error")) if failed else ("complete", None)
+            )
+            finish_trial(study, trial, records, status, error)
+        ran += 1  # a sampled configuration, all its seeds: the unit `planned` counts
+        if records and records[-1]["status"] == "interrupted":
+            raise Interrupted(INTERRUPTED_ERROR)
+
+
+def _run_sampled_trial(
+    worker: Worker, trial: optuna.Trial, space: SearchSpace, seeds: int
+) -> list[dict]:
+    """Train the trial's sampled configuration with seeds 0..seeds-1 (reusing seeds that ran
+    before), storing each complete seed as it ends; stops at the first seed that does not complete."""
+    values = space.suggest(trial)
+    overrides = overrides_for(values)
+    config_id = " ".join(overrides)
+    trial.set_user_attr("config_id", config_id)
+    trial.set_user_attr("overrides", overrides)
+    records: list[dict] = []
+    done = _finished_runs(worker.study, config_id)
+    for seed in range(seeds):
+        if seed in done:  # drawn before, or run by this trial's interrupted try: not again
+            records.append(done[seed])
+            with contextlib.suppress(UpdateFinishedTrialError):
+                trial.set_user_attr(f"run-{seed}", done[seed])
+            if worker.prune and seed == 0:  # the pruner sees its curve as if it had run here
+                for epoch, accuracy in enumerate(done[seed]["val_accs"], start=1):
+                    if accuracy is not None:
+                        trial.report(float(accuracy), epoch)
+            if done[seed]["status"] not in COMPLETE_STATUSES:
+                break
+            continue
+        try:
+            recipe = worker.base.override([*overrides, f"run.seed={seed}"])
+        except TrickLabError as exc:  # a sampled combination the recipe rejects
+            records.append({"seed": seed, "status": "failed", "error": str(exc), "accuracy": None})
+            break
+        reporter = _pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
+        record = train_one(recipe, worker.train_fn, worker.stop, reporter)
+        record["seed"] = seed
+        records.append(record)
+        # Stored as it ends, kept if the worker dies before the last seed (and before tell).
+        if record["status"] in COMPLETE_STATUSES:
+            with contextlib.suppress(UpdateFinishedTrialError):  # taken for dead: finish_trial
+                trial.set_user_attr(f"run-{seed}", record)
+        worker.report(trial.number, config_id, record)
+        if record["status"] not in COMPLETE_STATUSES:
+            break
+    return records
+
+
+def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
+    """{seed: a short record of its run} for the complete or diverged seeds of a sampled
+    configuration, from earlier trials.
+
+    Random and TPE samplers may draw a point again; its seeds already ran (a seeded run that
+    diverged diverges again), and the same seeded run counted twice would shrink the confidence
+    interval for nothing. The short record names the trial holding the full one, which results
+    take, and keeps its per-epoch accuracies for the pruner."""
+    found: dict[int, dict] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("config_id") != config_id:
+            continue
+        for run in stored_runs(t):
+            if run.get("status") in REUSED_STATUSES and "reused_from_trial" not in run:
+                found.setdefault(
+                    int(run["seed"]),
+                    {
+                        "seed": run["seed"],
+                        "status": run["status"],
+                        "error": run.get("error"),
+                        "accuracy": run.get("accuracy"),
+                        "reused_from_trial": t.number,
+                        "val_accs": [row.get("val_acc") for row in run.get("epochs") or []],
+                    },
+                )
+    return found
