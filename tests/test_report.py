@@ -173,7 +173,7 @@ def test_the_conclusions_follow_the_verdicts_of_results_json(report, study, caps
             assert "no significant change in accuracy" in sentence
             assert p_equals(config["accuracy_p_value"]) in sentence and "n=2" in sentence
         if config["speedup_ci_low"] is not None:
-            assert "too wide to read at n=2" in sentence  # a ratio's interval at n = 2
+            assert "its 95% CI is too wide to read at n=2" in sentence  # a ratio at n = 2
 
 
 def test_a_study_with_failed_runs_says_so(report):

@@ -60,9 +60,10 @@ def time_clause(row: Any, reference: Any) -> str:
     if row.time_verdict == "too few runs":
         return f"too few runs to test train time ({fmt.ratio(row.speedup)}×)"
     low, high = row.speedup_ci_low, row.speedup_ci_high
-    ci = f"95% CI {fmt.ratio(low)}..{fmt.ratio(high)}×: {fmt.time_change_range(low, high)} time"
-    if min(row.n, reference.n) == 2:
-        ci += ", too wide to read at n=2"
+    if min(row.n, reference.n) == 2:  # a t quantile of 12.7: the interval says nothing
+        ci = "its 95% CI is too wide to read at n=2"
+    else:
+        ci = f"95% CI {fmt.ratio(low)}..{fmt.ratio(high)}×: {fmt.time_change_range(low, high)} time"
     p = f"Welch {fmt.p_equals(row.time_p_value)}" if row.time_p_value is not None else ""
     evidence = "; ".join(filter(None, [ci, p]))
     if row.time_verdict == "significant":
@@ -113,13 +114,16 @@ def source_summary(source: Source) -> str:
     statuses = Counter(r["status"] for r in source.records)
     complete = sum(row.n for row in source.rows)
     reference = next((r for r in source.rows if r.is_reference), None)
-    seeds = sorted({row.n for row in source.rows})
-    seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
-    text = (
-        f"{source.name} ({source.kind} on {source.machine}): {len(source.rows)} configuration"
-        f"{'s' if len(source.rows) > 1 else ''}, {seed_text} complete run"
-        f"{'' if seeds == [1] else 's'} each ({complete} of {runs} runs complete)."
-    )
+    seeds = sorted({row.n for row in source.rows if row.n})
+    none = sum(row.n == 0 for row in source.rows)
+    text = f"{source.name} ({source.kind} on {source.machine}): {len(source.rows)} configuration"
+    text += "s" if len(source.rows) > 1 else ""
+    if seeds:
+        seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
+        text += f", {seed_text} complete run{'' if seeds == [1] else 's'} each"
+        text += f" ({none} with none)" if none else ""
+    text += f" ({complete} of {runs} runs complete)."
+
     failed = {
         k: v
         for k, v in statuses.items()

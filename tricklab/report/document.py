@@ -88,7 +88,7 @@ def _fingerprint_table(sources: Sequence[Source]) -> TableData:
         ("GPU memory", lambda s, h: _gib(h.get("device_memory_bytes"))),
         ("compute capability", lambda s, h: h.get("compute_capability")),
         ("torch", lambda s, h: h.get("torch")),
-        ("CUDA / cuDNN", lambda s, h: _pair(h.get("cuda"), h.get("cudnn"))),
+        ("torch's CUDA build / cuDNN", lambda s, h: _pair(h.get("cuda"), h.get("cudnn"))),
         ("GPU driver", lambda s, h: h.get("driver")),
         ("Python", lambda s, h: h.get("python")),
         ("platform", lambda s, h: h.get("platform")),

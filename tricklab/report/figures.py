@@ -91,9 +91,11 @@ class Styles:
         src = self.sources[source]
         return f"{src.name} ({src.machine})"
 
-    def legend(self, reference: bool = True) -> tuple[list[Any], list[str]]:
+    def legend(
+        self, reference: bool = True, drawn: set[str] | None = None
+    ) -> tuple[list[Any], list[str]]:
         """Legend entries: one per configuration (single source), or one per source (colour) and
-        one per configuration (marker)."""
+        one per configuration (marker); only the configurations `drawn`, when given."""
         from matplotlib.lines import Line2D
 
         handles, labels = [], []
@@ -103,6 +105,8 @@ class Styles:
                 labels.append(self.source_label(i))
         refs = {s.reference for s in self.sources}
         for cid, name in self.configs.items():
+            if drawn is not None and cid not in drawn:
+                continue
             is_ref = reference and cid in refs
             colour = "0.25" if self.multi else PALETTE[self.index[cid] % len(PALETTE)]
             marker = "*" if is_ref else self.marker(cid)
@@ -157,8 +161,9 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 def accuracy_vs_time(styles: Styles) -> Any | None:
     fig = _figure(7.0, 4.8)
     ax = fig.subplots()
-    drawn = False
-    times = []
+    drawn: set[str] = set()
+    all_points: list[tuple[float, float]] = []
+
     for si, source in enumerate(styles.sources):
         points = []
         for row in source.rows:
@@ -185,8 +190,8 @@ def accuracy_vs_time(styles: Styles) -> Any | None:
                 zorder=4 if ref else 3,
             )
             points.append((x, y))
-            times += [v for v in (x, xlo, xhi) if v is not None]
-            drawn = True
+            all_points.append((x, y))
+            drawn.add(row.config_id)
         front = pareto_front(points)
         if len(front) > 1:
             fx, fy = zip(*front)
@@ -200,15 +205,21 @@ def accuracy_vs_time(styles: Styles) -> Any | None:
             )
     if not drawn:
         return None
-    positive = [t for t in times if t > 0]
-    if positive and max(positive) / min(positive) > 20:
+    means = [x for x, _ in all_points if x > 0]
+    if means and max(means) / min(means) > 10:  # configurations 10x apart in time: a log axis
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     else:
         ax.set_xlim(left=0)  # a wide interval of a mean time runs off at 0 s, not below it
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(low, 0), min(high, 100))  # an interval of a mean accuracy runs off at 0 or 100%
     ax.set_xlabel("train time per run (s)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy against train time (mean and 95% CI of each configuration)")
-    handles, labels = styles.legend()
+    handles, labels = styles.legend(drawn=drawn)
+
     from matplotlib.lines import Line2D
 
     handles.append(Line2D([], [], ls="--", lw=1, color="0.45"))
@@ -270,6 +281,14 @@ def effects(styles: Styles) -> Any | None:
     ax_speed.set_xscale("log")
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+    speedups = [row.speedup for _, entries in compared for _, row in entries if row.speedup]
+    if (
+        speedups
+    ):  # an interval at n = 2 may span 1000x: it runs off the axis, the points stay readable
+        low, high = ax_speed.get_xlim()
+        ax_speed.set_xlim(
+            max(low, min(min(speedups) / 3, 0.8)), min(high, max(max(speedups) * 3, 1.25))
+        )
     ax_speed.xaxis.set_major_locator(FixedLocator(ratio_ticks(*ax_speed.get_xlim())))
     ax_speed.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
 
@@ -380,7 +399,7 @@ def _curve(runs: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, ...] | 
 def curves(styles: Styles) -> Any | None:
     fig = _figure(8.0, 6.4)
     axes = fig.subplots(2, 2)
-    drawn = False
+    drawn: set[str] = set()
     for si, source in enumerate(styles.sources):
         for row in source.rows:
             runs = _complete(source, row.config_id)
@@ -394,6 +413,7 @@ def curves(styles: Styles) -> Any | None:
                 for col, x in enumerate((epochs, secs)):
                     ax = axes[line][col]
                     ax.plot(x, mean * scale, **style)
+                    drawn.add(row.config_id)
                     ax.fill_between(
                         x,
                         (mean - std) * scale,
@@ -402,7 +422,6 @@ def curves(styles: Styles) -> Any | None:
                         alpha=0.15,
                         lw=0,
                     )
-                drawn = True
     if not drawn:
         return None
     from matplotlib.ticker import MaxNLocator
@@ -415,7 +434,7 @@ def curves(styles: Styles) -> Any | None:
     axes[0][0].set_title("per epoch")
     axes[0][1].set_title("per second of training")
     fig.suptitle("Training curves (mean over seeds, band ±1 std)", fontsize=10)
-    handles, labels = styles.legend(reference=False)
+    handles, labels = styles.legend(reference=False, drawn=drawn)
     _legend(fig, handles, labels)
     return fig
 
@@ -469,6 +488,11 @@ def memory_throughput(styles: Styles) -> Any | None:
     axes[0].set_xlabel(f"peak memory (MiB{only})")
 
     axes[1].set_xlabel("training throughput (images/s)")
+    from matplotlib.ticker import FuncFormatter
+
+    for ax in axes:
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+
     axes[0].set_title("Peak memory")
     axes[1].set_title("Throughput")
     if styles.multi:
@@ -509,7 +533,8 @@ FIGURES = (
         effects,
         "Accuracy difference (percentage points, Welch 95% CI) and speedup (reference time /"
         " configuration time, ratio of geometric means with its Welch 95% CI on log seconds)."
-        " Grey hollow points: the interval includes no change, or there are too few runs.",
+        " Grey hollow points are not significant: the interval includes no change, there are too"
+        " few runs, or the Benjamini-Hochberg adjustment takes the change back.",
     ),
     (
         "training_curves",

@@ -24,7 +24,8 @@ th { background: #f4f6f8; text-align: left; border-bottom: 2px solid #ccc; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
 tr:nth-child(even) td { background: #fafbfc; }
 figure { margin: 1em 0 .4em; }
-figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure img { width: 100%; max-width: 960px; height: auto; border: 1px solid #eee; }
+
 figcaption, p.caption { color: #444; font-size: .9em; }
 ul.conclusions li { margin-bottom: .45em; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .8em; }

@@ -137,9 +137,10 @@ def results_table(
         "speedup [95% CI], p",
         "≥ target, s to it",
         "failures",
-        "accuracy",
-        "speed",
+        "acc verdict",
+        "time verdict",
     ]
+
     cells = []
     for r in rows:
         secs = fmt.seconds(r.train_seconds_mean)
