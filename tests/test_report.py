@@ -148,9 +148,11 @@ def test_the_numbers_in_report_md_equal_results_json(report, study, capsys):
         ]
         assert numbers(row["Δacc pp [95% CI]"]) == pytest.approx(diff, abs=0.005 + 1e-9)
         speed = [config[k] for k in ("speedup", "speedup_ci_low", "speedup_ci_high")]
-        assert numbers(row["speedup [95% CI], p"])[:3] == pytest.approx(speed, rel=0.01, abs=0.0051)
+        assert numbers(row["speedup [95% CI], p (test)"])[:3] == pytest.approx(
+            speed, rel=0.01, abs=0.0051
+        )
         assert (
-            f"Welch {config['accuracy_p_value']:.2f}" in row["Δacc p"]
+            f"Welch {config['accuracy_p_value']:.2f}" in row["Δacc p (test)"]
             or config["accuracy_p_value"] < 0.01
         )
         assert row["Δacc p, BH-adjusted"]  # four rows: adjusted

@@ -95,7 +95,10 @@ def ratio(value: float | None) -> str:
         return "-"
     if value >= 10:
         return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
-    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+    if value >= 0.1:
+        return f"{value:.2f}"
+    text = f"{value:.2g}"
+    return f"{float(text):.12f}".rstrip("0") if "e" in text else text  # no exponent in a table
 
 
 def ratio_interval(
@@ -143,7 +146,9 @@ def seconds(value: float | None) -> str:
         return f"{value:,.0f}"
     if value >= 10:
         return f"{value:.1f}"
-    return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"
+    if value >= 0.001 or value == 0:
+        return f"{value:.3g}"
+    return f"{value:.7f}".rstrip("0")  # no exponent: a pasted table keeps plain numbers
 
 
 def mib(num_bytes: float | None) -> str:

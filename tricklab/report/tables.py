@@ -108,9 +108,11 @@ def _speedup_cell(row: Any, reference_n: int) -> str:
         row.speedup, row.speedup_ci_low, row.speedup_ci_high, min(row.n, reference_n)
     )
     if row.time_p_value is not None:
-        text += f", p {fmt.p_value(row.time_p_value)}"
+        text += f", Welch p {fmt.p_value(row.time_p_value)}"
         if row.time_p_adjusted is not None:
             text += f" (BH {fmt.p_value(row.time_p_adjusted)})"
+    if row.time_paired_p_value is not None:
+        text += f" · paired p {fmt.p_value(row.time_paired_p_value)}"
     return text
 
 
@@ -131,10 +133,10 @@ def results_table(
         "n",
         "acc % mean ± std [95% CI]",
         "Δacc pp [95% CI]",
-        "Δacc p",
+        "Δacc p (test)",
         "Δacc p, BH-adjusted",
         "train s mean ± std",
-        "speedup [95% CI], p",
+        "speedup [95% CI], p (test)",
         "≥ target, s to it",
         "failures",
         "acc verdict",
