@@ -9,14 +9,12 @@ Agg) and saved as PNG and SVG:
    seeds with a ±1 std band;
 4. peak memory and training throughput per configuration.
 
-A configuration has one colour (and, across several sources, one marker) in every figure; with
-several sources the colour is the source's (its machine). Legends sit below the axes, over no data.
+Colours, markers, legends and ticks are style.py's.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,31 +22,21 @@ from typing import Any
 
 import numpy as np
 
-from tricklab.measure.intervals import mean_interval
-from tricklab.report.collect import COMPLETE, Source
+from tricklab.report.collect import Source
 from tricklab.report.fmt import MIB
-
-PALETTE = [  # matplotlib's tab10 without its grey (grey means "within noise"), then tab20's light half
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
-    "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
-]  # fmt: skip
-NOISE = "#a0a0a0"
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*"]
-RC = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.35,
-    "grid.linewidth": 0.6,
-    "legend.fontsize": 8.5,
-    "legend.frameon": False,
-    "svg.hashsalt": "tricklab",  # the same SVG for the same data
-    "svg.fonttype": "path",  # text as outlines: the SVG needs no font
-}
-PNG_DPI = 150  # 1050 px wide for a 7-inch figure; the SVG is there for print
+from tricklab.report.style import (
+    NOISE,
+    PALETTE,
+    PNG_DPI,
+    RC,
+    Styles,
+    complete_runs,
+    legend_below,
+    mean_ci,
+    new_figure,
+    ratio_ticks,
+    wrap_label,
+)
 
 
 @dataclass
@@ -69,83 +57,6 @@ class Figure:
         return next(p for p in self.files if p.suffix == ".svg")
 
 
-class Styles:
-    """Colours, markers and names of (source, configuration) pairs, the same in every figure."""
-
-    def __init__(self, sources: Sequence[Source]) -> None:
-        self.sources = list(sources)
-        self.multi = len(self.sources) > 1
-        self.configs: dict[str, str] = {}  # config id -> display name, in order of appearance
-        for source in self.sources:
-            for row in source.rows:
-                self.configs.setdefault(row.config_id, source.name_of(row.config_id))
-        self.index = {cid: i for i, cid in enumerate(self.configs)}
-
-    def colour(self, source: int, config_id: str) -> str:
-        return PALETTE[(source if self.multi else self.index[config_id]) % len(PALETTE)]
-
-    def marker(self, config_id: str) -> str:
-        return MARKERS[self.index[config_id] % len(MARKERS)] if self.multi else "o"
-
-    def source_label(self, source: int) -> str:
-        src = self.sources[source]
-        return f"{src.name} ({src.machine})"
-
-    def legend(
-        self, reference: bool = True, drawn: set[str] | None = None
-    ) -> tuple[list[Any], list[str]]:
-        """Legend entries: one per configuration (single source), or one per source (colour) and
-        one per configuration (marker); only the configurations `drawn`, when given."""
-        from matplotlib.lines import Line2D
-
-        handles, labels = [], []
-        if self.multi:
-            for i in range(len(self.sources)):
-                handles.append(Line2D([], [], color=PALETTE[i % len(PALETTE)], lw=2.5))
-                labels.append(self.source_label(i))
-        refs = {s.reference for s in self.sources}
-        for cid, name in self.configs.items():
-            if drawn is not None and cid not in drawn:
-                continue
-            is_ref = reference and cid in refs
-            colour = "0.25" if self.multi else PALETTE[self.index[cid] % len(PALETTE)]
-            marker = "*" if is_ref else self.marker(cid)
-            handles.append(
-                Line2D([], [], color=colour, marker=marker, ms=11 if is_ref else 6, ls="none")
-            )
-            labels.append(f"{name} (reference)" if is_ref and name != "baseline" else name)
-        return handles, labels
-
-
-def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure as MplFigure
-
-    return MplFigure(figsize=(width, height), layout="constrained")
-
-
-def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
-    longest = max((len(label) for label in labels), default=0)
-    ncol = 1 if longest > 48 else 2 if longest > 28 else 3
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(labels)))
-
-
-def _complete(source: Source, config_id: str) -> list[dict[str, Any]]:
-    return [
-        r
-        for r in source.records
-        if r["config_id"] == config_id and r["status"] in COMPLETE and r.get("accuracy") is not None
-    ]
-
-
-def _ci(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    mean, _, low, high = mean_interval([v for v in values if v is not None])
-    return mean, low, high
-
-
-def _wrap(name: str, width: int = 34) -> str:
-    return textwrap.fill(name, width, break_long_words=True, break_on_hyphens=False)
-
-
 # ---------------------------------------------------------------- 1. accuracy vs time
 
 
@@ -159,7 +70,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 
 
 def accuracy_vs_time(styles: Styles) -> Any | None:
-    fig = _figure(7.0, 4.8)
+    fig = new_figure(7.0, 4.8)
     ax = fig.subplots()
     drawn: set[str] = set()
     all_points: list[tuple[float, float]] = []
@@ -167,11 +78,11 @@ def accuracy_vs_time(styles: Styles) -> Any | None:
     for si, source in enumerate(styles.sources):
         points = []
         for row in source.rows:
-            runs = _complete(source, row.config_id)
+            runs = complete_runs(source, row.config_id)
             if not runs:
                 continue
-            x, xlo, xhi = _ci([r["train_seconds"] for r in runs])
-            y, ylo, yhi = _ci([r["accuracy"] * 100 for r in runs])
+            x, xlo, xhi = mean_ci([r["train_seconds"] for r in runs])
+            y, ylo, yhi = mean_ci([r["accuracy"] * 100 for r in runs])
             colour = styles.colour(si, row.config_id)
             ref = row.is_reference
             ax.errorbar(
@@ -224,7 +135,7 @@ def accuracy_vs_time(styles: Styles) -> Any | None:
 
     handles.append(Line2D([], [], ls="--", lw=1, color="0.45"))
     labels.append("Pareto front (no configuration faster and more accurate)")
-    _legend(fig, handles, labels)
+    legend_below(fig, handles, labels)
     return fig
 
 
@@ -246,7 +157,7 @@ def effects(styles: Styles) -> Any | None:
     if not compared:
         return None
     per_row = 0.38 + 0.16 * (len(styles.sources) - 1)
-    fig = _figure(8.0, 1.9 + per_row * len(compared))
+    fig = new_figure(8.0, 1.9 + per_row * len(compared))
     ax_acc, ax_speed = fig.subplots(1, 2, sharey=True)
     step = 0.6 / max(len(styles.sources), 1)
     for i, (cid, entries) in enumerate(compared):
@@ -295,7 +206,7 @@ def effects(styles: Styles) -> Any | None:
     ax_speed.xaxis.set_minor_locator(NullLocator())
     ax_speed.xaxis.set_minor_formatter(NullFormatter())
     ax_acc.set_yticks(range(len(compared)))
-    ax_acc.set_yticklabels([_wrap(styles.configs[cid]) for cid, _ in compared])
+    ax_acc.set_yticklabels([wrap_label(styles.configs[cid]) for cid, _ in compared])
     ax_acc.set_ylim(len(compared) - 0.5, -0.5)
     ax_acc.set_xlabel("accuracy change (percentage points)")
     ax_speed.set_xlabel("speedup (×, log scale)")
@@ -318,27 +229,8 @@ def effects(styles: Styles) -> Any | None:
         for i in range(len(styles.sources)):
             handles.append(Line2D([], [], color=PALETTE[i % len(PALETTE)], lw=2.5))
             labels.append(styles.source_label(i))
-    _legend(fig, handles, labels)
+    legend_below(fig, handles, labels)
     return fig
-
-
-RATIO_TICKS = (0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05,
-               1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)  # fmt: skip
-
-
-def ratio_ticks(low: float, high: float, most: int = 6) -> list[float]:
-    """Readable speedup ticks within [low, high] on a log axis: 1× and, going out from it, those at
-    least 1/`most` of the axis apart."""
-    inside = [t for t in RATIO_TICKS if low <= t <= high]
-    gap = math.log10(high / low) / most
-    kept = [1.0]
-    for side in ([t for t in inside if t > 1], [t for t in reversed(inside) if t < 1]):
-        last = 1.0
-        for tick in side:
-            if abs(math.log10(tick / last)) >= gap:
-                kept.append(tick)
-                last = tick
-    return sorted(kept)
 
 
 def _effect_point(
@@ -397,12 +289,12 @@ def _curve(runs: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, ...] | 
 
 
 def curves(styles: Styles) -> Any | None:
-    fig = _figure(8.0, 6.4)
+    fig = new_figure(8.0, 6.4)
     axes = fig.subplots(2, 2)
     drawn: set[str] = set()
     for si, source in enumerate(styles.sources):
         for row in source.rows:
-            runs = _complete(source, row.config_id)
+            runs = complete_runs(source, row.config_id)
             colour = styles.colour(si, row.config_id)
             style = {"color": colour, "marker": styles.marker(row.config_id), "ms": 3.5, "lw": 1.4}
             for line, (metric, scale) in enumerate((("val_acc", 100.0), ("val_loss", 1.0))):
@@ -435,7 +327,7 @@ def curves(styles: Styles) -> Any | None:
     axes[0][1].set_title("per second of training")
     fig.suptitle("Training curves (mean over seeds, band ±1 std)", fontsize=10)
     handles, labels = styles.legend(reference=False, drawn=drawn)
-    _legend(fig, handles, labels)
+    legend_below(fig, handles, labels)
     return fig
 
 
@@ -446,7 +338,7 @@ def memory_throughput(styles: Styles) -> Any | None:
     bars = []  # (y label config id, source index, memory MiB runs, images/s runs)
     for si, source in enumerate(styles.sources):
         for row in source.rows:
-            runs = _complete(source, row.config_id)
+            runs = complete_runs(source, row.config_id)
             memory = [r["peak_memory_bytes"] / MIB for r in runs if r.get("peak_memory_bytes")]
             speed = [r["images_per_second"] for r in runs if r.get("images_per_second")]
             if memory or speed:
@@ -455,13 +347,13 @@ def memory_throughput(styles: Styles) -> Any | None:
         return None
     configs = [cid for cid in styles.configs if any(b[0] == cid for b in bars)]
     per_row = 0.36 + 0.16 * (len(styles.sources) - 1)
-    fig = _figure(8.0, 1.7 + per_row * len(configs))
+    fig = new_figure(8.0, 1.7 + per_row * len(configs))
     axes = fig.subplots(1, 2, sharey=True)
     height = 0.7 / len(styles.sources)
     for cid, si, memory, speed in bars:
         y = configs.index(cid) + (si - (len(styles.sources) - 1) / 2) * height
         for ax, values in zip(axes, (memory, speed)):
-            mean, low, high = _ci(values)
+            mean, low, high = mean_ci(values)
             if mean is None:
                 continue
             xerr = None if low is None else [[mean - low], [high - mean]]
@@ -480,7 +372,7 @@ def memory_throughput(styles: Styles) -> Any | None:
         ax.set_xlim(0, ax.get_xlim()[1] * 1.25)  # room for the value labels
         ax.grid(axis="y", visible=False)
     axes[0].set_yticks(range(len(configs)))
-    axes[0].set_yticklabels([_wrap(styles.configs[cid]) for cid in configs])
+    axes[0].set_yticklabels([wrap_label(styles.configs[cid]) for cid in configs])
     axes[0].set_ylim(len(configs) - 0.5, -0.5)
     devices = {s.hardware.get("device_type") for s in styles.sources}
     measured = {"cuda": ", CUDA allocator", "cpu": ", CPU: process peak RSS"}
@@ -499,7 +391,7 @@ def memory_throughput(styles: Styles) -> Any | None:
         from matplotlib.patches import Patch
 
         handles = [Patch(color=PALETTE[i % len(PALETTE)]) for i in range(len(styles.sources))]
-        _legend(fig, handles, [styles.source_label(i) for i in range(len(styles.sources))])
+        legend_below(fig, handles, [styles.source_label(i) for i in range(len(styles.sources))])
     return fig
 
 
