@@ -129,9 +129,9 @@ def run_results(args: argparse.Namespace) -> int:
 
 def _results(args: argparse.Namespace, output: str) -> int:
     import tricklab.report.tables as tables
+    from tricklab.experiments import study_results
     from tricklab.experiments.catalog import check_study
     from tricklab.experiments.plan import normalize_target
-    from tricklab.experiments.runner import study_results
     from tricklab.experiments.stats import write_csv
 
     target = normalize_target(args.target) if args.target is not None else None

@@ -130,8 +130,8 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
 
 def load_study(name: str, storage: str | None = None, out_dir: str | None = None) -> Source:
     """A stored study, with the rows `tricklab results` gives for it."""
+    from tricklab.experiments import study_results
     from tricklab.experiments.catalog import check_study
-    from tricklab.experiments.runner import study_results
     from tricklab.experiments.stats import collect_runs
     from tricklab.experiments.storage import load_study as open_stored
     from tricklab.experiments.storage import open_storage
