@@ -11,11 +11,14 @@ from tricklab.data.augment import (
     crop_random,
     cutout,
     cutout_at,
+    cutout_pixels,
     flip_alternating,
     flip_at,
     flip_random,
     normalize,
     pad,
+    window_view,
+    zero_pixels,
 )
 from tricklab.errors import TrickLabError
 
@@ -91,6 +94,18 @@ def test_crop_works_on_sliced_and_channels_last_batches():
     assert torch.equal(crop_at(strided, 6, top, left), expected)
 
 
+def test_channels_last_window_view_gathers_a_channels_last_batch_of_the_same_crops():
+    padded = pad(random_images(n=9, size=6), 2, "reflect")
+    top, left = torch.arange(9) % 5, torch.arange(9) // 2
+    stored = padded.contiguous(memory_format=torch.channels_last)
+    batch_stride, _, row_stride, col_stride = stored.stride()
+    offsets = torch.arange(9) * batch_stride + top * row_stride + left * col_stride
+    out = window_view(stored, 6, 6, channels_last=True).index_select(0, offsets)
+    out = out.permute(0, 3, 1, 2)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out, crop_at(padded, 6, top, left))
+
+
 def test_crop_random_draws_every_offset_and_keeps_the_size():
     images = random_images(n=400, size=6)
     padded = pad(images, 1, "reflect")
@@ -142,6 +157,30 @@ def test_cutout_gives_the_same_result_on_channels_last_input():
     cy, cx = torch.randint(0, 10, (8,)), torch.randint(0, 10, (8,))
     strided = images.contiguous(memory_format=torch.channels_last)
     assert torch.equal(cutout_at(strided, 4, cy, cx), cutout_at(images, 4, cy, cx))
+
+
+def test_cutout_gives_the_same_result_on_input_no_plane_view_covers():
+    images = torch.rand(8, 3, 10, 12)
+    cy, cx = torch.randint(0, 10, (8,)), torch.randint(0, 10, (8,))
+    sliced = images[..., :10]  # rows 12 apart: H×W does not flatten without a copy
+    expected = cutout_at(sliced.contiguous(), 4, cy, cx)
+    assert torch.equal(cutout_at(sliced, 4, cy, cx), expected)
+    assert torch.equal(cutout_at(sliced, 4, cy, cx, inplace=True), expected)
+    assert torch.equal(images[..., :10], expected)
+
+
+def test_zero_pixels_zeroes_the_cutout_square_in_every_channel_with_one_scatter():
+    images = torch.ones(3, 2, 6, 6).contiguous(memory_format=torch.channels_last)
+    cy, cx = torch.tensor([0, 3, 5]), torch.tensor([0, 2, 5])
+    pixels = cutout_pixels(3, cy, cx, 6, 6)
+    assert pixels.shape == (3, 1, 9) and pixels.dtype == torch.int64
+    assert zero_pixels(images, pixels) is images
+    expected = torch.ones(3, 2, 6, 6)
+    expected[0, :, 0:2, 0:2] = 0  # rows/cols cy-1 .. cy+1, clipped
+    expected[1, :, 2:5, 1:4] = 0
+    expected[2, :, 4:6, 4:6] = 0
+    assert torch.equal(images, expected)
+    assert images.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_cutout_inplace_modifies_the_input():

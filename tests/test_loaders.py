@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tricklab.data.augment import crop_at, normalize, pad
 from tricklab.data.loaders import (
@@ -235,15 +236,113 @@ def test_no_augmentation_when_not_training():
     assert torch.equal(out, normalize(images, MEAN, STD))
 
 
-@pytest.mark.parametrize(("storage_dtype", "atol"), [(torch.float16, 4e-3), (torch.bfloat16, 3e-2)])
-def test_float_storage_gives_the_uint8_values_within_its_precision(storage_dtype, atol):
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_normalized_storage_equals_the_uint8_float32_path_rounded_to_its_dtype(
+    dtype, channels_last
+):
+    """Stored normalized in bf16/fp16 = per batch uint8 -> fp32 -> normalize -> the cast autocast
+    made at the first convolution: the same values, bit for bit, for the same seed."""
     images, labels = split()
     spec = AugmentSpec(flip="alternating", translate=2, cutout=3)
-    kwargs = dict(augment=spec, mean=MEAN, std=STD, seed=2)
-    reference = epoch_batches(DeviceLoader(images, labels, 32, **kwargs))
-    stored = epoch_batches(DeviceLoader(images, labels, 32, storage_dtype=storage_dtype, **kwargs))
-    assert torch.equal(stored[1], reference[1])
-    torch.testing.assert_close(stored[0], reference[0], rtol=0, atol=atol)
+    kwargs = dict(augment=spec, mean=MEAN, std=STD, seed=2, channels_last=channels_last)
+    uint8_fp32 = DeviceLoader(images, labels, 32, storage_dtype=torch.uint8, **kwargs)
+    stored = DeviceLoader(images, labels, 32, dtype=dtype, **kwargs)
+    assert stored.storage_dtype == dtype
+    for _ in range(2):
+        reference, out = epoch_batches(uint8_fp32), epoch_batches(stored)
+        assert out[0].dtype == dtype and torch.equal(out[1], reference[1])
+        assert torch.equal(out[0], reference[0].to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_stored_batches_equal_torchvisions_float32_batches_rounded_to_their_dtype(dtype):
+    images, labels = split()
+    kwargs = dict(augment=AugmentSpec(flip="alternating"), mean=MEAN, std=STD, seed=1)
+    device = DeviceLoader(images, labels, 32, dtype=dtype, channels_last=True, **kwargs)
+    torch_ = TorchLoader(images, labels, 32, **kwargs)
+    for _ in range(2):
+        a, b = epoch_batches(device), epoch_batches(torch_)
+        assert torch.equal(a[1], b[1]) and torch.equal(a[0], b[0].to(dtype))
+
+
+def test_batches_come_out_in_the_dtype_the_split_is_stored_in():
+    images, labels = split(n=40, size=8)
+    spec = AugmentSpec(flip="random", translate=2)
+    bf16 = DeviceLoader(images, labels, 8, augment=spec, dtype=torch.bfloat16)
+    assert bf16.storage_dtype == torch.bfloat16
+    assert next(iter(bf16))[0].dtype == torch.bfloat16  # not upcast to float32
+    assert bf16.storage_bytes == 2 * 40 * 3 * 12 * 12 * 2  # mirrored copy, padded, 2 bytes
+    raw = DeviceLoader(images, labels, 8, augment=spec, storage_dtype=torch.uint8)
+    assert raw.storage_dtype == torch.uint8 and raw.storage_bytes == bf16.storage_bytes // 2
+    assert next(iter(raw))[0].dtype == torch.float32  # normalized per batch into dtype
+
+
+def test_a_float_storage_dtype_other_than_the_batches_dtype_is_refused():
+    images, labels = split(n=8)
+    with pytest.raises(TrickLabError, match="batches come out in the dtype the split is stored"):
+        DeviceLoader(images, labels, 4, storage_dtype=torch.bfloat16)  # dtype float32
+
+
+class KernelRecorder(TorchDispatchMode):
+    """Names of the aten ops that run a kernel (not views) inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        returns = func._schema.returns
+        if not any(r.alias_info is not None and not r.alias_info.is_write for r in returns):
+            self.kernels.append(func._overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    ("spec", "kernels"),
+    [
+        (AugmentSpec(), ["index_select"]),
+        (AugmentSpec(flip="alternating", translate=2), ["index_select"]),
+        (AugmentSpec(flip="random", translate=2, cutout=3), ["index_select", "scatter_"]),
+    ],
+)
+def test_a_batch_is_one_gather_and_a_scatter_for_cutout(spec, kernels, channels_last):
+    """Flip, crop and the dataset gather in one index_select, cutout in one scatter: no dtype
+    conversion, no normalization, no layout copy, no host sync (airbench's loader does a
+    whole-split flip and crop per epoch and a gather per batch)."""
+    images, labels = split(n=40)
+    loader = DeviceLoader(
+        images, labels, 8, augment=spec, mean=MEAN, std=STD, dtype=torch.bfloat16,
+        channels_last=channels_last,
+    )  # fmt: skip
+    batches = iter(loader)
+    for _ in range(len(loader)):
+        with KernelRecorder() as recorder:
+            out, _ = next(batches)
+        assert recorder.kernels == kernels
+        assert out.is_contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format
+        )
+
+
+def test_iterating_draws_the_epochs_order_and_augmentations_before_its_first_batch(monkeypatch):
+    """So that a training loop draws them before its timer starts (`iter()`, then the timer)."""
+    from tricklab.data import loaders
+
+    events = []
+    real_order, real_generator = loaders.epoch_order, loaders.device_generator
+    monkeypatch.setattr(
+        loaders, "epoch_order", lambda *a, **k: events.append("order") or real_order(*a, **k)
+    )
+    monkeypatch.setattr(
+        loaders, "device_generator", lambda *a: events.append("draws") or real_generator(*a)
+    )
+    images, labels = split(n=40)
+    batches = iter(DeviceLoader(images, labels, 8, augment=AugmentSpec(flip="random", cutout=2)))
+    assert events == ["order", "draws"]
+    next(batches)
+    assert events == ["order", "draws"]
 
 
 # ---------------------------------------------------------------- TorchLoader means the same

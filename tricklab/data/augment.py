@@ -3,7 +3,7 @@
 Each function works without the loaders (Composer's `functional` style) and never loops over
 images in Python. The `*_at` variants take the random draws as arguments, so they are
 deterministic and the random variants are thin wrappers that draw and call them; `DeviceLoader`
-draws once per epoch and calls the `*_at` pieces (or a fused equivalent) per batch.
+draws once per epoch and applies the same pieces per batch (`window_view`, `zero_pixels`).
 """
 
 from __future__ import annotations
@@ -76,23 +76,28 @@ def pad(images: Tensor, translate: int, mode: str = "reflect") -> Tensor:
     return images.index_select(-2, rows).index_select(-1, cols)
 
 
-def window_view(images: Tensor, height: int, width: int) -> Tensor:
-    """Overlapping view of `images` (…×C×H×W): entry k is the C×height×width window whose first
-    element sits k elements after `images`' first element.
+def window_view(images: Tensor, height: int, width: int, *, channels_last: bool = False) -> Tensor:
+    """Overlapping view of `images` (…×C×H×W, any strides): entry k is the C×height×width window
+    whose first element sits k elements after `images`' first element.
 
     The window of image (i, …) at (top, left) is entry Σ index·stride + top·stride(-2) +
     left·stride(-1), so a whole batch of crops, from any images of a split, is one
     `index_select` on this view: no copy of the padded images and no loop over images or offsets.
+    With `channels_last`, the view's dimensions are ordered k×height×width×C instead: a gather
+    from it is then a contiguous NHWC batch, which `.permute(0, 3, 1, 2)` turns, without a copy,
+    into an N×C×H×W batch in channels_last memory format (for images stored channels-last).
     """
     *lead, channels, full_height, full_width = images.shape
     *lead_strides, channel_stride, row_stride, col_stride = images.stride()
     last = sum((n - 1) * s for n, s in zip(lead, lead_strides))
     last += (full_height - height) * row_stride + (full_width - width) * col_stride
-    return images.as_strided(
-        (last + 1, channels, height, width),
-        (1, channel_stride, row_stride, col_stride),
-        images.storage_offset(),
-    )
+    if channels_last:
+        size = (last + 1, height, width, channels)
+        stride = (1, row_stride, col_stride, channel_stride)
+    else:
+        size = (last + 1, channels, height, width)
+        stride = (1, channel_stride, row_stride, col_stride)
+    return images.as_strided(size, stride, images.storage_offset())
 
 
 def crop_at(padded: Tensor, size: int, top: Tensor, left: Tensor) -> Tensor:
@@ -124,15 +129,37 @@ def crop_random(padded: Tensor, size: int, generator: torch.Generator | None = N
 # ---------------------------------------------------------------- cutout
 
 
+def cutout_pixels(size: int, cy: Tensor, cx: Tensor, height: int, width: int) -> Tensor:
+    """The pixels a size×size Cutout square centred at (`cy`, `cx`) covers in each image, clipped
+    at the borders: B×1×size² flat indices (row·width + col) into an image plane, for `zero_pixels`.
+
+    The square covers rows cy - size//2 ... cy - size//2 + size - 1 (same for columns), as in
+    DeVries & Taylor 2017. Clamping maps out-of-image rows onto the border row, which the clipped
+    square contains anyway, so the listed set (with repeats) is exactly the clipped square."""
+    offsets = torch.arange(size, device=cy.device) - size // 2
+    rows = (cy[:, None] + offsets).clamp_(0, height - 1)
+    cols = (cx[:, None] + offsets).clamp_(0, width - 1)
+    return (rows[:, :, None] * width + cols[:, None, :]).view(-1, 1, size * size)
+
+
+def zero_pixels(images: Tensor, pixels: Tensor) -> Tensor:
+    """Zero, in every channel and in place, the pixels of each image listed in `pixels`
+    (B×1×K flat indices from `cutout_pixels`): one scatter, on contiguous or channels_last
+    batches alike (both view as B×C×(H·W) without a copy)."""
+    batch, channels, height, width = images.shape
+    planes = images.view(batch, channels, height * width)
+    planes.scatter_(2, pixels.expand(batch, channels, pixels.shape[-1]), 0)
+    return images
+
+
 def cutout_at(
     images: Tensor, size: int, cy: Tensor | int, cx: Tensor | int, *, inplace: bool = False
 ) -> Tensor:
     """Zero a size×size square centred at (`cy`, `cx`) in each image, clipped at the borders.
 
-    The square covers rows cy - size//2 ... cy - size//2 + size - 1 (same for columns), as in
-    DeVries & Taylor 2017; centres must lie inside the image. `cy`/`cx` are ints or int64
-    vectors with one entry per image. Zero means zero in whatever scale `images` has: on
-    normalized images that is the dataset mean.
+    The square is the one `cutout_pixels` lists (DeVries & Taylor 2017); centres must lie inside
+    the image. `cy`/`cx` are ints or int64 vectors with one entry per image. Zero means zero in
+    whatever scale `images` has: on normalized images that is the dataset mean.
     """
     batch, _, height, width = images.shape
     device = images.device
@@ -147,21 +174,13 @@ def cutout_at(
     out = images if inplace else images.clone()
     if size <= 0 or batch == 0:
         return out
-    offsets = torch.arange(size, device=device) - size // 2
-    # Clamping maps out-of-image rows onto the border row, which the clipped square contains
-    # anyway, so the zeroed set is exactly the clipped square.
-    rows = (cy[:, None] + offsets).clamp_(0, height - 1)
-    cols = (cx[:, None] + offsets).clamp_(0, width - 1)
-    if out.is_contiguous():
-        pixel = (rows[:, :, None] * width + cols[:, None, :]).view(batch, 1, size * size)
-        plane = torch.arange(batch * out.shape[1], device=device).view(batch, -1, 1) * (
-            height * width
-        )
-        out.view(-1).index_fill_(0, (plane + pixel).view(-1), 0)
-    else:
-        batch_index = torch.arange(batch, device=device).view(batch, 1, 1)
-        out[batch_index, :, rows[:, :, None], cols[:, None, :]] = 0
-    return out
+    pixels = cutout_pixels(size, cy, cx, height, width)
+    try:
+        return zero_pixels(out, pixels)
+    except RuntimeError:  # strides that no B×C×(H·W) view can cover: index the pixels instead
+        rows, cols = pixels.squeeze(1) // width, pixels.squeeze(1) % width
+        out[torch.arange(batch, device=device)[:, None], :, rows, cols] = 0
+        return out
 
 
 def cutout_centre_range(side: int, size: int, inside: bool) -> tuple[int, int]:

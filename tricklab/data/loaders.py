@@ -1,9 +1,10 @@
 """Two loaders with one meaning: `DeviceLoader` (the fast path) and `TorchLoader` (the baseline).
 
 Both take a whole split as uint8 N×C×H×W images and int64 labels, and yield
-`(images float dtype on device, normalized and augmented; labels int64 on device)`.
+`(images of dtype on device, normalized and augmented; labels int64 on device)`.
 
-Epochs: each `__iter__` is one epoch. The sample order of epoch e is a permutation drawn from
+Epochs: each `__iter__` is one epoch, whose order (and, in `DeviceLoader`, augmentations) is
+drawn when it is called, so that a training loop can draw it before its timer starts. The sample order of epoch e is a permutation drawn from
 (seed, e) (identity when `train=False`), identical on every rank; rank r takes
 `order[r::world_size]` cut to `len(images) // world_size` samples, so every rank runs the same
 number of steps and the last `len(images) % world_size` samples of each epoch's order are
@@ -25,11 +26,12 @@ from torch import Tensor
 
 from tricklab.data.augment import (
     PAD_MODES,
-    cutout_at,
     cutout_centre_range,
+    cutout_pixels,
     normalize,
     pad,
     window_view,
+    zero_pixels,
 )
 from tricklab.data.names import STORAGE_DTYPE_NAMES
 from tricklab.errors import TrickLabError
@@ -167,16 +169,57 @@ def _steps(num_samples: int, batch_size: int, drop_last: bool) -> int:
 # ---------------------------------------------------------------- DeviceLoader
 
 
-class DeviceLoader:
-    """The whole split lives on the device; each batch is a few indexing ops (airbench's loader).
+def device_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A seeded random generator on `device`, so that the draws it makes stay there (on a GPU: no
+    host copy, no sync)."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
 
-    Static work is done once at construction (seed report 4): the images are padded for
-    `translate` and, for a float `storage_dtype`, normalized; with a flip a mirrored copy is kept
-    next to them (twice the memory) so that flip + crop + gather of a batch is one `index_select`
-    on an overlapping window view (`augment.window_view`). Per batch there remain that gather,
-    the uint8 → float normalization (uint8 storage only) and cutout. Random draws (flips,
-    offsets, cutout centres) are made once per epoch on the device from a generator seeded by
-    (seed, epoch, rank).
+
+def batch_dtypes(
+    storage_dtype: str, compute_dtype: torch.dtype, *, autocast: bool
+) -> tuple[torch.dtype, torch.dtype]:
+    """(dtype of the batches, dtype the split is stored in) for a recipe's loader.storage_dtype.
+
+    auto: stored normalized in `compute_dtype` (the dtype the model computes in), as airbench
+    keeps CIFAR-10 on the GPU; uint8: stored as uint8 (a quarter of float32's memory) and
+    normalized into `compute_dtype` per batch; a float name: stored normalized in that dtype and
+    batches come out in it, which a model without `autocast` takes only in its own dtype."""
+    if storage_dtype == "auto":
+        return compute_dtype, compute_dtype
+    if storage_dtype not in STORAGE_DTYPES:
+        raise TrickLabError(
+            f"loader.storage_dtype must be auto or one of {', '.join(STORAGE_DTYPES)} "
+            f"(got {storage_dtype!r})"
+        )
+    stored = STORAGE_DTYPES[storage_dtype]
+    if stored == torch.uint8:
+        return compute_dtype, stored
+    if stored != compute_dtype and not autocast:
+        wanted = str(compute_dtype).removeprefix("torch.")
+        raise TrickLabError(
+            f"loader.storage_dtype={storage_dtype} gives {storage_dtype} batches, and this "
+            f"precision feeds the model {wanted} without autocast; use loader.storage_dtype=auto "
+            f"({wanted}) or uint8"
+        )
+    return stored, stored
+
+
+class DeviceLoader:
+    """The whole split lives on the device in the form its batches take; a batch is one gather.
+
+    At construction the split is put on the device as airbench keeps it (seed report 4):
+    normalized in `dtype`, padded for `translate`, with a mirrored copy next to it for a flip
+    (twice the memory), channels-last in memory with `channels_last`. Each epoch, when the loader
+    is iterated (before a training loop's timer starts), its order and augmentations are drawn
+    on the device from a generator seeded by (seed, epoch, rank) and turned into one offset per
+    sample, flip, crop and dataset index at once, and, with cutout, the pixels each sample loses.
+    A batch is then one `index_select` on an overlapping window view of the stored images
+    (`augment.window_view`) and, with cutout, one scatter (`augment.zero_pixels`): no conversion,
+    no layout copy, no host sync. `storage_dtype=torch.uint8` keeps the split as uint8 instead
+    (a quarter of float32's memory) and normalizes each batch into `dtype` (four more kernels).
+    A float `storage_dtype` must be `dtype`: batches come out in the dtype they are stored in.
     """
 
     def __init__(
@@ -191,7 +234,7 @@ class DeviceLoader:
         std: Sequence[float] | None = None,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
-        storage_dtype: torch.dtype = torch.uint8,
+        storage_dtype: torch.dtype | None = None,
         drop_last: bool = False,
         channels_last: bool = False,
         seed: int = 0,
@@ -202,9 +245,15 @@ class DeviceLoader:
             images, labels, batch_size, augment=augment, mean=mean, std=std, dtype=dtype,
             seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
         )  # fmt: skip
-        if storage_dtype not in STORAGE_DTYPES.values():
+        storage_dtype = dtype if storage_dtype is None else storage_dtype
+        if storage_dtype not in (*STORAGE_DTYPES.values(), dtype):
             raise TrickLabError(
                 f"storage_dtype must be one of {', '.join(STORAGE_DTYPES)} (got {storage_dtype})"
+            )
+        if storage_dtype not in (torch.uint8, dtype):
+            raise TrickLabError(
+                f"storage_dtype {storage_dtype} differs from dtype {dtype}: batches come out in "
+                "the dtype the split is stored in; give dtype the same, or storage_dtype uint8"
             )
         self.batch_size = batch_size
         self.train = train
@@ -232,23 +281,38 @@ class DeviceLoader:
         self.labels = labels.to(self.device, torch.int64)
         self._mirrored = self.augment.flip != "none"
         self._stored = self._build_storage(images)  # copies × N × C × (H+2t) × (W+2t)
-        self._windows = window_view(self._stored, *self.image_shape[1:])
+        self._windows = window_view(
+            self._stored, *self.image_shape[1:], channels_last=channels_last
+        )
         self._base_flip = (
             alternating_flip_bits(self.num_images, seed).to(self.device)
             if self.augment.flip == "alternating"
             else None
         )
 
+    @property
+    def storage_bytes(self) -> int:
+        """Device memory the stored split takes (padded, mirrored copy included)."""
+        return self._stored.untyped_storage().nbytes()
+
     def _build_storage(self, images: Tensor, chunk: int = 4096) -> Tensor:
-        """Pad (and normalize for float storage) once, chunk by chunk to bound temporaries."""
+        """Pad, normalize (float storage) and mirror once, chunk by chunk to bound temporaries.
+
+        Returns copies × N × C × H' × W'; with channels_last its memory is ordered
+        copies × N × H' × W' × C."""
         t = self.augment.translate
         n, c, h, w = images.shape
         copies = 2 if self._mirrored else 1
-        if copies == 1 and t == 0 and self.storage_dtype == torch.uint8:
+        if copies == 1 and t == 0 and self.storage_dtype == torch.uint8 and not self.channels_last:
             return images.to(self.device)[None]  # nothing to precompute: no second copy
-        stored = torch.empty(
-            (copies, n, c, h + 2 * t, w + 2 * t), dtype=self.storage_dtype, device=self.device
-        )
+        shape = (copies, n, h + 2 * t, w + 2 * t, c) if self.channels_last else None
+        if shape is not None:
+            stored = torch.empty(shape, dtype=self.storage_dtype, device=self.device)
+            stored = stored.permute(0, 1, 4, 2, 3)
+        else:
+            stored = torch.empty(
+                (copies, n, c, h + 2 * t, w + 2 * t), dtype=self.storage_dtype, device=self.device
+            )
         for start in range(0, n, chunk):
             part = pad(images[start : start + chunk].to(self.device), t, self.augment.pad_mode)
             if self.storage_dtype != torch.uint8:
@@ -270,8 +334,9 @@ class DeviceLoader:
     def _draws(self, epoch: int, order: Tensor) -> dict[str, Tensor]:
         """All random augmentation choices of one epoch, one entry per sample of this rank."""
         spec, n, device = self.augment, order.shape[0], self.device
-        generator = torch.Generator(device=device)
-        generator.manual_seed(derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank))
+        generator = device_generator(
+            device, derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank)
+        )
         draws = {}
         if spec.flip == "random":
             draws["flip"] = torch.randint(0, 2, (n,), generator=generator, device=device)
@@ -287,40 +352,45 @@ class DeviceLoader:
                 draws[name] = torch.randint(low, high, (n,), generator=generator, device=device)
         return draws
 
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        epoch = self.epoch
+    def _plan(self, epoch: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The epoch's (window offsets, labels, cutout pixels or None), one row per sample."""
         order = epoch_order(
             self.num_images, seed=self.seed, epoch=epoch, shuffle=self.train,
             rank=self.rank, world_size=self.world_size,
         ).to(self.device)  # fmt: skip
         draws = self._draws(epoch, order)
+        # The window of image `index` in copy `flip` at (top, left): one offset says it all,
+        # and equals crop_at(flip_at(pad(x), flip), H, top, left).
+        copy_stride, image_stride, _, row_stride, col_stride = self._stored.stride()
+        offsets = order * image_stride
+        if self._mirrored:
+            offsets += draws["flip"] * copy_stride
+        if self.augment.translate:
+            offsets += draws["top"] * row_stride + draws["left"] * col_stride
+        pixels = None
+        if self.augment.cutout:
+            height, width = self.image_shape[1:]
+            pixels = cutout_pixels(self.augment.cutout, draws["cy"], draws["cx"], height, width)
+        return offsets, self.labels[order], pixels
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """One epoch: its order and augmentations are drawn now, its batches as they are asked."""
+        epoch = self.epoch
+        return self._batches(epoch, *self._plan(epoch))
+
+    def _batches(
+        self, epoch: int, offsets: Tensor, labels: Tensor, pixels: Tensor | None
+    ) -> Iterator[tuple[Tensor, Tensor]]:
         for step in range(len(self)):
             batch = slice(step * self.batch_size, (step + 1) * self.batch_size)
-            index = order[batch]
-            # Flip, crop and gather in one index_select: the window of image `index` in copy
-            # `flip` at (top, left); equals crop_at(flip_at(pad(x), flip), H, top, left).
-            offsets = index * self._stored.stride(1)
-            if self._mirrored:
-                offsets += draws["flip"][batch] * self._stored.stride(0)
-            if self.augment.translate:
-                offsets += draws["top"][batch] * self._stored.stride(3)
-                offsets += draws["left"][batch] * self._stored.stride(4)
-            images = self._windows.index_select(0, offsets)
+            images = self._windows.index_select(0, offsets[batch])
+            if self.channels_last:
+                images = images.permute(0, 3, 1, 2)  # NHWC in memory: channels_last, no copy
             if self.storage_dtype == torch.uint8:
                 images = normalize(images, self._mean, self._std, self.dtype)
-            else:
-                images = images.to(self.dtype)
-            if self.augment.cutout:
-                cutout_at(
-                    images,
-                    self.augment.cutout,
-                    draws["cy"][batch],
-                    draws["cx"][batch],
-                    inplace=True,
-                )
-            if self.channels_last:
-                images = images.contiguous(memory_format=torch.channels_last)
-            yield images, self.labels[index]
+            if pixels is not None:
+                zero_pixels(images, pixels[batch])
+            yield images, labels[batch]
         self.epoch = epoch + 1
 
 
@@ -519,11 +589,16 @@ class TorchLoader:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """One epoch: its DataLoader iterator (workers, when not persistent) is started now."""
         epoch = self.epoch
         self._iter_epoch = epoch
         loader = self._persistent if self._persistent is not None else self._make_loader(epoch)
-        batches = iter(loader)
         rng = _PrivateRng(derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank))
+        return self._batches(epoch, iter(loader), rng)
+
+    def _batches(
+        self, epoch: int, batches: Iterator, rng: _PrivateRng
+    ) -> Iterator[tuple[Tensor, Tensor]]:
         non_blocking = self._loader_kwargs["pin_memory"]
         while True:
             with rng.active() if self.num_workers == 0 else contextlib.nullcontext():
