@@ -31,7 +31,7 @@ ul.conclusions li { margin-bottom: .45em; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .8em; }
 details { margin: .6em 0; }
 summary { cursor: pointer; font-weight: 600; }
-@media print { body { max-width: none; } details { display: block; } }
+@media print { body { max-width: none; } }
 """
 
 
@@ -87,5 +87,8 @@ def _block(block: Any, index: int) -> str:
         return f"<pre><code>{html.escape(block.text)}</code></pre>"
     if isinstance(block, doc.Details):
         inner = "\n".join(_block(b, index) for b in block.blocks)
-        return f"<details>\n<summary>{html.escape(block.summary)}</summary>\n{inner}\n</details>"
+        # open: printed to PDF, the appendix is there too; a click folds it on screen
+        return (
+            f"<details open>\n<summary>{html.escape(block.summary)}</summary>\n{inner}\n</details>"
+        )
     raise TypeError(f"no HTML for {type(block).__name__}")
