@@ -4,9 +4,9 @@
     recipe = tricklab.load_recipe("speedrun94", ["run.epochs=5"])
     result = tricklab.train(recipe)          # -> tricklab.RunResult
 
-Names that need torch (train, RunResult, load_dataset, Dataset, build_model, list_models) are
-imported on first use, so `import tricklab` (and the CLI's --help, --version, `tricklab tricks`)
-starts without loading torch.
+Names that need torch (train, RunResult, load_dataset, Dataset, build_model, list_models,
+register_model) are imported on first use, so `import tricklab` (and the CLI's --help,
+--version, `tricklab tricks`) starts without loading torch.
 """
 
 import importlib
@@ -26,6 +26,7 @@ _LAZY = {
     "load_dataset": "tricklab.data.sources",
     "build_model": "tricklab.models",
     "list_models": "tricklab.models",
+    "register_model": "tricklab.models",
     "RunResult": "tricklab.train.api",
     "train": "tricklab.train.api",
 }
@@ -58,6 +59,7 @@ __all__ = [
     "list_models",
     "load_dataset",
     "load_recipe",
+    "register_model",
     "train",
     "__version__",
 ]

@@ -6,6 +6,7 @@ A user mistake (TrickLabError) becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -13,10 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from rich import box
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 import tricklab
 from tricklab import demo, speedrun
@@ -76,7 +79,9 @@ class EpochView:
 
     def __init__(self, total_epochs: float) -> None:
         self.table = Table()
-        for col in ("epoch", "train loss", "train acc", "val loss", "val acc", "lr", "s", "img/s"):
+        # val acc of an epoch is without TTA (the run's end adds it); lr is the epoch's last step's
+        columns = ("epoch", "train loss", "train acc", "val loss", "val acc\nno TTA", "end lr")
+        for col in (*columns, "s", "img/s"):
             self.table.add_column(col, justify="right")
         self.progress = Progress(
             TextColumn("epochs"),
@@ -121,9 +126,11 @@ class EpochView:
 
 def print_result(result) -> None:
     table = Table(title=f"run {result.status}", show_header=False)
+    tta = result.recipe.get("tricks", {}).get("tta", "none")
+    final_lr = result.epochs[-1].get("lr") if result.epochs else None
     rows = [
-        ("val acc", result.val_acc, ".4f"),
-        ("val acc (TTA)", result.val_acc_tta, ".4f"),
+        ("val acc (no TTA)", result.val_acc, ".4f"),
+        (f"val acc (TTA {tta})", result.val_acc_tta, ".4f"),
         ("val loss", result.val_loss, ".4f"),
         ("train seconds", result.train_seconds, ".2f"),
         ("compile seconds", result.compile_seconds, ".2f"),
@@ -133,6 +140,7 @@ def print_result(result) -> None:
         ("peak memory MiB", result.peak_memory_bytes and result.peak_memory_bytes / 2**20, ",.0f"),
         ("params", result.params, ","),
         ("forward MACs", result.forward_macs, ","),
+        ("final lr", final_lr, ".4g"),
     ]
     for name, value, spec in rows:
         if value is not None:
@@ -198,14 +206,33 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- listings
 def cmd_tricks(args: argparse.Namespace) -> int:
-    rows = field_table()
+    check_not_empty(args, "--search")
+    rows, title = field_table(), "recipe fields"
+    groups = list(dict.fromkeys(r["key"].split(".")[0] for r in rows))
+    if args.group is not None:
+        if args.group not in groups:
+            close = difflib.get_close_matches(args.group, groups, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TrickLabError(f"unknown group {args.group!r}; {hint}groups: {', '.join(groups)}")
+        rows = [r for r in rows if r["key"].startswith(args.group + ".")]
+        title = f"{args.group} fields"
+    if args.search is not None:
+        word = args.search.lower()
+        said = {r["key"]: " ".join([r["key"], r["doc"], *(r["choices"] or [])]) for r in rows}
+        rows = [r for r in rows if word in said[r["key"]].lower()]
+        title += f" mentioning {args.search!r}"
     if args.json:
         print(json.dumps(rows))
+    if not rows:
+        err_console.print(f"no {title}", highlight=False)
+        return 1
+    if args.json:
         return 0
-    table = Table(title="recipe fields (key=value on the command line)")
-    table.add_column("key", no_wrap=True)  # keys whole, to copy; long words fold, never cut
-    for col in ("default", "allowed", "doc"):
-        table.add_column(col, overflow="fold")
+    # Two columns, so the list fits 80 columns: the key whole (to copy) over its default; the
+    # allowed values over the doc, which wraps.
+    table = Table(title=f"{title} (key=value on the command line)", box=box.SIMPLE_HEAD)
+    table.add_column("key\n  default", no_wrap=True)
+    table.add_column("allowed\nwhat it does", overflow="fold")
     for r in rows:
         allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
         low, high = (
@@ -215,7 +242,10 @@ def cmd_tricks(args: argparse.Namespace) -> int:
             allowed += f" in [{low}, {high}]"
         elif low is not None:
             allowed += f" ≥ {low}"
-        table.add_row(r["key"], str(r["default"]), allowed, r["doc"])
+        table.add_row(
+            Text.assemble((r["key"], "bold"), (f"\n  {r['default']}", "dim")),
+            Text.assemble((allowed, "cyan"), "\n", r["doc"]),
+        )
     console.print(table)
     return 0
 
@@ -236,17 +266,19 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from tricklab.measure.flops import count_forward_macs, count_params
-    from tricklab.models import build_model, list_models
+    from tricklab.models import build_model, get_model_info, list_models
 
     if not 1 <= args.num_classes <= MAX_CLASSES:
         raise TrickLabError(f"--num-classes must be in 1..{MAX_CLASSES}, got {args.num_classes}")
 
     rows = []
-    for info in list_models():
+    # every registered model, or those named (package.module:factory and timm:NAME too)
+    for info in [get_model_info(name) for name in args.names] or list_models():
         model = build_model(info.name, num_classes=args.num_classes, in_channels=3, image_size=32)
         rows.append(
             {
                 "name": info.name,
+                "source": info.source,
                 "params": count_params(model),
                 "forward_macs": count_forward_macs(model, (1, 3, 32, 32)),
                 "doc": info.doc,
@@ -302,15 +334,19 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
     tr.set_defaults(func=cmd_train)
 
-    for name, func, text in (
-        ("tricks", cmd_tricks, "every recipe field: default, allowed values, doc"),
-        ("recipes", cmd_recipes, "list the built-in recipes"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=func)
+    tricks = sub.add_parser("tricks", help="every recipe field: default, allowed values, doc")
+    tricks.add_argument("group", nargs="?", help="only this group's fields (optim, aug, ...)")
+    tricks.add_argument("--search", metavar="WORD", help="only fields whose key or doc has it")
+    tricks.add_argument("--json", action="store_true")
+    tricks.set_defaults(func=cmd_tricks)
+    recipes = sub.add_parser("recipes", help="list the built-in recipes")
+    recipes.add_argument("--json", action="store_true")
+    recipes.set_defaults(func=cmd_recipes)
     models = sub.add_parser(
         "models", help="the model registry with params and forward MACs at 32x32"
+    )
+    models.add_argument(
+        "names", nargs="*", metavar="NAME", help="only these (package.module:factory, timm:NAME)"
     )
     models.add_argument("--num-classes", type=int, default=10)
     models.add_argument("--json", action="store_true")

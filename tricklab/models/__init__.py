@@ -1,5 +1,10 @@
 """The model registry: every network tricklab can train, by name, and `build_model` to make one.
 
+Three kinds of name: a registered one (tricklab's own nets, and yours after `register_model`);
+`package.module:factory`, any importable callable that takes `num_classes`, `in_channels`,
+`image_size` and returns an nn.Module; `timm:NAME`, a timm model (the `tricklab[timm]` extra).
+Those two are imported when the model is built, not when a recipe is read.
+
 A model that needs training data before training (airbench's whitening) has
 `init_from_data(images)`; the training engine calls it when present.
 """
@@ -7,21 +12,32 @@ A model that needs training data before training (airbench's whitening) has
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
+import inspect
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from tricklab.errors import TrickLabError
 from tricklab.models import airbench, resnet, zoo
 
+TIMM_PREFIX = "timm:"
+FACTORY_ARGUMENTS = ("num_classes", "in_channels", "image_size")
+
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """A registered model: its name, a one-line description and the function that builds it.
+    """A model: its name, a one-line description and the function that builds it.
 
     `options` names which of `width`, `widths`, `pretrained` the builder accepts; `min_image_size`
     is the smallest square input the net can take (below it a pool or stride empties the map).
+    `source` says where it comes from: "tricklab" (its builder takes num_classes, in_channels
+    and the options), or "registered", "module", "timm" (its builder also takes image_size).
     """
 
     name: str
@@ -29,6 +45,7 @@ class ModelInfo:
     builder: Callable[..., nn.Module]
     options: tuple[str, ...] = ()
     min_image_size: int = 1
+    source: str = "tricklab"
 
 
 MODELS: dict[str, ModelInfo] = {
@@ -104,18 +121,64 @@ MODELS: dict[str, ModelInfo] = {
 }
 
 
+BUILTIN_MODELS = tuple(MODELS)
+
+
+def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None = None) -> None:
+    """Make `factory` trainable as `model.name=<name>`, listed by `list_models()`.
+
+    `factory(num_classes=..., in_channels=..., image_size=...)` returns an nn.Module (it may leave
+    out the arguments it has no use for, but not num_classes). `doc` defaults to the first line of
+    its docstring. Registering a name again replaces it; tricklab's own names cannot be replaced.
+    The registry lives in this process: experiments that start other processes (several workers)
+    need a `package.module:factory` name instead, which any process can import."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or ":" in name:
+        raise TrickLabError(
+            f"a model name must be a non-empty string without ':' or surrounding spaces, got "
+            f"{name!r} (':' is for package.module:factory and timm:NAME)"
+        )
+    if name in BUILTIN_MODELS:
+        raise TrickLabError(
+            f"{name!r} is one of tricklab's own models; register under another name"
+        )
+    if not callable(factory):
+        raise TrickLabError(f"register_model({name!r}, ...) needs a callable, got {factory!r}")
+    MODELS[name] = ModelInfo(
+        name,
+        doc if doc is not None else _first_doc_line(factory),
+        functools.partial(_build_own, name, factory),
+        source="registered",
+    )
+
+
 def list_models() -> list[ModelInfo]:
-    """All registered models, in registry order."""
+    """All registered models: tricklab's own in registry order, then those register_model added."""
     return list(MODELS.values())
 
 
 def get_model_info(name: str) -> ModelInfo:
-    """The registry entry for `name`; an unknown name raises TrickLabError with the closest match."""
+    """The entry for `name`: registered, `package.module:factory` (imported now) or `timm:NAME`.
+
+    A name that is none of these, a module that cannot be imported, an attribute it lacks, timm
+    missing or not knowing NAME: TrickLabError, with the closest match where there is one."""
     if name in MODELS:
         return MODELS[name]
+    if name.startswith(TIMM_PREFIX):
+        return _timm_info(name)
+    if ":" in name:
+        factory = _import_factory(name)
+        return ModelInfo(
+            name,
+            _first_doc_line(factory),
+            functools.partial(_build_own, name, factory),
+            source="module",
+        )
     close = difflib.get_close_matches(name, MODELS, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise TrickLabError(f"unknown model {name!r}; {hint}known models: {', '.join(MODELS)}")
+    raise TrickLabError(
+        f"unknown model {name!r}; {hint}known models: {', '.join(MODELS)}; "
+        "or your own as package.module:factory, or timm:NAME"
+    )
 
 
 def build_model(
@@ -128,11 +191,11 @@ def build_model(
     widths: Sequence[int] | None = None,
     pretrained: bool = False,
 ) -> nn.Module:
-    """Build the registered model `name` for `in_channels`×`image_size`² inputs and `num_classes`.
+    """Build the model `name` for `in_channels`×`image_size`² inputs and `num_classes`.
 
     `width` scales every stage's channels; `widths` sets them outright (own models only);
-    `pretrained` loads torchvision's ImageNet weights (torchvision families only). An option the
-    model does not have raises TrickLabError rather than being ignored.
+    `pretrained` loads ImageNet weights (torchvision families, timm). An option the model does
+    not have raises TrickLabError rather than being ignored.
     """
     info = get_model_info(name)
     if num_classes < 1 or in_channels < 1:
@@ -158,23 +221,203 @@ def build_model(
     for option in requested:
         if option not in info.options:
             raise TrickLabError(_unsupported_option_message(info, option))
-    return info.builder(num_classes=num_classes, in_channels=in_channels, **requested)
+    if info.source == "tricklab":
+        return info.builder(num_classes=num_classes, in_channels=in_channels, **requested)
+    return info.builder(
+        num_classes=num_classes, in_channels=in_channels, image_size=image_size, **requested
+    )
 
 
 def set_batchnorm_momentum(model: nn.Module, momentum: float) -> nn.Module:
     """Every BatchNorm's running-statistics momentum (PyTorch's meaning: the new batch's weight),
-    as timm's --bn-momentum sets it; airbench writes 0.6 for the old statistics, i.e. 0.4 here."""
-    for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.momentum = momentum
+    as timm's --bn-momentum sets it; airbench writes 0.6 for the old statistics, i.e. 0.4 here.
+    A model without BatchNorm raises TrickLabError: the setting would silently do nothing."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        raise TrickLabError(
+            f"model.bn_momentum={momentum} sets BatchNorm momentum, and this model "
+            f"({type(model).__name__}) has no BatchNorm layer; leave model.bn_momentum unset"
+        )
+    for module in norms:
+        module.momentum = momentum
     return model
 
 
 def _unsupported_option_message(info: ModelInfo, option: str) -> str:
     having = [m.name for m in MODELS.values() if option in m.options]
+    if info.source in ("registered", "module"):
+        what = "load your weights" if option == "pretrained" else "set its size"
+        return (
+            f"{info.name!r} is built by your own factory, which tricklab calls with "
+            f"{', '.join(FACTORY_ARGUMENTS)} only: {what} in the factory and drop model.{option}"
+        )
+    if info.source == "timm":
+        return (
+            f"timm models take no {option!r}: pick the timm variant of the size you want "
+            "(`timm.list_models('resnet*')`) and drop model." + option
+        )
     if option == "pretrained":
         return (
             f"no pretrained weights exist for {info.name!r} (tricklab's own implementation); "
             f"set pretrained=False, or pick one with ImageNet weights: {', '.join(having)}"
         )
     return f"{info.name!r} does not take {option!r}; models that do: {', '.join(having)}"
+
+
+def _first_doc_line(obj: object) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else getattr(obj, "__qualname__", repr(obj))
+
+
+def _building_on_meta() -> bool:
+    """Whether models are built on the meta device now (the memory estimate's shapes-only build)."""
+    return torch.empty(()).device.type == "meta"
+
+
+def _build_own(
+    name: str,
+    factory: Callable[..., nn.Module],
+    *,
+    num_classes: int,
+    in_channels: int,
+    image_size: int,
+    **options: object,
+) -> nn.Module:
+    """`factory` called with those of num_classes, in_channels, image_size (and `options`: timm's
+    pretrained) it takes; what it raises or returns other than an nn.Module is a TrickLabError.
+
+    On the meta device its exceptions pass as they are: a factory that needs real storage (one
+    that loads its own weights) is not a user mistake; the memory estimate skips such a model."""
+    given = dict(num_classes=num_classes, in_channels=in_channels, image_size=image_size)
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a callable without a signature (some C functions)
+        parameters = None
+    if parameters is not None and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        if "num_classes" not in parameters:
+            raise TrickLabError(
+                f"model {name}: its factory must take num_classes (and may take in_channels, "
+                f"image_size); it takes ({', '.join(parameters)})"
+            )
+        given = {key: value for key, value in given.items() if key in parameters}
+    try:
+        model = factory(**given, **options)
+    except (TrickLabError, MemoryError, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as err:
+        if _building_on_meta():
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        who = "timm.create_model" if name.startswith(TIMM_PREFIX) else "its factory"
+        raise TrickLabError(
+            f"model {name}: {who} raised {type(err).__name__}" + (f": {message}" if message else "")
+        ) from err
+    if not isinstance(model, nn.Module):
+        raise TrickLabError(
+            f"model {name}: its factory returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+def _import_factory(spec: str) -> Callable[..., nn.Module]:
+    """The callable `package.module:attribute` names, imported now.
+
+    A module in the current folder is found too, as `python -m` would find it: the `tricklab`
+    command's own folder is on sys.path, the current one is not, so it is appended (last, so it
+    shadows no installed package) when the module is found nowhere else."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise TrickLabError(f"model.name={spec!r}: give package.module:factory, both parts")
+    try:
+        module = _import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or module_name
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise TrickLabError(
+                f"model.name={spec}: no module named {missing!r} (searched the current folder "
+                f"{os.getcwd()} and the installed packages); check the name, install it, or "
+                "add its folder to PYTHONPATH"
+            ) from None
+        raise TrickLabError(
+            f"model.name={spec}: importing {module_name} failed: it needs {missing!r}, "
+            "which is not installed"
+        ) from err
+    except Exception as err:  # SyntaxError, and anything the module raises while importing
+        raise TrickLabError(
+            f"model.name={spec}: importing {module_name} failed: {type(err).__name__}: {err}"
+        ) from err
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            names = [n for n in dir(target) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TrickLabError(
+                f"model.name={spec}: {module_name} has no attribute {attribute!r}{hint}"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise TrickLabError(
+            f"model.name={spec}: {attribute} is a {type(target).__name__}, not a callable "
+            "that builds a model"
+        )
+    return target
+
+
+def _import_module(module_name: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        top = module_name.split(".")[0]
+        here = os.getcwd()
+        if err.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as again:
+            if again.name == top:  # not in the current folder either: leave sys.path as it was
+                sys.path.remove(here)
+            raise
+
+
+def _import_timm() -> object:
+    try:
+        import timm
+    except ImportError:
+        raise TrickLabError(
+            "model.name=timm:... needs the timm package, which is not installed: "
+            "pip install 'tricklab[timm]' (or pip install timm)"
+        ) from None
+    return timm
+
+
+def _timm_info(name: str) -> ModelInfo:
+    """timm's model `name` (after "timm:"): its builder passes num_classes, in_chans, pretrained
+    and, to models that take it (vision transformers), img_size."""
+    arch = name[len(TIMM_PREFIX) :]
+    timm = _import_timm()
+    if not arch or not timm.is_model(arch):
+        close = difflib.get_close_matches(arch, timm.list_models(), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise TrickLabError(f"timm has no model {arch!r}{hint} (timm.list_models() lists them all)")
+    builder = functools.partial(_build_own, name, functools.partial(_create_timm, timm, arch))
+    return ModelInfo(name, f"timm {arch}", builder, options=("pretrained",), source="timm")
+
+
+def _create_timm(
+    timm: object,
+    arch: str,
+    *,
+    num_classes: int,
+    in_channels: int,
+    image_size: int,
+    pretrained: bool = False,
+) -> nn.Module:
+    kwargs = dict(pretrained=pretrained, num_classes=num_classes, in_chans=in_channels)
+    try:
+        return timm.create_model(arch, img_size=image_size, **kwargs)
+    except TypeError as err:  # a CNN: its size follows the input
+        if "img_size" not in str(err):
+            raise
+    return timm.create_model(arch, **kwargs)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import pickle
-import sys
+import logging
+import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 from torch import nn
 
 from tricklab.errors import TrickLabError
+
+log = logging.getLogger(__name__)
 
 VGG16_LAYOUT = (
     64,
@@ -54,30 +57,94 @@ def torchvision_models():
 def load_torchvision_model(
     name: str, constructor: Callable[..., nn.Module], weights: Any, **kwargs: Any
 ) -> nn.Module:
-    """`constructor(weights=weights, **kwargs)`; a failed weight download becomes a TrickLabError.
+    """`constructor(**kwargs)` with the ImageNet `weights` loaded (none when `weights` is None).
 
-    torch.hub announces a download (on stdout or stderr, by version) before trying it; that line
-    goes to stderr once the weights are in (stdout may carry --json), and is dropped when the
-    download fails (the error names the URL), so a failure is one line."""
-    said = io.StringIO()
-    checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
+    The model is built without weights and the state dict loaded here, by `imagenet_state_dict`,
+    with torch.load's weights_only=True: torchvision's own builders load the hub cache's file
+    with weights_only=False, so a pickle planted there would run its code."""
+    if weights is None:
+        return constructor(weights=None, **kwargs)
+    state = imagenet_state_dict(name, weights)
+    model = constructor(weights=None, num_classes=len(weights.meta["categories"]), **kwargs)
     try:
-        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-            model = constructor(weights=weights, progress=False, **kwargs)
-        sys.stderr.write(said.getvalue())
-        return model
+        model.load_state_dict(_renamed_legacy_keys(state))
+    except RuntimeError as err:  # a loadable file of other keys or shapes
+        raise TrickLabError(_cannot_load_message(name, weights, err)) from err
+    return model
+
+
+def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
+    """The state dict of torchvision's `weights`, from the torch hub cache (downloaded there first
+    if missing, hash checked), unpickled with weights_only=True: tensors and containers only.
+
+    A failed download or a file that will not load that way is one TrickLabError naming the file.
+    torch.hub announces a download (on stdout or stderr, by version) and torch.load may warn;
+    library code does not print, so both go to this module's logger."""
+    cached = weights_file(weights)
+    said = io.StringIO()
+    try:
+        with (
+            contextlib.redirect_stdout(said),
+            contextlib.redirect_stderr(said),
+            warnings.catch_warnings(record=True) as warned,
+        ):
+            warnings.simplefilter("always")
+            state = weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
     except OSError as err:  # URLError, HTTPError, socket and SSL errors are all OSErrors
+        if cached.exists():  # downloaded, or there already, and unreadable
+            raise TrickLabError(_cannot_load_message(name, weights, err)) from err
         raise TrickLabError(
-            f"could not download the ImageNet weights of {name} from {weights.url} ({err}); "
-            f"put {weights.url.rsplit('/', 1)[-1]} in the torch hub cache {checkpoints} "
+            f"could not download the ImageNet weights of {name} from {weights.url} "
+            f"({_first_line(err)}); "
+            f"put {cached.name} in the torch hub cache {cached.parent} "
             f"(torch.hub.get_dir() = {torch.hub.get_dir()}) or build it with pretrained=False"
         ) from err
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:  # a corrupt file in the cache
-        cached = checkpoints / weights.url.rsplit("/", 1)[-1]
+    except Exception as err:  # not a plain tensor file (corrupt, truncated, planted), or a bad hash
+        if not cached.exists():  # torch.hub removes a download whose hash is wrong
+            raise TrickLabError(
+                f"could not download the ImageNet weights of {name} from {weights.url} "
+                f"({_first_line(err)}); try again, or build it with pretrained=False"
+            ) from err
+        raise TrickLabError(_cannot_load_message(name, weights, err)) from err
+    for line in said.getvalue().splitlines():
+        log.info("%s", line)
+    for warning in warned:
+        log.info("loading %s: %s", cached, warning.message)
+    if not isinstance(state, dict):
         raise TrickLabError(
-            f"the cached ImageNet weights of {name} ({cached}) cannot be loaded "
-            f"({str(err).splitlines()[0]}); delete that file to download it again"
-        ) from err
+            _cannot_load_message(name, weights, TypeError(f"it holds a {type(state).__name__}"))
+        )
+    return state
+
+
+def weights_file(weights: Any) -> Path:
+    """Where torch.hub keeps (or will keep) `weights`' file: <hub dir>/checkpoints/<url's name>."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / weights.url.rsplit("/", 1)[-1]
+
+
+def _cannot_load_message(name: str, weights: Any, err: BaseException) -> str:
+    reason = _first_line(err)
+    # torch's weights_only refusal is a paragraph; its reason follows "WeightsUnpickler error:"
+    if "WeightsUnpickler error:" in str(err):
+        reason = "not plain weights: " + _first_line(str(err).split("WeightsUnpickler error:")[1])
+    cached = weights_file(weights)
+    return (
+        f"the cached ImageNet weights of {name} ({cached}) cannot be loaded ({reason}); "
+        f"delete that file to download it again: rm '{cached}'"
+    )
+
+
+def _first_line(err: BaseException | str) -> str:
+    text = str(err)
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line or (type(err).__name__ if isinstance(err, BaseException) else "no reason given")
+
+
+def _renamed_legacy_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """DenseNet's ImageNet file names its layers `norm.1`, `conv.2`, ...: module names from before
+    PyTorch forbade dots in them; the model's are `norm1`, `conv2`. Other files pass unchanged."""
+    legacy = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.([12]\.)")
+    return {legacy.sub(r"\1\2", key): value for key, value in state.items()}
 
 
 def adapt_input_channels(conv: nn.Conv2d, in_channels: int, keep_weights: bool) -> nn.Conv2d:

@@ -196,9 +196,10 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
         init(normalize(init_sample(dataset.train.images, recipe.run.seed).to(device), mean, std))
     freeze = {}
     if m.whiten_bias_epochs > 0:
-        if not hasattr(model, "whiten"):
+        if "whiten.bias" not in dict(model.named_parameters()):  # what the loop freezes
             raise TrickLabError(
-                f"model.whiten_bias_epochs needs a model with a whitening layer, not {m.name}"
+                f"model.whiten_bias_epochs={m.whiten_bias_epochs:g} trains the bias of a whitening "
+                f"layer `whiten` (airbench's), and {m.name} has none; set model.whiten_bias_epochs=0"
             )
         freeze["whiten.bias"] = m.whiten_bias_epochs
     if m.bn_momentum is not None:

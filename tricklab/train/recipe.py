@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,6 +30,8 @@ from tricklab.train.yamlio import describe_yaml_error, read_yaml, read_yaml_file
 MAX_WIDTH = 8192  # channels of a stage
 MAX_BATCH = 65536
 MAX_EPOCHS = 100_000
+# model.name=package.module:factory (attribute path allowed) or timm:NAME
+_MODEL_REFERENCE = re.compile(r"timm:\S+|[A-Za-z_][\w.]*(?<!\.):[A-Za-z_][\w.]*(?<!\.)")
 
 
 def _f(
@@ -69,12 +72,15 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = _f("resnet18", "model from the registry (`tricklab models`)")
+    name: str = _f(
+        "resnet18",
+        "a name from `tricklab models`, your package.module:factory, or timm:NAME (tricklab[timm])",
+    )
     width: float = _f(1.0, "channel width multiplier", minimum=0, maximum=64)
     widths: list[int] | None = _f(
         None, "explicit per-stage widths (airbench nets)", minimum=1, maximum=MAX_WIDTH
     )
-    pretrained: bool = _f(False, "load torchvision ImageNet weights (torchvision families)")
+    pretrained: bool = _f(False, "load ImageNet weights (torchvision families, timm:NAME)")
     bn_momentum: float | None = _f(
         None,
         "BatchNorm running-statistics momentum, PyTorch's meaning (weight of the new batch); "
@@ -91,6 +97,10 @@ class ModelConfig:
 
     def check(self, recipe: Recipe) -> None:
         _check_whole_epochs("model.whiten_bias_epochs", self.whiten_bias_epochs)
+        if ":" in self.name and not _MODEL_REFERENCE.fullmatch(self.name):  # imported at build
+            raise TrickLabError(
+                f"model.name={self.name!r}: a name with ':' is package.module:factory or timm:NAME"
+            )
 
 
 @dataclass
