@@ -398,3 +398,12 @@ def test_nesterov_without_momentum_is_refused_by_the_recipe(name):
 def test_lookahead_without_ema_decay_is_refused_by_the_recipe():
     with pytest.raises(TrickLabError, match=r"tricks.lookahead=true needs tricks.ema_decay > 0"):
         load_recipe(None, ["tricks.lookahead=true"])
+
+
+def test_compile_auto_is_a_documented_choice_and_speedrun94_muon_uses_it():
+    row = next(r for r in field_table() if r["key"] == "tricks.compile")
+    assert "auto" in row["choices"] and "auto: max-autotune on CUDA" in row["doc"]
+    assert load_recipe(None, ["tricks.compile=auto"]).tricks.compile == "auto"
+    assert load_recipe("speedrun94-muon", []).tricks.compile == "auto"
+    for name in ("speedrun94", "speedrun95", "speedrun96"):  # their airbench files run eager
+        assert load_recipe(name, []).tricks.compile == "off"

@@ -71,15 +71,25 @@ def test_nan_loss_gives_diverged_with_its_step():
     assert "NaN" in result.error
 
 
-def test_nan_loss_stops_the_cpu_run_at_that_step(monkeypatch):
+def test_nan_loss_stops_the_run_at_the_end_of_its_epoch_with_its_exact_step(monkeypatch):
+    """Finiteness is read once per epoch (a read mid-epoch would stall a GPU's queue); the step
+    where the loss first became NaN/Inf is still recorded exactly."""
     from tricklab.train import loop
 
-    steps = []
+    losses = []
     real_step = loop.train_step
-    monkeypatch.setattr(loop, "train_step", lambda *args: steps.append(1) or real_step(*args))
+
+    def step(*args):
+        loss, logits = real_step(*args)
+        losses.append(loss.item())
+        return loss, logits
+
+    monkeypatch.setattr(loop, "train_step", step)
     result = train(tiny("optim.lr=1e12", "run.epochs=3"))
     assert result.status == "diverged"
-    assert len(steps) == result.diverged_step  # not one step more
+    first_nonfinite = next(i for i, loss in enumerate(losses) if not math.isfinite(loss))
+    assert result.diverged_step == first_nonfinite + 1
+    assert len(losses) == 10 * math.ceil(result.diverged_step / 10)  # its epoch, 10 steps each
 
 
 @pytest.mark.parametrize(
@@ -126,6 +136,13 @@ def test_weights_broken_by_the_last_step_give_diverged_and_strict_json(tmp_path)
     assert stored["status"] == "diverged" and stored["epochs"][-1]["val_loss"] is None
     line = (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
     assert json.loads(line, parse_constant=refuse)["val_loss"] is None
+
+
+def test_the_result_records_what_the_device_decided_for_auto_values():
+    result = train(tiny("tricks.compile=auto", "tricks.precision=bf16-mixed", "run.epochs=1"))
+    assert result.resolved == {"compile": "off", "precision": "bf16-mixed", "notes": []}
+    assert result.recipe["tricks"]["compile"] == "auto"  # the recipe as given
+    assert result.compile_seconds == 0.0  # nothing compiled, no warm-up on the CPU
 
 
 def test_result_reports_every_measurement():
@@ -418,15 +435,17 @@ def test_compiling_happens_in_the_warm_up_not_in_timed_steps(monkeypatch):
     from tricklab.train import loop
 
     compiled = []  # graphs compiled during each timed step
-    real_step = loop.train_step
+    real_step, real_loop, timed = loop.train_step, api.run_loop, []
 
     def counting_step(*args):
         before = counters["stats"]["unique_graphs"]
         out = real_step(*args)
-        compiled.append(counters["stats"]["unique_graphs"] - before)
+        if timed:  # the loop's steps, not the warm-up's
+            compiled.append(counters["stats"]["unique_graphs"] - before)
         return out
 
-    monkeypatch.setattr(loop, "train_step", counting_step)  # the loop's steps, not the warm-up's
+    monkeypatch.setattr(loop, "train_step", counting_step)
+    monkeypatch.setattr(api, "run_loop", lambda *a, **k: timed.append(1) or real_loop(*a, **k))
     torch._dynamo.reset()
     # 500 images in batches of 60: 8 full and one of 20; the bias freezes from the second epoch.
     result = train(
@@ -504,6 +523,8 @@ def test_the_ema_starts_after_its_warmup_epochs_whatever_the_data_size(train_siz
     [
         ([], "cpu", False),
         (["tricks.compile=default"], "cpu", True),
+        (["tricks.compile=auto"], "cpu", False),  # auto is eager on a CPU
+        (["tricks.compile=auto"], "cuda", True),
         (["tricks.cudnn_benchmark=true"], "cpu", False),  # no cuDNN on the CPU
         (["tricks.cudnn_benchmark=true"], "cuda", True),  # autotuning stays out of train_seconds
         ([], "cuda", True),  # lazy kernel loading, cuBLAS set-up: one-off work on every GPU run

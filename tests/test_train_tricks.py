@@ -369,3 +369,197 @@ def test_muon_groups_filters_at_muon_lr_and_the_rest_as_sgd_groups():
 def test_muon_refuses_a_model_without_conv_filters():
     with pytest.raises(TrickLabError, match="no trainable conv filter"):
         build_optimizer(nn.Linear(3, 2), OptimConfig(name="muon"), batch_size=8)
+
+
+def test_tta_averages_each_views_logits_in_fp32():
+    """A bf16 forward's logits are taken to fp32 before averaging: the mean of 1 and 1 + 2^-7
+    (neighbours in bf16) is 1 + 2^-8, which bf16 cannot hold and rounds away."""
+
+    calls = []
+
+    def bf16_forward(images):  # 1 on the first call of each mirror pair, 1 + 2^-7 on the second
+        calls.append(1)
+        return torch.full((len(images), 10), 1 + (len(calls) % 2 == 0) * 2**-7).bfloat16()
+
+    images = torch.zeros(2, 1, 4, 4)
+    for tta in ("flip", "flip-translate"):
+        logits = tta_logits(bf16_forward, images, tta)
+        assert logits.dtype == torch.float32
+        assert torch.equal(logits, torch.full((2, 10), 1 + 2**-8)), tta
+
+
+def test_fp16_weights_get_the_fp32_gradients_within_fp16_rounding():
+    """tricks.precision=16-true-bn32 (airbench's fp16 weights, fp32 BatchNorm): the loss is
+    summed over the batch, which keeps gradients far above fp16's underflow. Gradients of about
+    1e-5 (near fp16's smallest normal number, 6e-5, where a mean loss's lose their precision)
+    come out as the fp32 ones times the batch size, within fp16 rounding."""
+    from tricklab.train.precision import loss_for
+
+    torch.manual_seed(0)
+    batch = 256
+    net16 = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+    half_with_fp32_batchnorm(net16)
+    with torch.no_grad():
+        net16[3].weight.mul_(1e-3)  # small logits: small gradients reach the first layer
+    net32 = copy.deepcopy(net16).float()  # the same weights, in fp32
+    images, labels = torch.randn(batch, 16).half(), torch.randint(0, 10, (batch,))
+    loss_for("32-true", 0.2)(net32(images.float()), labels).backward()
+    loss_for("16-true-bn32", 0.2)(net16(images), labels).backward()
+    grad32, grad16 = net32[0].weight.grad, net16[0].weight.grad
+    assert grad16.dtype == torch.float16 and grad32.abs().max() < 6e-5
+    # measured: 7e-4 of the largest gradient; a mean loss in fp16 is off by 9.5e-2
+    tolerance = 2e-3 * grad32.abs().max()
+    torch.testing.assert_close(grad16.float() / batch, grad32, rtol=1e-2, atol=tolerance)
+
+
+def test_a_summed_loss_takes_the_mean_losss_step_with_the_rescaled_lr_and_weight_decay():
+    """build_optimizer(loss_scale=batch) divides the lr and multiplies the (coupled) weight decay
+    by the batch size, so the summed loss's steps are the mean loss's: momentum, Nesterov and
+    decoupled_weight_decay included."""
+    from tricklab.train.precision import loss_for, loss_scale_for
+
+    torch.manual_seed(0)
+    batch = 64
+    mean_net = small_net()
+    sum_net = copy.deepcopy(mean_net)
+    cfg = OptimConfig(
+        lr=0.5,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=0.01,
+        decoupled_weight_decay=True,
+        bias_lr_mult=4,
+    )
+    mean_opt = build_optimizer(mean_net, cfg, batch)
+    scale = loss_scale_for("16-true-bn32", batch)
+    sum_opt = build_optimizer(sum_net, cfg, batch, loss_scale=scale)
+    assert scale == batch and sum_opt.param_groups[0]["lr"] == mean_opt.param_groups[0]["lr"] / 64
+    for _ in range(3):
+        images, labels = torch.randn(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
+        for net, opt, precision in (
+            (mean_net, mean_opt, "32-true"),
+            (sum_net, sum_opt, "16-true-bn32"),
+        ):
+            opt.zero_grad()
+            loss_for(precision, 0.2)(net(images), labels).backward()
+            opt.step()
+    for (name, a), b in zip(mean_net.named_parameters(), sum_net.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_16_mixed_uses_a_fused_optimizer_that_takes_the_scale_on_the_device():
+    """GradScaler reads found_inf on the host every step unless the optimizer unscales and skips
+    on the device itself (torch's fused SGD, Adam, AdamW)."""
+    for name in ("sgd", "adam", "adamw"):
+        opt = build_optimizer(small_net(), OptimConfig(name=name), 32, grad_scaler=True)
+        assert opt.defaults["fused"] is True and opt._step_supports_amp_scaling, name
+    assert build_optimizer(small_net(), OptimConfig(), 32).defaults["fused"] is None
+
+
+@pytest.mark.parametrize(
+    ("precision", "device", "capability", "expected"),
+    [
+        ("bf16-mixed", "cuda", (7, 5), "16-mixed"),  # T4: no bf16 tensor cores
+        ("bf16-mixed", "cuda", (7, 0), "16-mixed"),  # V100
+        ("bf16-mixed", "cuda", (8, 0), "bf16-mixed"),  # A100
+        ("bf16-mixed", "cuda", (9, 0), "bf16-mixed"),  # H100
+        ("bf16-mixed", "cpu", None, "bf16-mixed"),
+        ("32-true", "cuda", (7, 5), "32-true"),
+        ("16-true-bn32", "cuda", (7, 5), "16-true-bn32"),
+    ],
+)
+def test_bf16_falls_back_to_fp16_on_gpus_without_bf16_tensor_cores(
+    precision, device, capability, expected
+):
+    from tricklab.train.precision import precision_for_device
+
+    assert precision_for_device(precision, device, capability) == expected
+
+
+@pytest.mark.parametrize(
+    ("mode", "device", "expected"),
+    [
+        ("auto", "cuda", "max-autotune"),
+        ("auto", "cpu", "off"),
+        ("auto", "mps", "off"),
+        ("default", "cpu", "default"),
+        ("off", "cuda", "off"),
+    ],
+)
+def test_compile_auto_compiles_on_cuda_as_the_records_did_and_not_on_the_cpu(
+    mode, device, expected
+):
+    from tricklab.train.resolve import compile_for_device
+
+    assert compile_for_device(mode, device) == expected
+
+
+def test_the_device_decides_auto_values_and_the_run_records_what_it_decided():
+    from tricklab.train.recipe import load_recipe
+    from tricklab.train.resolve import for_device
+
+    recipe = load_recipe("speedrun94-muon", [])
+    assert recipe.tricks.compile == "auto"
+    t4, resolved = for_device(recipe, torch.device("cuda"), capability=(7, 5))
+    assert (t4.tricks.compile, t4.tricks.precision) == ("max-autotune", "16-mixed")
+    assert resolved["compile"] == "max-autotune" and resolved["precision"] == "16-mixed"
+    assert "bf16" in " ".join(resolved["notes"]) and "7.5" in " ".join(resolved["notes"])
+    cpu, resolved = for_device(recipe, torch.device("cpu"))
+    assert (cpu.tricks.compile, cpu.tricks.precision) == ("off", "bf16-mixed")
+    assert resolved["notes"] == [] and recipe.tricks.compile == "auto"  # the recipe is left as is
+
+
+def test_muon_compiles_its_newton_schulz_step_when_the_recipe_compiles(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn) or fn)
+    from tricklab.train import muon
+
+    cfg = OptimConfig(name="muon")
+    eager = build_optimizer(small_net(), cfg, 32)
+    assert compiled == [] and eager.newton_schulz is muon.newton_schulz
+    build_optimizer(small_net(), cfg, 32, compile_mode="max-autotune")
+    assert compiled == [muon.newton_schulz]
+
+
+def test_muon_steps_every_filter_with_a_few_foreach_kernels_not_a_loop_of_them():
+    """The momentum, the renormalisation, the step and the SGD part run as foreach/fused kernels
+    over all parameters: apart from Newton–Schulz (one per filter) and views, the kernels of a
+    step do not grow with the number of filters."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    views = {"view", "_reshape_alias", "permute", "t", "transpose", "detach", "alias"}
+
+    class Kernels(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names, self.in_newton_schulz = [], False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not self.in_newton_schulz and name not in views:
+                self.names.append(name)
+            return func(*args, **(kwargs or {}))
+
+    def kernels_per_step(filters: int) -> list[str]:
+        net = nn.Sequential(*[nn.Conv2d(4, 4, 3, padding=1) for _ in range(filters)])
+        opt = build_optimizer(net, OptimConfig(name="muon", nesterov=True), 32)
+        for p in net.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()  # the first step makes the momentum buffers
+        kernels, newton_schulz = Kernels(), opt.newton_schulz
+
+        def marked(*args):
+            kernels.in_newton_schulz = True
+            try:
+                return newton_schulz(*args)
+            finally:
+                kernels.in_newton_schulz = False
+
+        opt.newton_schulz = marked
+        with kernels:
+            opt.step()
+        return kernels.names
+
+    two = kernels_per_step(2)
+    assert {"_foreach_norm", "_foreach_lerp_", "_foreach_add_"} <= set(two)
+    assert kernels_per_step(4) == two

@@ -38,6 +38,7 @@ from tricklab.measure.timing import (
 from tricklab.models import build_model, get_model_info
 from tricklab.train import precision as precision_lib
 from tricklab.train.recipe import TricksConfig
+from tricklab.train.resolve import compile_for_device
 
 MACS_NOTE = (
     "MACs = FLOPs / 2: FlopCounterMode counts 2 FLOPs per multiply-accumulate of convolutions and "
@@ -256,7 +257,7 @@ def profile_models(
         check_precision_runs(precision, torch_device)
     shape = (3, image_size, image_size)
     combos = [
-        Combination(b, p, c, cl)
+        Combination(b, p, compile_for_device(c, torch_device.type), cl)  # auto: the device's mode
         for b in batch_sizes
         for p in precisions
         for c in compile_modes

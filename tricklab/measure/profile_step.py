@@ -174,7 +174,9 @@ class StepBench:
         seconds its compilation took (0 uncompiled)."""
         self.bare = copy.deepcopy(self.parts.model)
         self.replaced = strip_batchnorm_and_activations(self.bare)
-        mode = self.recipe.tricks.compile
+        from tricklab.train.resolve import compile_for_device
+
+        mode = compile_for_device(self.recipe.tricks.compile, self.device.type)
         self.bare_forward = self.bare if mode == "off" else torch.compile(self.bare, mode=mode)
         if mode == "off":
             return 0.0

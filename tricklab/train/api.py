@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import gc
@@ -33,20 +32,13 @@ from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_in
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
-from tricklab.train.loop import (
-    Outcome,
-    Parts,
-    evaluate,
-    frozen_in_epoch,
-    num_epochs,
-    run_loop,
-    sync,
-    train_step,
-)
+from tricklab.train.loop import Outcome, Parts, evaluate, run_loop
 from tricklab.train.model_memory import check_model_fits
 from tricklab.train.optim import build_optimizer
 from tricklab.train.recipe import Recipe
+from tricklab.train.resolve import for_device
 from tricklab.train.schedule import build_scheduler
+from tricklab.train.warmup import needs_warm_up, warm_up
 
 # Images used to compute data-dependent initialisations (airbench's whitening layer).
 INIT_FROM_DATA_IMAGES = 5000
@@ -65,6 +57,9 @@ class RunResult:
     val_loss_tta: float | None = None
     train_seconds: float = 0.0  # training epochs with batch loading, synced; no eval, no compile
     compile_seconds: float = 0.0  # warm-up (torch.compile, cuDNN autotuning), measured apart
+    # what the device decided: tricks.compile (auto), tricks.precision (bf16 without bf16
+    # tensor cores runs as 16-mixed), and in `notes` why anything differs from the recipe
+    resolved: dict = field(default_factory=dict)
     wall_seconds: float = 0.0  # everything, data loading included
     time_to_target_seconds: float | None = None
     peak_memory_bytes: int | None = None
@@ -174,7 +169,9 @@ def init_sample(images: torch.Tensor, seed: int) -> torch.Tensor:
 
 
 def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Parts, dict]:
-    """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`."""
+    """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`; info holds
+    the model's size and what the device decided (`resolved`)."""
+    recipe, resolved = for_device(recipe, device)
     t, m = recipe.tricks, recipe.model
     check_model_fits(recipe, dataset.num_classes, dataset.image_shape, device)
     torch.manual_seed(recipe.run.seed)
@@ -189,6 +186,7 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
         pretrained=m.pretrained,
     ).to(device)
     info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
+    info["resolved"] = resolved
     mean, std = channel_stats(dataset.train.images)
     train_loader, eval_loader = build_loaders(recipe, dataset, device, mean, std)
     init = getattr(model, "init_from_data", None)
@@ -211,7 +209,15 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     total_steps = math.ceil(recipe.run.epochs * len(train_loader))
     if total_steps < 1:
         raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
-    optimizer = build_optimizer(model, recipe.optim, recipe.loader.batch_size)
+    loss_scale = precision.loss_scale_for(t.precision, recipe.loader.batch_size)
+    optimizer = build_optimizer(
+        model,
+        recipe.optim,
+        recipe.loader.batch_size,
+        loss_scale=loss_scale,
+        grad_scaler=t.precision == "16-mixed",
+        compile_mode=t.compile,
+    )
     forward = model if t.compile == "off" else torch.compile(model, mode=t.compile)
     ema = None
     if t.ema_decay > 0:
@@ -233,75 +239,16 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
         scheduler=build_scheduler(optimizer, recipe.schedule, total_steps),
         scaler=precision.grad_scaler_for(t.precision, device.type),
         autocast=functools.partial(precision.autocast_for, t.precision, device.type),
-        loss_fn=nn.CrossEntropyLoss(label_smoothing=t.label_smoothing),
+        loss_fn=precision.loss_for(t.precision, t.label_smoothing),
         train_loader=train_loader,
         eval_loader=eval_loader,
         device=device,
         total_steps=total_steps,
         ema=ema,
+        loss_scale=loss_scale,
         freeze_after_epochs=freeze,
     )
     return parts, info
-
-
-def needs_warm_up(tricks: Any, device: torch.device) -> bool:
-    """Whether the first steps of each shape do one-off work that must stay out of train_seconds:
-    torch.compile compiling; on CUDA, always: kernels loaded on their first call (lazy module
-    loading), cuBLAS/cuDNN handles and workspaces made, the caching allocator growing, and cuDNN
-    autotuning (tricks.cudnn_benchmark) timing its convolution algorithms."""
-    return tricks.compile != "off" or device.type == "cuda"
-
-
-def warm_up(parts: Parts) -> float:
-    """Run every kind of train step the loop will meet, and eval batches, then restore every state.
-
-    Kinds: a full batch; the last, smaller batch of an epoch when the loader keeps it; both again
-    with the parameters the loop will freeze (the whitening bias after model.whiten_bias_epochs)
-    frozen. torch.compile guards on input shapes and on requires_grad, so each kind compiles
-    once; each runs twice, since CUDA graphs (compile modes reduce-overhead, max-autotune) are
-    recorded on a function's second call. Returns its seconds, so that compiling stays out of
-    train_seconds."""
-    saved = copy.deepcopy(
-        (
-            parts.model.state_dict(),
-            parts.optimizer.state_dict(),
-            parts.scheduler.state_dict(),
-            parts.scaler.state_dict(),
-        )
-    )
-    loader = parts.train_loader
-    # Freezing only grows with the epoch: the last epoch has every parameter the loop will freeze.
-    last_epoch = num_epochs(parts) - 1
-    frozen = [param for param in frozen_in_epoch(parts, last_epoch) if param.requires_grad]
-    sync(parts.device)
-    start = time.perf_counter()
-    parts.model.train()
-    images, labels = next(iter(loader))
-    batches = [(images, labels)]
-    rest = 0 if loader.drop_last else loader.num_samples % loader.batch_size
-    if rest:
-        batches.append((images[:rest], labels[:rest]))
-    for freeze in (False, True) if frozen else (False,):
-        for param in frozen:
-            param.requires_grad_(not freeze)
-        for x, y in batches:
-            for _ in range(2):
-                train_step(parts, x, y)
-    for param in frozen:
-        param.requires_grad_(True)
-    parts.model.eval()
-    eval_images = next(iter(parts.eval_loader))[0]
-    with torch.inference_mode(), parts.autocast():
-        for _ in range(2):
-            parts.forward(eval_images)
-    sync(parts.device)
-    seconds = time.perf_counter() - start
-    parts.model.load_state_dict(saved[0])
-    parts.optimizer.load_state_dict(saved[1])
-    parts.scheduler.load_state_dict(saved[2])
-    parts.scaler.load_state_dict(saved[3])
-    loader.set_epoch(0)
-    return seconds
 
 
 def check_setup(recipes: Iterable[Recipe]) -> None:
@@ -397,12 +344,13 @@ def train(
             )
             parts, info = prepare(recipe, dataset, device)
             result.params, result.forward_macs = info["params"], info["forward_macs"]
+            result.resolved = info["resolved"]
             if out is not None:
                 recipe.to_yaml(out / "recipe.yaml")
                 (out / "metrics.jsonl").write_text("")
             started = True
             if needs_warm_up(recipe.tricks, device):
-                result.compile_seconds = warm_up(parts)
+                result.compile_seconds = warm_up(parts, recipe.tricks.tta)
             outcome = run_loop(parts, recipe.run, record_epoch)
             _finish(result, parts, outcome, recipe)
             if recipe.run.checkpoint and out is not None and outcome.status != "diverged":

@@ -5,19 +5,20 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from tricklab.measure.timing import synchronize
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.recipe import RunConfig
 from tricklab.train.tta import tta_logits
 
-# How often the loop syncs with an accelerator to check for a NaN loss and the time budget. A
-# per-step check would stall the GPU's queue; the step a NaN first appeared is still recorded
-# exactly. On the CPU, where nothing is queued, it checks every step.
+# With run.time_budget_seconds, how often (in steps) the loop reads the time within an epoch: a
+# read synchronises with an accelerator, whose queue then drains. Without a budget the loop reads
+# the time (and syncs) only at each epoch's start and end.
 CHECK_EVERY_STEPS = 25
 
 OnEpoch = Callable[[dict], None]  # called with each epoch's row as it is recorded
@@ -39,6 +40,7 @@ class Parts:
     device: torch.device
     total_steps: int
     ema: WeightAverage | None = None
+    loss_scale: float = 1.0  # loss_fn's gradients / a mean loss's (a summed loss: the batch size)
     freeze_after_epochs: dict[str, float] = field(default_factory=dict)  # param name -> epochs
 
 
@@ -56,8 +58,8 @@ class Outcome:
 
 
 def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for the device's queued work (CUDA, MPS) before a time is read; no-op on the CPU."""
+    synchronize(device)
 
 
 def train_step(
@@ -77,7 +79,9 @@ def train_step(
 
 @torch.inference_mode()
 def evaluate(parts: Parts, tta: str = "none") -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) over the eval loader, with the EMA weights when there are any."""
+    """(accuracy, mean cross-entropy) over the eval loader, with the EMA weights when there are any.
+
+    The sums stay on the device and are read once, at the end."""
     parts.model.eval()
     loss_sum = torch.zeros((), device=parts.device)
     correct = torch.zeros((), device=parts.device, dtype=torch.long)
@@ -89,7 +93,8 @@ def evaluate(parts: Parts, tta: str = "none") -> tuple[float, float]:
             loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum")
             correct += (logits.argmax(1) == labels).sum()
             count += len(labels)
-    return correct.item() / count, loss_sum.item() / count
+    right, loss = read_on_host(correct.to(loss_sum.dtype), loss_sum)
+    return right / count, loss / count
 
 
 def num_epochs(parts: Parts) -> int:
@@ -109,53 +114,103 @@ def frozen_in_epoch(parts: Parts, epoch: int) -> list[nn.Parameter]:
 def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> Outcome:
     """Train for run.epochs (fractional allowed); evaluate every run.eval_every epochs and at the end."""
     out, step = Outcome(), 0
-    check_every = 1 if parts.device.type == "cpu" else CHECK_EVERY_STEPS
     for epoch in range(num_epochs(parts)):
         for param in frozen_in_epoch(parts, epoch):
             param.requires_grad_(False)
         parts.model.train()
-        # Per-step results stay on the device, unreduced: appending costs no kernel launch, and
-        # the epoch's sums take a few at its end.
-        losses, predictions, targets = [], [], []
-        checked, bad = 0, None  # losses[:checked] are known finite; losses[bad] is not
+        batches = iter(parts.train_loader)  # the epoch's order and draws, before the timer
         sync(parts.device)
         start = time.perf_counter()
-        for images, labels in parts.train_loader:
-            loss, logits = train_step(parts, images, labels)
-            if parts.ema:
-                parts.ema.update(step)
-            losses.append(loss)
-            predictions.append(logits.argmax(1))
-            targets.append(labels)
-            step += 1
-            if step % check_every == 0 or step == parts.total_steps:
-                bad, checked = _first_nonfinite(losses, checked), len(losses)
-                if bad is not None:
-                    break
-                sync(parts.device)
-                if _over_budget(run, out.train_seconds + time.perf_counter() - start):
-                    break
-            if step >= parts.total_steps:
-                break
-        if bad is None:
-            bad = _first_nonfinite(losses, checked)
+        budget = run.time_budget_seconds
+        deadline = None if budget is None else start + budget - out.train_seconds
+        steps = train_epoch(parts, batches, step, deadline)
         sync(parts.device)
         epoch_seconds = time.perf_counter() - start
         out.train_seconds += epoch_seconds
-        out.images_seen += sum(len(t) for t in targets)
-        if bad is None:
-            row = _train_row(
-                parts, epoch, step, epoch_seconds, out.train_seconds, losses, predictions, targets
-            )
+        totals = epoch_totals(parts, steps)  # the epoch's one read of device values
+        step += len(steps.losses)
+        out.images_seen += totals.images
+        if totals.first_nonfinite is None:
+            row = _train_row(parts, epoch, step, epoch_seconds, out.train_seconds, totals)
             if _is_last(row, run, parts.total_steps) or _evaluation_due(run, epoch):
                 row["val_acc"], row["val_loss"] = evaluate(parts)
             out.epochs.append(row)
             if on_epoch:
                 on_epoch(row)
-        diverged_step = None if bad is None else step - len(losses) + bad + 1
+        bad = totals.first_nonfinite
+        diverged_step = None if bad is None else step - len(steps.losses) + bad + 1
         if end_of_epoch(out, run, parts.total_steps, diverged_step):
             break
     return out
+
+
+@dataclass
+class EpochSteps:
+    """What an epoch's steps leave on the device, unreduced: appending costs no kernel launch."""
+
+    losses: list[torch.Tensor] = field(default_factory=list)
+    predictions: list[torch.Tensor] = field(default_factory=list)
+    targets: list[torch.Tensor] = field(default_factory=list)
+
+
+def train_epoch(
+    parts: Parts, batches: Iterator, step: int, deadline: float | None = None
+) -> EpochSteps:
+    """The steps of one epoch from global step `step` (0-based), with no host sync. With a
+    `deadline` (a time.perf_counter() value: the time budget), it reads the time every
+    CHECK_EVERY_STEPS steps, after a sync, and ends the epoch once past it."""
+    out = EpochSteps()
+    for images, labels in batches:
+        loss, logits = train_step(parts, images, labels)
+        if parts.ema:
+            parts.ema.update(step)
+        out.losses.append(loss)
+        out.predictions.append(logits.argmax(1))
+        out.targets.append(labels)
+        step += 1
+        if step >= parts.total_steps:
+            break
+        if deadline is not None and step % CHECK_EVERY_STEPS == 0:
+            sync(parts.device)
+            if time.perf_counter() >= deadline:
+                break
+    return out
+
+
+@dataclass
+class EpochTotals:
+    images: int
+    loss_sum: float  # over the epoch's images
+    correct: int
+    first_nonfinite: int | None  # index in the epoch of the first NaN/Inf loss
+
+
+def epoch_totals(parts: Parts, steps: EpochSteps) -> EpochTotals:
+    """The epoch's loss sum, correct predictions and first NaN/Inf loss, read in one copy.
+
+    The losses are batch means (weighted here by their batch sizes) or, with a summed loss
+    (16-true-bn32), batch sums. The first non-finite loss is found with argmax, not nonzero,
+    whose output size depends on the data and needs a sync of its own."""
+    losses = torch.stack(steps.losses).float()
+    if parts.loss_fn.reduction != "sum":
+        sizes = torch.full_like(losses, len(steps.targets[0]))
+        sizes[-1] = len(steps.targets[-1])  # only the last batch can be smaller
+        losses = losses * sizes
+    bad = ~torch.isfinite(losses)
+    first_bad = torch.where(bad.any(), bad.float().argmax(), -1).to(losses.dtype)
+    correct = (torch.cat(steps.predictions) == torch.cat(steps.targets)).sum()
+    first, loss_sum, right = read_on_host(first_bad, losses.sum(), correct.to(losses.dtype))
+    return EpochTotals(
+        images=sum(len(t) for t in steps.targets),
+        loss_sum=loss_sum,
+        correct=int(right),
+        first_nonfinite=None if first < 0 else int(first),
+    )
+
+
+def read_on_host(*values: torch.Tensor) -> list[float]:
+    """Device scalars of one dtype as Python floats, in one copy to the host (one sync)."""
+    return torch.stack(values).to("cpu", copy=True).tolist()
 
 
 def end_of_epoch(
@@ -225,40 +280,21 @@ def _train_row(
     step: int,
     epoch_seconds: float,
     train_seconds: float,
-    losses: list[torch.Tensor],
-    predictions: list[torch.Tensor],
-    targets: list[torch.Tensor],
+    totals: EpochTotals,
 ) -> dict:
     """The epoch's row of metrics.jsonl, its validation metrics still empty."""
-    seen = sum(len(t) for t in targets)
     return {
         "epoch": epoch + 1,
         "step": step,
-        "train_loss": _weighted_sum(losses, targets) / seen,
-        "train_acc": (torch.cat(predictions) == torch.cat(targets)).sum().item() / seen,
+        "train_loss": totals.loss_sum / totals.images,
+        "train_acc": totals.correct / totals.images,
         "val_loss": None,
         "val_acc": None,
-        "lr": parts.optimizer.param_groups[0]["lr"],
+        "lr": parts.optimizer.param_groups[0]["lr"] * parts.loss_scale,  # for a mean loss
         "epoch_seconds": epoch_seconds,
-        "images_per_second": seen / epoch_seconds if epoch_seconds > 0 else None,
+        "images_per_second": totals.images / epoch_seconds if epoch_seconds > 0 else None,
         "train_seconds": train_seconds,
     }
-
-
-def _first_nonfinite(losses: list[torch.Tensor], start: int) -> int | None:
-    """Index of the first NaN/Inf in losses[start:] (one device sync), or None."""
-    if start >= len(losses):
-        return None
-    if start == len(losses) - 1:  # one loss: a scalar read is cheaper than stacking
-        return None if math.isfinite(losses[start].item()) else start
-    bad = (~torch.isfinite(torch.stack(losses[start:]))).nonzero()
-    return start + int(bad[0]) if len(bad) else None
-
-
-def _weighted_sum(losses: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
-    """Sum over the epoch's images of their batch's mean loss."""
-    sizes = torch.tensor([len(t) for t in targets], device=losses[0].device)
-    return (torch.stack(losses).float() * sizes).sum().item()
 
 
 def _over_budget(run: RunConfig, train_seconds: float) -> bool:

@@ -6,9 +6,12 @@ direction of the update has about the same size. A conv filter (out, in, kh, kw)
 (out, in·kh·kw) matrix it multiplies patches with. Biases, normalization parameters and the
 classifier head are not hidden-layer matrices; they take plain Nesterov SGD, as in the record.
 
-Where the installed torch has `torch.optim.Muon` (2.9 and later) it does the filter updates, fed
-2-D views that share the filters' storage; on older torch the small implementation below does the
-same arithmetic (tests check the two agree).
+The filter updates run as airbench94_muon's do, with foreach kernels over all filters where it
+loops (momentum, renormalisation, weight decay, the step) and `newton_schulz` per filter, compiled
+with torch.compile when the recipe compiles (as airbench94_muon compiles it). The rest takes
+torch's SGD, fused on CUDA (airbench94_muon's `SGD(fused=True)`), foreach elsewhere.
+`torch.optim.Muon` (torch 2.9 and later), which loops over the filters eagerly, is kept as a
+reference backend: tests check that both take the same steps.
 """
 
 from __future__ import annotations
@@ -100,7 +103,9 @@ class MuonSGD(torch.optim.Optimizer):
     - momentum is an EMA (torch.optim.Muon's form; the orthogonalisation removes its scale);
     - weight_decay is decoupled, p ← p·(1 − lr·wd);
     - the step is lr·sqrt(max(1, rows/cols)) times the orthogonalised (Nesterov) momentum.
-    `backend`: "torch" (torch.optim.Muon), "own" (`newton_schulz` here) or "auto" (torch when present).
+    `backend`: "own" (foreach kernels and `newton_schulz`, compiled with `compile_newton_schulz`)
+    or "torch" (torch.optim.Muon, the reference). The other groups step with torch.optim.SGD,
+    fused when every parameter is on CUDA, foreach otherwise.
     """
 
     def __init__(
@@ -113,14 +118,15 @@ class MuonSGD(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         ns_steps: int = NS_STEPS,
         normalize_filters: bool = True,
-        backend: str = "auto",
+        backend: str = "own",
+        compile_newton_schulz: bool = False,
     ) -> None:
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, muon=False
         )
         super().__init__(params, defaults)
-        if backend not in ("auto", "torch", "own"):
-            raise ValueError(f"backend must be auto, torch or own, not {backend!r}")
+        if backend not in ("own", "torch"):
+            raise ValueError(f"backend must be own or torch, not {backend!r}")
         if backend == "torch" and not has_torch_muon():
             raise ValueError(
                 f"torch {torch.__version__} has no torch.optim.Muon; use backend='own'"
@@ -132,9 +138,14 @@ class MuonSGD(torch.optim.Optimizer):
                 raise ValueError("Muon groups hold matrices and conv filters only (ndim >= 2)")
         self.ns_steps = ns_steps
         self.normalize_filters = normalize_filters
+        # airbench94_muon compiles its Newton–Schulz function with torch.compile's defaults.
+        self.newton_schulz = (
+            torch.compile(newton_schulz) if compile_newton_schulz else newton_schulz
+        )
+        self._sgd = self._build_sgd(lr, momentum, nesterov)
         self._torch_muon: torch.optim.Optimizer | None = None
         self._matrices: dict[Tensor, nn.Parameter] = {}
-        if backend == "torch" or (backend == "auto" and has_torch_muon()):
+        if backend == "torch":
             muon_groups = []
             for group in self._muon_groups():
                 views = [self._matrix_param(p) for p in group["params"]]
@@ -159,6 +170,23 @@ class MuonSGD(torch.optim.Optimizer):
     def _muon_groups(self) -> list[dict[str, Any]]:
         return [g for g in self.param_groups if g["muon"]]
 
+    def _sgd_groups(self) -> list[dict[str, Any]]:
+        return [g for g in self.param_groups if not g["muon"]]
+
+    def _build_sgd(self, lr: float, momentum: float, nesterov: bool) -> torch.optim.SGD | None:
+        groups = self._sgd_groups()
+        if not groups:
+            return None
+        on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+        kernels = {"fused": True} if on_cuda else {"foreach": True}
+        return torch.optim.SGD(
+            [{"params": g["params"]} for g in groups],
+            lr=lr,
+            momentum=momentum,
+            nesterov=nesterov,
+            **kernels,
+        )
+
     def _matrix_param(self, p: Tensor) -> nn.Parameter:
         """A 2-D Parameter sharing `p`'s storage, re-pointed if `p.data` was replaced since."""
         view = self._matrices.get(p)
@@ -174,72 +202,70 @@ class MuonSGD(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            if not group["muon"]:
-                self._sgd_step(group)
-            elif self._torch_muon is None:
-                self._own_muon_step(group)
+        if self._sgd is not None:
+            for group, inner in zip(self._sgd_groups(), self._sgd.param_groups):
+                for key in ("lr", "momentum", "nesterov", "weight_decay"):
+                    inner[key] = group[key]
+            self._sgd.step()
         if self._torch_muon is not None:
             self._torch_muon_step()
+        else:
+            for group in self._muon_groups():
+                self._own_muon_step(group)
         return loss
 
-    def _sgd_step(self, group: dict[str, Any]) -> None:
-        """torch.optim.SGD's update (dampening 0): coupled weight decay, momentum, Nesterov."""
-        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            d_p = p.grad if wd == 0 else p.grad.add(p, alpha=wd)
-            if momentum > 0:
-                state = self.state[p]
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    buf = state["momentum_buffer"] = d_p.detach().clone()
-                else:
-                    buf.mul_(momentum).add_(d_p)
-                d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
-            p.add_(d_p, alpha=-lr)
-
-    def _normalize(self, p: Tensor) -> None:
-        if self.normalize_filters:
-            p.mul_(math.sqrt(p.shape[0]) / p.norm().clamp(min=NS_EPS))
+    def _normalize(self, params: list[Tensor]) -> None:
+        """Each filter rescaled to Frobenius norm sqrt(rows), in a few foreach kernels."""
+        if not self.normalize_filters or not params:
+            return
+        scales = torch._foreach_norm(params)
+        torch._foreach_clamp_min_(scales, NS_EPS)
+        torch._foreach_reciprocal_(scales)
+        torch._foreach_mul_(scales, [math.sqrt(p.shape[0]) for p in params])
+        torch._foreach_mul_(params, scales)
 
     def _own_muon_step(self, group: dict[str, Any]) -> None:
         lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            self._normalize(p)
-            weight = matrix_view(p)
-            grad = matrix_like(p.grad, p)
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        self._normalize(params)
+        grads = [matrix_like(p.grad, p) for p in params]
+        buffers = []
+        for p, grad in zip(params, grads):
             state = self.state[p]
-            buf = state.get("momentum_buffer")
-            if buf is None:
-                buf = state["momentum_buffer"] = torch.zeros_like(grad)
-            buf.lerp_(grad, 1 - momentum)
-            update = grad.lerp(buf, momentum) if group["nesterov"] else buf
-            update = newton_schulz(update, self.ns_steps)
-            if wd:
-                weight.mul_(1 - lr * wd)
-            weight.add_(update.to(weight.dtype), alpha=-lr * shape_lr_factor(*weight.shape))
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(grad)
+            buffers.append(state["momentum_buffer"])
+        torch._foreach_lerp_(buffers, grads, 1 - momentum)
+        updates = torch._foreach_lerp(grads, buffers, momentum) if group["nesterov"] else buffers
+        weights = [matrix_view(p) for p in params]
+        if wd:
+            torch._foreach_mul_(weights, 1 - lr * wd)
+        by_factor: dict[float, tuple[list[Tensor], list[Tensor]]] = {}
+        for weight, update in zip(weights, updates):
+            ws, us = by_factor.setdefault(shape_lr_factor(*weight.shape), ([], []))
+            ws.append(weight)
+            us.append(self.newton_schulz(update, self.ns_steps))
+        for factor, (ws, us) in by_factor.items():
+            torch._foreach_add_(ws, us, alpha=-lr * factor)
 
     def _torch_muon_step(self) -> None:
         for group, inner in zip(self._muon_groups(), self._torch_muon.param_groups):
             inner["lr"], inner["momentum"] = group["lr"], group["momentum"]
             inner["nesterov"], inner["weight_decay"] = group["nesterov"], group["weight_decay"]
+            params = [p for p in group["params"] if p.grad is not None]
+            self._normalize(params)
             for p in group["params"]:
-                view = self._matrix_param(p)
-                if p.grad is None:
-                    view.grad = None
-                    continue
-                self._normalize(p)
-                view.grad = matrix_like(p.grad, p)
+                self._matrix_param(p).grad = None if p.grad is None else matrix_like(p.grad, p)
         self._torch_muon.step()
         for view in self._matrices.values():
             view.grad = None
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
+        if self._sgd is not None:
+            state["sgd"] = self._sgd.state_dict()
         if self._torch_muon is not None:
             state["torch_muon"] = self._torch_muon.state_dict()
         return state
@@ -247,7 +273,10 @@ class MuonSGD(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = dict(state_dict)
         inner = state_dict.pop("torch_muon", None)
+        sgd = state_dict.pop("sgd", None)
         super().load_state_dict(state_dict)
+        if self._sgd is not None and sgd is not None:
+            self._sgd.load_state_dict(sgd)
         if self._torch_muon is not None:
             if inner is None:  # saved by the own backend: its buffers are in the outer state
                 raise ValueError("this MuonSGD state_dict was saved by the 'own' backend")

@@ -105,20 +105,44 @@ def muon_groups(model: nn.Module, cfg: OptimConfig, lr: float) -> list[dict]:
     return [*groups, muon]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, batch_size: int) -> torch.optim.Optimizer:
-    """The optimizer the recipe names, at the lr scaled to `batch_size`."""
+def build_optimizer(
+    model: nn.Module,
+    cfg: OptimConfig,
+    batch_size: int,
+    *,
+    loss_scale: float = 1.0,
+    grad_scaler: bool = False,
+    compile_mode: str = "off",
+) -> torch.optim.Optimizer:
+    """The optimizer the recipe names, at the lr scaled to `batch_size`.
+
+    loss_scale: how many times a mean loss's gradients the loss gives (a summed loss: the batch
+        size, `precision.loss_scale_for`); the lr is divided and the (coupled) weight decay
+        multiplied by it, so that every step is the mean loss's step (Muon's filters need
+        neither: their update does not depend on the gradient's scale).
+    grad_scaler: a GradScaler scales the loss (16-mixed): SGD, Adam and AdamW are then fused,
+        the kernels that take the scale on the device (otherwise GradScaler reads found_inf on
+        the host, a sync every step).
+    compile_mode: the recipe's resolved tricks.compile; Muon compiles its Newton–Schulz step
+        unless it is off."""
     lr = scaled_lr(cfg.lr, batch_size, cfg.reference_batch_size, cfg.lr_scaling)
     if cfg.name == "muon":  # the rest with cfg.momentum and cfg.nesterov, as SGD
-        groups = muon_groups(model, cfg, lr)
+        groups = _rescaled(muon_groups(model, cfg, lr), loss_scale)
         return MuonSGD(
-            groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, ns_steps=cfg.muon_ns_steps
+            groups,
+            lr=lr / loss_scale,
+            momentum=cfg.momentum,
+            nesterov=cfg.nesterov,
+            ns_steps=cfg.muon_ns_steps,
+            compile_newton_schulz=compile_mode != "off",
         )
-    groups = param_groups(model, cfg, lr)
+    groups = _rescaled(param_groups(model, cfg, lr), loss_scale)
+    lr = lr / loss_scale
     if cfg.name == "rmsprop":
         return torch.optim.RMSprop(groups, lr=lr)
     # fused: one kernel updates every parameter (PyTorch's default launches one per tensor, or a
     # few "foreach" kernels on CUDA). The recipe allowed it for these three only.
-    fused = {"fused": True} if cfg.fused else {}
+    fused = {"fused": True} if cfg.fused or grad_scaler else {}
     try:
         if cfg.name == "sgd":
             return torch.optim.SGD(
@@ -129,5 +153,19 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, batch_size: int) -> torc
         if cfg.name == "adamw":
             return torch.optim.AdamW(groups, lr=lr, **fused)
     except RuntimeError as exc:  # fused kernels exist for some devices and dtypes only
-        raise TrickLabError(f"optim.fused=true: {exc}") from None
+        if cfg.fused:
+            raise TrickLabError(f"optim.fused=true: {exc}") from None
+        return build_optimizer(model, cfg, batch_size, loss_scale=loss_scale)  # syncs per step
     raise AssertionError(cfg.name)  # the recipe validated the name
+
+
+def _rescaled(groups: list[dict], loss_scale: float) -> list[dict]:
+    """`groups` for a loss `loss_scale` times the mean: lr / scale and weight decay x scale, so
+    lr x (grad + wd x p) is unchanged; Muon's groups as they are."""
+    if loss_scale == 1.0:
+        return groups
+    for group in groups:
+        if not group.get("muon", False):
+            group["lr"] /= loss_scale
+            group["weight_decay"] *= loss_scale
+    return groups

@@ -8,6 +8,29 @@ import torch
 from torch import nn
 
 AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+# CUDA compute capability from which GPUs have bf16 tensor cores (Ampere, A100: 8.0).
+BF16_TENSOR_CORES_FROM = (8, 0)
+
+
+def precision_for_device(
+    precision: str, device_type: str, capability: tuple[int, int] | None
+) -> str:
+    """The precision a recipe runs at on a device: bf16-mixed becomes 16-mixed (fp16 autocast with
+    loss scaling) on CUDA GPUs without bf16 tensor cores (T4 7.5, V100 7.0), where bf16 matmuls
+    and convolutions run several times slower; every other precision as given."""
+    if (
+        precision == "bf16-mixed"
+        and device_type == "cuda"
+        and capability is not None
+        and tuple(capability) < BF16_TENSOR_CORES_FROM
+    ):
+        return "16-mixed"
+    return precision
+
+
+def cuda_capability(device: torch.device) -> tuple[int, int] | None:
+    """The CUDA compute capability of `device`; None for other devices."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
 
 
 def autocast_for(precision: str, device_type: str) -> contextlib.AbstractContextManager:
@@ -19,8 +42,41 @@ def autocast_for(precision: str, device_type: str) -> contextlib.AbstractContext
 
 
 def grad_scaler_for(precision: str, device_type: str) -> torch.amp.GradScaler:
-    """Loss scaling for fp16 autocast (fp16 gradients underflow without it); a no-op otherwise."""
+    """Loss scaling for fp16 autocast (fp16 gradients underflow without it); a no-op otherwise.
+
+    GradScaler skips the steps whose gradients overflowed. With an optimizer that takes the scale
+    itself (torch's fused SGD, Adam, AdamW: `build_optimizer(grad_scaler=True)` picks them), the
+    unscaling and the skip happen on the device; with any other (Muon, RMSprop) `scaler.step`
+    reads found_inf on the host, a sync every step."""
     return torch.amp.GradScaler(device_type, enabled=precision == "16-mixed")
+
+
+class SummedCrossEntropy(nn.CrossEntropyLoss):
+    """Cross-entropy summed over the batch, computed in fp32 from (fp16) logits.
+
+    airbench's loss for its fp16 weights: the gradients of a summed loss are those of the mean
+    times the batch size, far above fp16's underflow (6e-5 is its smallest normal number), where
+    a mean loss's small gradients would be flushed. `loss_scale_for` gives the factor by which
+    the optimizer's lr is divided to keep the step of a mean loss."""
+
+    def __init__(self, label_smoothing: float = 0.0) -> None:
+        super().__init__(reduction="sum", label_smoothing=label_smoothing)
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return super().forward(logits.float(), labels)
+
+
+def loss_for(precision: str, label_smoothing: float) -> nn.CrossEntropyLoss:
+    """The training loss: summed over the batch with fp16 weights (16-true-bn32), else the mean."""
+    if precision == "16-true-bn32":
+        return SummedCrossEntropy(label_smoothing)
+    return nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+
+
+def loss_scale_for(precision: str, batch_size: int) -> float:
+    """How many times larger than a mean loss's the loss's gradients are (`loss_for`): the batch
+    size for the summed loss of 16-true-bn32, else 1."""
+    return float(batch_size) if precision == "16-true-bn32" else 1.0
 
 
 def half_with_fp32_batchnorm(model: nn.Module) -> nn.Module:

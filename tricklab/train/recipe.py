@@ -200,7 +200,12 @@ class LoaderConfig:
     )
     drop_last: bool = _f(False, "drop the last incomplete training batch")
     storage_dtype: str = _f(
-        "uint8", "device loader: dtype the split is kept in", STORAGE_DTYPE_NAMES
+        "auto",
+        "device loader: dtype the split is kept in, normalized, and its batches come out in; "
+        "auto: tricks.precision's compute dtype (bf16-mixed: bfloat16, 16-mixed and "
+        "16-true-bn32: float16, 32-true: float32); uint8: a quarter of float32's memory, "
+        "normalized per batch",
+        ("auto", *STORAGE_DTYPE_NAMES),
     )
 
 
@@ -229,7 +234,10 @@ class TricksConfig:
     )
     channels_last: bool = _f(False, "NHWC memory format for model and inputs")
     compile: str = _f(
-        "off", "torch.compile mode", ("off", "default", "reduce-overhead", "max-autotune")
+        "off",
+        "torch.compile mode, compiled in warm-up steps timed apart; auto: max-autotune on CUDA "
+        "(as the records compiled), off elsewhere (a CPU does not gain)",
+        ("off", "auto", "default", "reduce-overhead", "max-autotune"),
     )
     matmul_precision: str = _f(
         "highest", "torch.set_float32_matmul_precision", ("highest", "high", "medium")
@@ -280,7 +288,11 @@ class RunConfig:
     )
     target_accuracy: float | None = _f(None, "record time-to-target at this val accuracy (0..1)")
     stop_at_target: bool = _f(False, "stop training when target_accuracy is reached")
-    time_budget_seconds: float | None = _f(None, "stop training after this many train seconds")
+    time_budget_seconds: float | None = _f(
+        None,
+        "stop training after this many train seconds (the time is read every 25 steps and at "
+        "epoch ends: a sync on a GPU, made only when a budget is set)",
+    )
     early_stopping_monitor: str = _f(
         "val_acc", "metric early stopping watches", ("val_acc", "val_loss")
     )
