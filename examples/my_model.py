@@ -11,7 +11,8 @@ or from Python, under a name of your choosing:
     import tricklab
     from examples.my_model import make
     tricklab.register_model("my-convnet", make)
-    tricklab.train(tricklab.load_recipe(None, ["model.name=my-convnet"]))
+    recipe = tricklab.load_recipe(None, ["model.name=my-convnet", "data.name=cifar10-sample"])
+    tricklab.train(recipe)
 """
 
 from __future__ import annotations
@@ -45,6 +46,6 @@ class SmallConvNet(nn.Module):
 
 
 def make(num_classes: int, in_channels: int, image_size: int) -> nn.Module:
-    """Small conv net: 3 pooling stages (32, 64, 128, 256 channels), fewer for images under 16 px."""
+    """Small conv net: 3 pooling stages (32 to 256 channels), fewer for images under 16 px."""
     stages = 3 if image_size >= 16 else max(1, image_size.bit_length() - 2)
     return SmallConvNet(num_classes, in_channels, stages)
