@@ -78,6 +78,11 @@ def _quiet_profiler() -> None:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
+def _threads_text(result: dict) -> str:
+    count = result["hardware"]["torch_threads"]
+    return f"{count} thread{'' if count == 1 else 's'}"
+
+
 def _print_json(result: dict) -> None:
     from tricklab.train.api import json_safe
 
@@ -175,7 +180,7 @@ def render_model(result: dict) -> None:
     )
     table = Table(
         title=f"latency on {result['hardware']['device_name']} ({result['device']}, "
-        f"{result['hardware']['torch_threads']} threads; {fixed}): "
+        f"{_threads_text(result)}; {fixed}): "
         f"median ±half the IQR of {result['repeats']} interleaved repeats"
     )
     has_mfu = any(r["mfu"] is not None for r in rows)
@@ -234,7 +239,7 @@ def render_step(result: dict) -> None:
     title = (
         f"{result['recipe'] or 'recipe'}: step {result['step_ms']:.4g} ms at batch "
         f"{result['batch_size']} on {result['device']} "
-        f"({result['hardware']['torch_threads']} threads); medians of {result['repeats']} "
+        f"({_threads_text(result)}); medians of {result['repeats']} "
         "interleaved rounds, 95% paired-bootstrap intervals"
     )
     table = Table(title=title)
@@ -350,7 +355,7 @@ def render_loader(result: dict) -> None:
         title=f"{result['dataset']}: {result['train_images']:,} train images "
         f"{'×'.join(map(str, result['image_shape']))}, batch {result['batch_size']}, "
         f"{per} batches per measurement, on {result['device']} "
-        f"({result['hardware']['torch_threads']} threads); medians of {result['repeats']} "
+        f"({_threads_text(result)}); medians of {result['repeats']} "
         f"interleaved rounds; augment: {aug}"
     )
     step = result["step"]
@@ -473,6 +478,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     loader.add_argument("--pin-memory", default="off", help="on, off or on,off (default off)")
     loader.add_argument("--batch-size", type=int, help="default: the recipe's loader.batch_size")
-    loader.add_argument("--batches", type=int, help="batches per measurement (default: one epoch)")
+    loader.add_argument(
+        "--batches",
+        type=int,
+        help="batches per measurement, from a fresh epoch (default: one epoch)",
+    )
     common(loader, 3)
     loader.set_defaults(func=cmd_profile_loader)

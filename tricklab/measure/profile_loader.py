@@ -5,7 +5,9 @@ each configuration (loader.kind device | torch; for torch every num_workers x pi
 from the recipe as `train` builds it (`build_loaders`: its augmentations, batch size, precision,
 memory format, device) and timed alone: one measurement takes `batches` batches (default one
 epoch) from a fresh epoch, device-synchronised; the configurations take turns round by round and
-report medians. Worker processes are persistent and started before timing (their start-up is
+report medians. A fresh epoch, so that no batch is prefetched while another configuration runs;
+its start (the device loader's draws for the epoch, the workers' first batches) then counts once
+per measurement, which weighs more than in training when `batches` is less than an epoch. Worker processes are persistent and started before timing (their start-up is
 `setup_seconds`), as the loader benchmark had them.
 
 With `with_step`, the recipe's step on a batch already on the device is timed too (the step

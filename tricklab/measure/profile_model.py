@@ -1,7 +1,7 @@
 """`tricklab profile model`: what a model costs, counted (params, FLOPs, MACs) and measured (latency).
 
-Seed report 1 found MobileNetV2, with about 6x fewer MACs than ResNet-18, far from 6x faster: MACs
-count arithmetic, not the memory traffic and kernel launches of depthwise convolutions, norms and
+Seed report 1 found MobileNetV2, with 4x fewer MACs than ResNet-18, not 4x faster: MACs count
+arithmetic, not the memory traffic and kernel launches of depthwise convolutions, norms and
 activations. This module puts both side by side: per model its params and forward FLOPs/MACs
 (FlopCounterMode on an eager copy), then for every batch size x precision x compile mode x memory
 format the forward latency (eval mode, inference) and the train-step latency (forward,
