@@ -1,0 +1,72 @@
+"""`tricklab tricks GROUP / --search WORD` in 80 columns, and what `tricklab train` prints."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.cli import main
+from tricklab.train.recipe import field_table
+
+TINY = [*TINY_SYNTHETIC, "run.epochs=1"]
+
+
+def keys_of(capsys) -> list[str]:
+    return [row["key"] for row in json.loads(capsys.readouterr().out)]
+
+
+def test_a_group_lists_only_its_fields(capsys):
+    assert main(["tricks", "optim", "--json"]) == 0
+    keys = keys_of(capsys)
+    assert keys == [r["key"] for r in field_table() if r["key"].startswith("optim.")]
+    assert "optim.lr" in keys
+
+
+def test_search_finds_a_word_in_keys_docs_and_values_whatever_its_case(capsys):
+    assert main(["tricks", "--search", "EMA", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"tricks.ema_decay", "tricks.ema_every"} <= {r["key"] for r in rows}
+    assert all("ema" in json.dumps(r).lower() for r in rows)
+    assert main(["tricks", "--search", "adamw", "--json"]) == 0  # a choice, not in the key
+    assert "optim.name" in keys_of(capsys)
+
+
+def test_search_within_a_group(capsys):
+    assert main(["tricks", "aug", "--search", "cutout", "--json"]) == 0
+    assert keys_of(capsys) == ["aug.cutout", "aug.cutout_inside"]
+
+
+def test_an_unknown_group_is_one_line_exit_2(capsys):
+    assert main(["tricks", "optimizer"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown group 'optimizer'; did you mean 'optim'?" in err[0]
+
+
+def test_a_search_that_finds_nothing_says_so_and_exits_1(capsys):
+    assert main(["tricks", "--search", "no-such-word"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "no recipe fields mentioning 'no-such-word'" in err
+
+
+def test_the_full_list_fits_80_columns_and_never_cuts_a_key():
+    env = {**os.environ, "COLUMNS": "80"}
+    out = subprocess.run(
+        [sys.executable, "-m", "tricklab", "tricks"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    words = set(re.findall(r"[\w.]+", out.stdout))
+    assert all(r["key"] in words for r in field_table())  # every key whole on one line
+    assert "…" not in out.stdout
+
+
+def test_train_output_says_which_accuracy_has_tta_and_labels_the_final_lr(tmp_path, capsys):
+    assert main(["train", *TINY, "tricks.tta=flip", "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "val acc (no TTA)" in out and "val acc (TTA flip)" in out
+    assert "final lr" in out
+    assert "no TTA" in err and "end lr" in err  # the epoch table's columns
