@@ -79,6 +79,13 @@ def op_cost(func, args, kwargs, out) -> tuple[str, bool, int, int]:
         return name, False, 0, 0
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     outputs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if torch.is_tensor(o)]
+    if name == "index_put_":  # self[indices] = values: the broadcast indices × unindexed dims
+        self, indices = args[0], list(args[1])
+        given = [i for i in indices if i is not None]
+        count = torch.broadcast_shapes(*(i.shape for i in given)).numel()
+        for dim, size in enumerate(self.shape):
+            count *= size if dim >= len(indices) or indices[dim] is None else 1
+        return name, True, count * self.element_size(), sum(map(_distinct_bytes, given))
     if name in INDEXED_WRITES:
         self, index = args[0], next(t for t in tensors[1:] if not t.is_floating_point())
         per_index = self.numel() // max(self.shape[args[1]], 1) if name == "index_fill_" else 1
@@ -122,8 +129,8 @@ class OpCounter(TorchDispatchMode):
 def count_loader_ops(loader, model_dtype: torch.dtype, batches: int = 5) -> dict:
     """Per-batch and per-epoch-preparation costs of a loader, each batch followed by the cast
     to `model_dtype` that autocast (or the model) applies to it at the first convolution."""
-    iterator = iter(loader)
-    with OpCounter() as first:
+    with OpCounter() as first:  # the epoch's preparation (at iter() or the first batch) + a batch
+        iterator = iter(loader)
         images, _ = next(iterator)
         images.to(model_dtype)
     counters = []
@@ -153,10 +160,10 @@ def count_ops(recipes: list[str], dataset, repeats: int) -> None:
     mean, std = channel_stats(dataset.train.images)
     print(
         "| recipe | batch | kernels/batch | ops/batch (with views) | MB written/batch "
-        "| MB read/batch | epoch preparation: kernels, MB written | images/s "
+        "| MB read/batch | epoch preparation: kernels, MB written | stored split MB | images/s "
         "| kernels of one batch |"
     )
-    print("|---|---|---:|---:|---:|---:|---|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|---|")
     loaders = {}
     for name in recipes:
         recipe = load_recipe(name)
@@ -177,7 +184,8 @@ def count_ops(recipes: list[str], dataset, repeats: int) -> None:
         print(
             f"| {name} | {shape} {dtype} | {kernels:g} | {ops:g} | {written / 1e6:.2f} "
             f"| {read / 1e6:.2f} | {epoch_kernels:g}, {epoch_written / 1e6:.2f} "
-            f"| {statistics.median(rates[name]):,.0f} | {', '.join(costs['kernels'])} |"
+            f"| {loader.storage_bytes / 1e6:.0f} | {statistics.median(rates[name]):,.0f} "
+            f"| {', '.join(costs['kernels'])} |"
         )
 
 

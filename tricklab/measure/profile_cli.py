@@ -237,7 +237,7 @@ def render_step(result: dict) -> None:
 
     console = wide_console()
     title = (
-        f"{result['recipe'] or 'recipe'}: step {result['step_ms']:.4g} ms at batch "
+        f"{result['recipe'] or 'recipe'}: step {result['step_ms']:,.1f} ms at batch "
         f"{result['batch_size']} on {result['device']} "
         f"({_threads_text(result)}); medians of {result['repeats']} "
         "interleaved rounds, 95% paired-bootstrap intervals"
@@ -253,12 +253,12 @@ def render_step(result: dict) -> None:
         if c["within_noise"]:
             note.append("within noise")
         if c["ms_raw"] < 0:
-            note.append(f"clipped from {c['ms_raw']:.3g}")
+            note.append(f"clipped from {_num(c['ms_raw'])}")
         table.add_row(
             indent + c["name"].replace("_", " "),
-            f"{c['ms']:.3g}",
+            f"{_num(c['ms'])}",
             f"{100 * c['share']:.1f} %",
-            f"[{c['ci_low_ms']:.3g}, {c['ci_high_ms']:.3g}]",
+            f"[{_num(c['ci_low_ms'])}, {_num(c['ci_high_ms'])}]",
             c["measured_as"],
             ", ".join(note),
         )
@@ -277,13 +277,13 @@ def render_step(result: dict) -> None:
     )
     if result["components_sum_ms"] > result["step_ms"] * 1.0001:
         console.print(
-            f"the clipped components add up to {result['components_sum_ms']:.4g} ms, above the "
+            f"the clipped components add up to {result['components_sum_ms']:,.1f} ms, above the "
             "measured step: negative differences (noise) count as 0"
         )
     e = result["evaluation"]
-    line = f"evaluation: {e['seconds']:.3g} s per pass over {e['images']:,} images"
+    line = f"evaluation: {_num(e['seconds'])} s per pass over {e['images']:,} images"
     if e["tta_seconds"] is not None:
-        line += f"; with TTA {e['tta']}: {e['tta_seconds']:.3g} s"
+        line += f"; with TTA {e['tta']}: {_num(e['tta_seconds'])} s"
     console.print(line)
     if result["compile_seconds"]:
         console.print(f"compilation and warm-up, apart: {result['compile_seconds']:.1f} s")
@@ -297,9 +297,9 @@ def render_step(result: dict) -> None:
     for column in [*columns, "share"]:
         ops.add_column(column, justify="left" if column == "operator" else "right")
     for o in result["top_operators"]:
-        cells = [o["name"], f"{o['calls_per_step']:.3g}", f"{o['self_cpu_ms_per_step']:.3g}"]
+        cells = [o["name"], f"{_num(o['calls_per_step'])}", f"{_num(o['self_cpu_ms_per_step'])}"]
         if on_device:
-            cells.append(f"{o['self_device_ms_per_step']:.3g}")
+            cells.append(f"{_num(o['self_device_ms_per_step'])}")
         ops.add_row(*cells, f"{100 * o['self_share']:.1f} %")
     console.print(ops)
     if result["trace"]:
@@ -371,7 +371,7 @@ def render_loader(result: dict) -> None:
             "-" if c["pin_memory"] is None else ("on" if c["pin_memory"] else "off"),
             f"{c['images_per_second']:,.0f}",
             f"{c['vs_first']:.3g}×",
-            f"{c['ms_per_batch']['median_ms']:.3g}",
+            f"{_num(c['ms_per_batch']['median_ms'])}",
             f"{c['setup_seconds']:.2f}",
         ]
         if step:
@@ -381,7 +381,7 @@ def render_loader(result: dict) -> None:
     if step:
         console.print(
             f"{result['recipe']}'s step on a batch already on the device: "
-            f"{1e3 * step['seconds']:.4g} ms at batch {step['batch_size']}"
+            f"{1e3 * step['seconds']:,.1f} ms at batch {step['batch_size']}"
         )
     for note in result["notes"]:
         console.print(note)
