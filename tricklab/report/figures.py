@@ -434,7 +434,9 @@ FIGURES = (
         curves,
         "Validation accuracy and loss after each epoch, against the epoch and against the train"
         " seconds elapsed, mean over the seeds of each configuration with a band of ±1 standard"
-        " deviation.",
+        " deviation. Per-epoch evaluations are without TTA, so a change that acts only on the final"
+        " evaluation (tricks.tta) trains the same weights seed for seed: its curve lies on the"
+        " reference's and hides it.",
     ),
     ("memory_throughput", "Peak memory and throughput", memory_throughput, None),
 )
