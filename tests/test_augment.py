@@ -169,18 +169,21 @@ def test_cutout_gives_the_same_result_on_input_no_plane_view_covers():
     assert torch.equal(images[..., :10], expected)
 
 
-def test_zero_pixels_zeroes_the_cutout_square_in_every_channel_with_one_scatter():
-    images = torch.ones(3, 2, 6, 6).contiguous(memory_format=torch.channels_last)
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_zero_pixels_zeroes_the_cutout_square_in_every_channel_in_place(memory_format):
+    images = torch.ones(3, 2, 6, 6).contiguous(memory_format=memory_format)
     cy, cx = torch.tensor([0, 3, 5]), torch.tensor([0, 2, 5])
     pixels = cutout_pixels(3, cy, cx, 6, 6)
-    assert pixels.shape == (3, 1, 9) and pixels.dtype == torch.int64
+    assert pixels.shape == (3, 9) and pixels.dtype == torch.int64
     assert zero_pixels(images, pixels) is images
     expected = torch.ones(3, 2, 6, 6)
     expected[0, :, 0:2, 0:2] = 0  # rows/cols cy-1 .. cy+1, clipped
     expected[1, :, 2:5, 1:4] = 0
     expected[2, :, 4:6, 4:6] = 0
     assert torch.equal(images, expected)
-    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert images.is_contiguous(memory_format=memory_format)
+    again = torch.ones(3, 2, 6, 6).contiguous(memory_format=memory_format)
+    assert torch.equal(zero_pixels(again, pixels, torch.arange(3)[:, None]), expected)
 
 
 def test_cutout_inplace_modifies_the_input():

@@ -284,6 +284,21 @@ def test_a_float_storage_dtype_other_than_the_batches_dtype_is_refused():
         DeviceLoader(images, labels, 4, storage_dtype=torch.bfloat16)  # dtype float32
 
 
+def test_a_split_that_does_not_fit_on_its_device_is_refused_before_allocating(monkeypatch):
+    from tricklab.data import loaders
+
+    asked = []
+    monkeypatch.setattr(loaders, "free_memory_bytes", lambda device: asked.append(device) or 10_000)
+    images, labels = split(n=40, size=8)
+    spec = AugmentSpec(flip="random", translate=2)
+    with pytest.raises(TrickLabError, match=r"40 images stored as float32, padded, with a mirror"):
+        DeviceLoader(images, labels, 8, augment=spec)  # 2 × 40 × 3 × 12 × 12 × 4 bytes
+    with pytest.raises(TrickLabError, match="loader.storage_dtype=uint8"):
+        DeviceLoader(images, labels, 8, augment=spec)
+    assert asked == [torch.device("cpu")] * 2
+    DeviceLoader(images, labels, 8, train=False, storage_dtype=torch.uint8)  # no copy: no check
+
+
 class KernelRecorder(TorchDispatchMode):
     """Names of the aten ops that run a kernel (not views) inside it."""
 
@@ -304,11 +319,11 @@ class KernelRecorder(TorchDispatchMode):
     [
         (AugmentSpec(), ["index_select"]),
         (AugmentSpec(flip="alternating", translate=2), ["index_select"]),
-        (AugmentSpec(flip="random", translate=2, cutout=3), ["index_select", "scatter_"]),
+        (AugmentSpec(flip="random", translate=2, cutout=3), ["index_select", "index_put_"]),
     ],
 )
-def test_a_batch_is_one_gather_and_a_scatter_for_cutout(spec, kernels, channels_last):
-    """Flip, crop and the dataset gather in one index_select, cutout in one scatter: no dtype
+def test_a_batch_is_one_gather_and_one_fill_for_cutout(spec, kernels, channels_last):
+    """Flip, crop and the dataset gather in one index_select, cutout in one index_put_: no dtype
     conversion, no normalization, no layout copy, no host sync (airbench's loader does a
     whole-split flip and crop per epoch and a gather per batch)."""
     images, labels = split(n=40)
@@ -452,3 +467,56 @@ def test_bad_storage_dtype_and_images_raise_trick_lab_error():
         DeviceLoader(images.float(), labels, 4)
     with pytest.raises(TrickLabError, match="persistent_workers"):
         TorchLoader(images, labels, 4, persistent_workers=True)
+
+
+# ---------------------------------------------------------------- what train() builds
+
+
+def recipe_loaders(*overrides):
+    from tricklab.data.sources import load_dataset
+    from tricklab.train.api import build_loaders
+    from tricklab.train.recipe import load_recipe
+
+    recipe = load_recipe(
+        None, ["loader.kind=device", "loader.batch_size=16", "run.device=cpu", *overrides]
+    )
+    dataset = load_dataset("synthetic", train_size=40, test_size=20, image_size=8)
+    return build_loaders(recipe, dataset, torch.device("cpu"), MEAN, STD)
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [
+        ("bf16-mixed", torch.bfloat16),
+        ("16-mixed", torch.float16),
+        ("16-true-bn32", torch.float16),
+        ("32-true", torch.float32),
+    ],
+)
+@pytest.mark.parametrize("kind", ["device", "torch"])
+def test_a_recipes_batches_come_in_the_dtype_its_model_computes_in(precision, dtype, kind):
+    for loader in recipe_loaders(f"tricks.precision={precision}", f"loader.kind={kind}"):
+        assert next(iter(loader))[0].dtype == dtype
+        if kind == "device":
+            assert loader.storage_dtype == dtype  # loader.storage_dtype=auto
+
+
+def test_recipe_storage_dtype_uint8_normalizes_each_batch_into_the_compute_dtype():
+    train, _ = recipe_loaders("tricks.precision=bf16-mixed", "loader.storage_dtype=uint8")
+    assert train.storage_dtype == torch.uint8
+    assert next(iter(train))[0].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_recipe_storage_dtype_float32_under_autocast_gives_float32_batches(precision):
+    train, _ = recipe_loaders(f"tricks.precision={precision}", "loader.storage_dtype=float32")
+    assert train.storage_dtype == torch.float32
+    assert next(iter(train))[0].dtype == torch.float32  # autocast casts them at each conv
+
+
+@pytest.mark.parametrize(
+    ("precision", "storage"), [("32-true", "bfloat16"), ("16-true-bn32", "float32")]
+)
+def test_recipe_storage_dtype_the_model_cannot_take_is_one_clear_error(precision, storage):
+    with pytest.raises(TrickLabError, match=f"loader.storage_dtype={storage} gives {storage}"):
+        recipe_loaders(f"tricks.precision={precision}", f"loader.storage_dtype={storage}")

@@ -131,7 +131,7 @@ def crop_random(padded: Tensor, size: int, generator: torch.Generator | None = N
 
 def cutout_pixels(size: int, cy: Tensor, cx: Tensor, height: int, width: int) -> Tensor:
     """The pixels a size×size Cutout square centred at (`cy`, `cx`) covers in each image, clipped
-    at the borders: B×1×size² flat indices (row·width + col) into an image plane, for `zero_pixels`.
+    at the borders: B×size² flat indices (row·width + col) into an image plane, for `zero_pixels`.
 
     The square covers rows cy - size//2 ... cy - size//2 + size - 1 (same for columns), as in
     DeVries & Taylor 2017. Clamping maps out-of-image rows onto the border row, which the clipped
@@ -139,16 +139,18 @@ def cutout_pixels(size: int, cy: Tensor, cx: Tensor, height: int, width: int) ->
     offsets = torch.arange(size, device=cy.device) - size // 2
     rows = (cy[:, None] + offsets).clamp_(0, height - 1)
     cols = (cx[:, None] + offsets).clamp_(0, width - 1)
-    return (rows[:, :, None] * width + cols[:, None, :]).view(-1, 1, size * size)
+    return (rows[:, :, None] * width + cols[:, None, :]).view(-1, size * size)
 
 
-def zero_pixels(images: Tensor, pixels: Tensor) -> Tensor:
+def zero_pixels(images: Tensor, pixels: Tensor, image_index: Tensor | None = None) -> Tensor:
     """Zero, in every channel and in place, the pixels of each image listed in `pixels`
-    (B×1×K flat indices from `cutout_pixels`): one scatter, on contiguous or channels_last
-    batches alike (both view as B×C×(H·W) without a copy)."""
+    (B×K flat indices from `cutout_pixels`): one `index_put_`, on contiguous and channels_last
+    batches alike (both view as B×C×(H·W) without a copy). `image_index` is
+    `arange(B)[:, None]` on the images' device, made here when not given (a loader keeps one)."""
     batch, channels, height, width = images.shape
-    planes = images.view(batch, channels, height * width)
-    planes.scatter_(2, pixels.expand(batch, channels, pixels.shape[-1]), 0)
+    if image_index is None:
+        image_index = torch.arange(batch, device=images.device)[:, None]
+    images.view(batch, channels, height * width).permute(0, 2, 1)[image_index, pixels] = 0
     return images
 
 
@@ -178,8 +180,7 @@ def cutout_at(
     try:
         return zero_pixels(out, pixels)
     except RuntimeError:  # strides that no B×C×(H·W) view can cover: index the pixels instead
-        rows, cols = pixels.squeeze(1) // width, pixels.squeeze(1) % width
-        out[torch.arange(batch, device=device)[:, None], :, rows, cols] = 0
+        out[torch.arange(batch, device=device)[:, None], :, pixels // width, pixels % width] = 0
         return out
 
 

@@ -33,8 +33,10 @@ from tricklab.data.augment import (
     window_view,
     zero_pixels,
 )
+from tricklab.data.limits import format_bytes
 from tricklab.data.names import STORAGE_DTYPE_NAMES
 from tricklab.errors import TrickLabError
+from tricklab.measure.memory import free_memory_bytes
 
 FLIPS = ("none", "random", "alternating")
 STORAGE_DTYPES = {name: getattr(torch, name) for name in STORAGE_DTYPE_NAMES}
@@ -206,6 +208,17 @@ def batch_dtypes(
     return stored, stored
 
 
+def check_storage_fits(needed_bytes: int, device: torch.device, what: str) -> None:
+    """TrickLabError, before allocating, when a split stored on `device` would not fit there."""
+    free = free_memory_bytes(device)
+    if free is not None and needed_bytes > free:
+        raise TrickLabError(
+            f"the device loader's split does not fit on {device}: {what} take "
+            f"{format_bytes(needed_bytes)}, {format_bytes(free)} free; set "
+            "loader.storage_dtype=uint8 (a quarter of float32's memory) or loader.kind=torch"
+        )
+
+
 class DeviceLoader:
     """The whole split lives on the device in the form its batches take; a batch is one gather.
 
@@ -216,7 +229,7 @@ class DeviceLoader:
     on the device from a generator seeded by (seed, epoch, rank) and turned into one offset per
     sample, flip, crop and dataset index at once, and, with cutout, the pixels each sample loses.
     A batch is then one `index_select` on an overlapping window view of the stored images
-    (`augment.window_view`) and, with cutout, one scatter (`augment.zero_pixels`): no conversion,
+    (`augment.window_view`) and, with cutout, one `index_put_` (`augment.zero_pixels`): no conversion,
     no layout copy, no host sync. `storage_dtype=torch.uint8` keeps the split as uint8 instead
     (a quarter of float32's memory) and normalizes each batch into `dtype` (four more kernels).
     A float `storage_dtype` must be `dtype`: batches come out in the dtype they are stored in.
@@ -284,6 +297,7 @@ class DeviceLoader:
         self._windows = window_view(
             self._stored, *self.image_shape[1:], channels_last=channels_last
         )
+        self._image_index = torch.arange(batch_size, device=self.device)[:, None]
         self._base_flip = (
             alternating_flip_bits(self.num_images, seed).to(self.device)
             if self.augment.flip == "alternating"
@@ -305,6 +319,13 @@ class DeviceLoader:
         copies = 2 if self._mirrored else 1
         if copies == 1 and t == 0 and self.storage_dtype == torch.uint8 and not self.channels_last:
             return images.to(self.device)[None]  # nothing to precompute: no second copy
+        check_storage_fits(
+            copies * n * c * (h + 2 * t) * (w + 2 * t) * self.storage_dtype.itemsize,
+            self.device,
+            f"{n} images stored as {str(self.storage_dtype).removeprefix('torch.')}"
+            + (", padded" if t else "")
+            + (", with a mirrored copy" if copies == 2 else ""),
+        )
         shape = (copies, n, h + 2 * t, w + 2 * t, c) if self.channels_last else None
         if shape is not None:
             stored = torch.empty(shape, dtype=self.storage_dtype, device=self.device)
@@ -389,7 +410,7 @@ class DeviceLoader:
             if self.storage_dtype == torch.uint8:
                 images = normalize(images, self._mean, self._std, self.dtype)
             if pixels is not None:
-                zero_pixels(images, pixels[batch])
+                zero_pixels(images, pixels[batch], self._image_index[: images.shape[0]])
             yield images, labels[batch]
         self.epoch = epoch + 1
 

@@ -1,4 +1,5 @@
-"""Peak memory of a run: CUDA allocator peaks, or the process's peak RSS on the CPU."""
+"""Memory of a device: a run's peak (CUDA allocator peaks, or the process's peak RSS on the CPU),
+and what can still be allocated. Each function takes the device; the CPU path is the fallback."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import resource
 import sys
 
 import torch
+
+from tricklab.data.limits import available_memory_bytes
 
 
 def reset_peak_memory(device: torch.device) -> None:
@@ -26,3 +29,12 @@ def peak_memory(device: torch.device) -> dict:
         }
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"peak_memory_bytes": rss if sys.platform == "darwin" else rss * 1024}
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """What can still be allocated on `device`: free CUDA memory (the driver's count, other
+    processes' use included); on the CPU what this process may still allocate (available memory,
+    cgroup and `ulimit -v` headroom); None where it cannot be told (MPS)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory_bytes() if device.type == "cpu" else None

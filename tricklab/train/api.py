@@ -20,7 +20,7 @@ from torch import nn
 
 import tricklab
 from tricklab.data.augment import channel_stats, normalize
-from tricklab.data.loaders import STORAGE_DTYPES, AugmentSpec, DeviceLoader, TorchLoader
+from tricklab.data.loaders import AugmentSpec, DeviceLoader, TorchLoader, batch_dtypes
 from tricklab.data.sources import Dataset, load_dataset
 from tricklab.errors import TrickLabError
 from tricklab.measure.flops import count_forward_macs, count_params
@@ -117,17 +117,23 @@ def build_loaders(
     recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
 ) -> tuple[Any, Any]:
     """Train and eval loaders of the recipe's kind, normalized with the given channel statistics."""
-    lc, a = recipe.loader, recipe.aug
+    lc, a, p = recipe.loader, recipe.aug, recipe.tricks.precision
+    autocast = precision.AUTOCAST_DTYPES.get(p)  # batches in the dtype the model computes in
+    dtype, storage = batch_dtypes(
+        lc.storage_dtype if lc.kind == "device" else "auto",
+        autocast or precision.input_dtype(p),
+        autocast=autocast is not None,
+    )
     common = dict(
         mean=mean,
         std=std,
         device=device,
-        dtype=precision.input_dtype(recipe.tricks.precision),
+        dtype=dtype,
         channels_last=recipe.tricks.channels_last,
         seed=recipe.run.seed,
     )
     if lc.kind == "device":
-        cls = functools.partial(DeviceLoader, storage_dtype=STORAGE_DTYPES[lc.storage_dtype])
+        cls = functools.partial(DeviceLoader, storage_dtype=storage)
     else:
         cls = functools.partial(
             TorchLoader,
