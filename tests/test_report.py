@@ -19,8 +19,8 @@ from tricklab.experiments.stats import config_stats
 from tricklab.report import write_report
 from tricklab.report.collect import Source, load_sources
 from tricklab.report.conclusions import conclusions, summary
-from tricklab.report.style import Styles
 from tricklab.report.fmt import config_name, p_equals, ratio_interval, short_override
+from tricklab.report.style import Styles
 
 STEMS = ["accuracy_vs_time", "effects", "training_curves", "memory_throughput"]
 
