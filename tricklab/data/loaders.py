@@ -229,10 +229,11 @@ class DeviceLoader:
     on the device from a generator seeded by (seed, epoch, rank) and turned into one offset per
     sample, flip, crop and dataset index at once, and, with cutout, the pixels each sample loses.
     A batch is then one `index_select` on an overlapping window view of the stored images
-    (`augment.window_view`) and, with cutout, one `index_put_` (`augment.zero_pixels`): no conversion,
-    no layout copy, no host sync. `storage_dtype=torch.uint8` keeps the split as uint8 instead
-    (a quarter of float32's memory) and normalizes each batch into `dtype` (four more kernels).
-    A float `storage_dtype` must be `dtype`: batches come out in the dtype they are stored in.
+    (`augment.window_view`) and, with cutout, one `index_put_` (`augment.zero_pixels`): no
+    conversion, no layout copy, no host sync. `storage_dtype=torch.uint8` keeps the split as uint8
+    instead (a quarter of float32's memory) and normalizes each batch into `dtype` (four kernels
+    more, five for a half `dtype`). A float `storage_dtype` must be `dtype`: batches come out in
+    the dtype they are stored in.
     """
 
     def __init__(
