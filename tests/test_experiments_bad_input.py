@@ -4,6 +4,7 @@ import contextlib
 import math
 import os
 import sqlite3
+import time
 
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
@@ -113,7 +114,7 @@ def test_a_range_no_distribution_can_hold_is_a_user_error(range_):
 
 
 def test_a_grid_too_large_to_list_is_refused_before_it_is_built(tmp_path, capsys):
-    args = sweep_args(tmp_path, "loader.batch_size: {low: 1, high: 2147483647}\n",
+    args = sweep_args(tmp_path, "data.train_size: {low: 1, high: 2147483647}\n",
                       "--sampler", "grid", "--dry-run")  # fmt: skip
     assert main(args) == 2
     assert f"2,147,483,647 points (2,147,483,647), more than {MAX_GRID_POINTS:,}" in one_error_line(
@@ -123,6 +124,20 @@ def test_a_grid_too_large_to_list_is_refused_before_it_is_built(tmp_path, capsys
                          "loader.batch_size": {"low": 1, "high": 1000}})  # fmt: skip
     with pytest.raises(TrickLabError, match=r"1,001,000 points \(1,001 × 1,000\)"):
         space.grid()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_an_ablation_grid_above_the_cap_is_refused_at_once(tmp_path, capsys, dry_run):
+    """Two 399-value axes: 159,201 points, counted from the axis sizes, never listed."""
+    values = ",".join(f"{0.001 * i:.3f}" for i in range(1, 400))
+    args = ["ablate", "--baseline", *TINY, "--vary", f"optim.lr={values}",
+            "--vary", f"optim.weight_decay={values}", "--grid", "--out", str(tmp_path / "exp")]  # fmt: skip
+    start = time.monotonic()
+    assert main(args + ["--dry-run"] * dry_run) == 2
+    assert time.monotonic() - start < 10  # took minutes while the grid was listed and checked
+    line = one_error_line(capsys)
+    assert f"159,201 points (399 × 399), more than {MAX_GRID_POINTS:,}" in line
+    assert not (tmp_path / "exp").exists()
 
 
 def test_a_range_end_outside_the_fields_bounds_is_refused_by_the_field(tmp_path, capsys):

@@ -167,3 +167,78 @@ def test_grid_of_a_continuous_range_says_what_to_add():
 def test_malformed_space_is_a_user_error(data):
     with pytest.raises(TrickLabError):
         parse_space(data)
+
+
+# ---------------------------------------------------------------- large grids
+
+
+@pytest.fixture
+def count_reads(monkeypatch):
+    """How many recipes are read (Recipe.from_dict, which Recipe.override calls too); fails past
+    `limit` reads."""
+    from tricklab.train.recipe import Recipe
+
+    calls, real = {"n": 0, "limit": 10**9}, Recipe.from_dict.__func__
+
+    def from_dict(cls, data, source="recipe"):
+        calls["n"] += 1
+        assert calls["n"] <= calls["limit"], "the grid was read recipe by recipe"
+        return real(cls, data, source)
+
+    monkeypatch.setattr(Recipe, "from_dict", classmethod(from_dict))
+    return calls
+
+
+def test_a_grid_above_the_cap_is_refused_from_its_axis_sizes_before_any_value_is_read(
+    baseline, count_reads
+):
+    values = ",".join(f"{0.001 * i:.3f}" for i in range(1, 400))
+    vary = parse_vary([f"optim.lr={values}", f"optim.weight_decay={values}"])
+    count_reads["limit"] = 0
+    with pytest.raises(TrickLabError, match=r"159,201 points \(399 × 399\), more than 100,000"):
+        plan_configs(baseline, vary, grid=True)
+
+
+def test_each_value_is_read_once_however_large_the_grid(baseline, count_reads):
+    values = ",".join(f"{0.001 * i:.3f}" for i in range(1, 101))
+    vary = parse_vary([f"optim.lr={values}", f"optim.weight_decay={values}"])
+    configs = plan_configs(baseline, vary, grid=True)
+    assert len(configs) == 1 + 100 * 100
+    assert count_reads["n"] == 200  # one per value, none per point
+    assert "optim.lr=0.037 optim.weight_decay=0.099" in ids(configs)
+
+
+def test_every_grid_point_meets_the_recipes_cross_field_rules_before_anything_runs(baseline):
+    vary = parse_vary(["tricks.precision=32-true,16-true-bn32", "optim.name=sgd,adam"])
+    with pytest.raises(TrickLabError, match="16-true-bn32.*adam"):
+        plan_configs(baseline, vary, grid=True)
+    assert len(plan_configs(baseline, vary)) == 3  # one change at a time, each is fine
+
+
+@pytest.mark.parametrize("values", [2, 10])
+def test_the_setup_check_builds_each_data_source_model_and_loader_once(monkeypatch, values):
+    """A grid's setup check costs about the same for 4 points as for 100: the data, the model and
+    the loaders are built once per distinct setting, the cheap rest once per varied value."""
+    from collections import Counter
+
+    from tiny_recipe import TINY_SYNTHETIC
+
+    from tricklab.experiments.runner import plan_ablation
+    from tricklab.train import api
+
+    built = Counter()
+    for name in ("load_data", "build_model", "build_loaders", "build_optimizer"):
+        real = getattr(api, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            built[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(api, name, counted)
+    base = load_recipe(None, TINY_SYNTHETIC)
+    lrs = [0.01 * (i + 1) for i in range(values)]
+    vary = {"data.train_size": [128, 256], "optim.lr": lrs, "optim.weight_decay": lrs}
+    configs, _ = plan_ablation(base, vary, 1, grid=True)
+    assert len(configs) == 1 + 2 * values * values
+    assert built["load_data"] == 2 and built["build_model"] == 2 and built["build_loaders"] == 2
+    assert built["build_optimizer"] <= 1 + 2 + 2 * values  # the baseline and each value's

@@ -13,6 +13,7 @@ The unit of work is a (configuration, seed) pair; seeds are 0..N-1 (`run.seed`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -24,10 +25,13 @@ from typing import Any
 import yaml
 
 from tricklab.errors import TrickLabError
+from tricklab.train.recipe import Recipe, all_keys
+from tricklab.train.yamlio import read_yaml
 
 BASELINE = "baseline"
 SAMPLERS = ("grid", "random", "tpe")
 PRUNERS = ("none", "median")
+MAX_GRID_POINTS = 100_000  # an ablation --grid or a grid sweep
 MAX_SEEDS = 10_000  # more is a typo: at a second a run, 10,000 seeds are hours per configuration
 SEEDS_ERROR = "run.seed is set by --seeds (seeds 0..N-1), it cannot be varied"
 
@@ -157,49 +161,149 @@ def normalize_target(target: float) -> float:
     return fraction
 
 
-def _resolve(baseline: Any, key: str, value: Any) -> Any:
-    """The value `key` takes when the baseline is overridden with `value` (as the recipe reads it)."""
-    text = value if isinstance(value, str) else format_value(value)
-    return baseline.override([f"{key}={text}"]).get(key)
+@dataclass(frozen=True)
+class AblationPlan:
+    """The configurations of an ablation, and the recipes its setup check builds (`checked`): the
+    baseline and, for each value of each varied key, one configuration that has it."""
+
+    configs: list[Config]
+    checked: list[Any]
 
 
-def _config(baseline: Any, changes: Sequence[tuple[str, Any]]) -> Config:
-    overrides = tuple(f"{k}={format_value(v)}" for k, v in changes if v != baseline.get(k))
-    if overrides:
-        baseline.override(overrides)  # combined overrides may break a cross-field rule
-    return Config(" ".join(overrides) if overrides else BASELINE, overrides)
-
-
-def plan_configs(
+def ablation_plan(
     baseline: Any, vary: Mapping[str, Sequence[Any]], grid: bool = False
-) -> list[Config]:
+) -> AblationPlan:
     """The configurations of an ablation: baseline first, then one change at a time (or the grid).
 
     `baseline` is a Recipe; `vary` maps recipe keys to values (Python values or strings as typed on
-    the command line). Unknown keys or bad values raise TrickLabError before anything runs.
+    the command line). Unknown keys, bad values, a grid of more than MAX_GRID_POINTS points (told
+    from the number of values, before any is read) and a grid point that breaks one of the recipe's
+    cross-field rules raise TrickLabError before anything runs. Each value is read once, however
+    many points hold it.
     """
     if not vary:
         raise TrickLabError("nothing to vary: give at least one --vary KEY=V1,V2,...")
     if "run.seed" in vary:
         raise TrickLabError(SEEDS_ERROR)
-    resolved = {}
     for key, values in vary.items():
         if not values:
             raise TrickLabError(f"--vary {key} has no values")
-        unique: dict[str, Any] = {}  # first of equal values; lists (model.widths) included
-        for value in values:
-            typed = _resolve(baseline, key, value)
-            unique.setdefault(json.dumps(typed), typed)
-        resolved[key] = list(unique.values())
-    configs = [_config(baseline, [])]
     if grid:
-        keys = list(resolved)
-        for combo in itertools.product(*(resolved[k] for k in keys)):
-            configs.append(_config(baseline, list(zip(keys, combo))))
-    else:
-        for key, values in resolved.items():
-            configs.extend(_config(baseline, [(key, v)]) for v in values)
-    return list({c.config_id: c for c in configs}.values())
+        _check_grid_size(vary)
+    axes = {key: _axis(baseline, key, values) for key, values in vary.items()}
+    if grid:
+        return _grid_plan(baseline, axes)
+    configs, checked = [Config(BASELINE, ())], [baseline]
+    for key, values in axes.items():
+        for value in values:
+            if value != baseline.get(key):
+                text = f"{key}={format_value(value)}"
+                recipe = with_values(baseline, [(key, value)])
+                try:
+                    check_rules(recipe)
+                except TrickLabError as exc:
+                    raise TrickLabError(f"--vary {text}: {exc}") from None
+                configs.append(Config(text, (text,)))
+                checked.append(recipe)
+    return AblationPlan(configs, checked)
+
+
+def plan_configs(
+    baseline: Any, vary: Mapping[str, Sequence[Any]], grid: bool = False
+) -> list[Config]:
+    """The configurations of `ablation_plan`."""
+    return ablation_plan(baseline, vary, grid).configs
+
+
+def _check_grid_size(vary: Mapping[str, Sequence[Any]]) -> None:
+    """TrickLabError for a grid of more than MAX_GRID_POINTS points, counted from the values as
+    given (values spelt alike counted once), never by listing the points."""
+    sizes = [len({_spelling(v) for v in values}) for values in vary.values()]
+    total = math.prod(sizes)
+    if total > MAX_GRID_POINTS:
+        raise TrickLabError(
+            f"--grid has {total:,} points ({' × '.join(f'{n:,}' for n in sizes)}), more than "
+            f"{MAX_GRID_POINTS:,}; vary fewer values, or sample the space with "
+            "tricklab sweep --sampler random|tpe"
+        )
+
+
+def _spelling(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _axis(baseline: Any, key: str, values: Sequence[Any]) -> list[Any]:
+    """The distinct values of one varied key as the recipe reads them, first spelling first."""
+    unique: dict[str, Any] = {}  # lists (model.widths) included
+    for value in values:
+        typed = _read_value(baseline, key, value)
+        unique.setdefault(json.dumps(typed), typed)
+    return list(unique.values())
+
+
+def _read_value(baseline: Any, key: str, value: Any) -> Any:
+    """`value` as the field `key` holds it: read and checked against that field alone (the rules
+    tying fields together are checked on each configuration), which costs one field's reading,
+    not the whole recipe's. Where that fails, the baseline overridden with it says why."""
+    text = value if isinstance(value, str) else format_value(value)
+    section, _, name = key.partition(".")
+    try:
+        if key not in all_keys():
+            raise LookupError(key)
+        field = read_yaml(text) if text.strip() else None
+        return Recipe.from_dict({section: {name: field}}, source="override").get(key)
+    except Exception:  # the override below raises the error as the recipe words it
+        return baseline.override([f"{key}={text}"]).get(key)
+
+
+def _grid_plan(baseline: Any, axes: Mapping[str, list[Any]]) -> AblationPlan:
+    """Every point of the product (and the baseline), each checked against the recipe's
+    cross-field rules; the setup check takes, for each value, the point whose other keys take
+    their first values."""
+    keys = list(axes)
+    columns = [
+        [(value, f"{key}={format_value(value)}" if value != baseline.get(key) else None)
+         for value in axes[key]]
+        for key in keys
+    ]  # fmt: skip
+    configs = {BASELINE: Config(BASELINE, ())}
+    for combo in itertools.product(*columns):
+        overrides = tuple(text for _, text in combo if text is not None)
+        config_id = " ".join(overrides) or BASELINE
+        if config_id not in configs:
+            changes = [(key, value) for key, (value, text) in zip(keys, combo) if text is not None]
+            try:
+                check_rules(with_values(baseline, changes))
+            except TrickLabError as exc:
+                raise TrickLabError(f"--grid point '{config_id}': {exc}") from None
+            configs[config_id] = Config(config_id, overrides)
+    firsts = [column[0][0] for column in columns]
+    checked = {BASELINE: baseline}
+    for i, column in enumerate(columns):
+        for value, _ in column:
+            point = [*firsts[:i], value, *firsts[i + 1 :]]
+            recipe = with_values(baseline, list(zip(keys, point)))
+            checked.setdefault(json.dumps(point, default=str), recipe)
+    return AblationPlan(list(configs.values()), list(checked.values()))
+
+
+def with_values(recipe: Any, changes: Sequence[tuple[str, Any]]) -> Any:
+    """`recipe` with `changes` [(key, value)], values already read by the recipe (typed): a new
+    Recipe, without reading every field again as `Recipe.override` does."""
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in changes:
+        section, name = key.split(".")
+        sections.setdefault(section, {})[name] = value
+    replaced = {s: dataclasses.replace(getattr(recipe, s), **f) for s, f in sections.items()}
+    return dataclasses.replace(recipe, **replaced)
+
+
+def check_rules(recipe: Any) -> None:
+    """The recipe's cross-field rules: each section's `check`, as `Recipe.from_dict` runs them."""
+    for section in dataclasses.fields(recipe):
+        check = getattr(getattr(recipe, section.name), "check", None)
+        if check is not None:
+            check(recipe)
 
 
 def plan_units(configs: Sequence[Config], seeds: int) -> list[Unit]:

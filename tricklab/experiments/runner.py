@@ -24,12 +24,11 @@ from tricklab.experiments.plan import (
     SAMPLERS,
     Config,
     Unit,
+    ablation_plan,
     baseline_identity,
     check_seeds,
     default_study_name,
-    plan_configs,
     plan_units,
-    unit_recipe,
 )
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats
@@ -127,14 +126,16 @@ def plan_ablation(
     check_runs: bool = True,
 ) -> tuple[list[Config], list[Unit]]:
     """The ablation's configurations and (configuration, seed) units. With `check_runs`, input
-    that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first."""
-    configs = plan_configs(baseline, vary, grid)
-    units = plan_units(configs, seeds)
+    that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first:
+    the setup of the baseline and of one configuration per varied value is built (each distinct
+    data source, model and loader once), so a large grid costs about what a small one does."""
+    plan = ablation_plan(baseline, vary, grid)
+    units = plan_units(plan.configs, seeds)
     if check_runs:
         from tricklab.train.api import check_setup  # torch
 
-        check_setup(unit_recipe(baseline, Unit(config, 0)) for config in configs)
-    return configs, units
+        check_setup(plan.checked)
+    return plan.configs, units
 
 
 def ablate(
@@ -238,6 +239,8 @@ def check_sweep(
     if sampler_seed is not None and not 0 <= sampler_seed < 2**32:
         raise TrickLabError(f"--sampler-seed {sampler_seed} must lie in [0, 2**32 - 1]")
     recipes = space.check(base)  # every choice and both ends of every range
+    if sampler == "grid":
+        space.grid_size()  # too large a grid is refused before any setup is built
     if check_runs:
         from tricklab.train.api import check_setup
 

@@ -31,12 +31,11 @@ from optuna.distributions import (
 )
 
 from tricklab.errors import TrickLabError
-from tricklab.experiments.plan import SEEDS_ERROR, format_value
+from tricklab.experiments.plan import MAX_GRID_POINTS, SEEDS_ERROR, format_value
 from tricklab.train.recipe import field_table
 from tricklab.train.yamlio import read_yaml_file
 
 RANGE_KEYS = {"low", "high", "log", "step"}
-MAX_GRID_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -59,8 +58,9 @@ class SearchSpace:
         axes = self._grid_axes()
         return [dict(zip(self.distributions, combo)) for combo in itertools.product(*axes)]
 
-    def _grid_axes(self) -> list[list[Any]]:
-        """Each axis's grid values, once their product is known to be small enough to list."""
+    def grid_size(self) -> int:
+        """How many points the grid has, from the axis sizes (nothing listed); TrickLabError for a
+        continuous range or more than MAX_GRID_POINTS points."""
         sizes = [_grid_size(key, dist) for key, dist in self.distributions.items()]
         total = math.prod(sizes)
         if total > MAX_GRID_POINTS:
@@ -69,6 +69,11 @@ class SearchSpace:
                 f"than {MAX_GRID_POINTS:,}; give coarser steps or fewer choices, or use "
                 "--sampler random|tpe"
             )
+        return total
+
+    def _grid_axes(self) -> list[list[Any]]:
+        """Each axis's grid values, once their product is known to be small enough to list."""
+        self.grid_size()
         return [_grid_values(dist) for dist in self.distributions.values()]
 
     def check(self, base: Any) -> list[Any]:

@@ -174,30 +174,54 @@ def init_sample(images: torch.Tensor, seed: int) -> torch.Tensor:
     return images[order]
 
 
-def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Parts, dict]:
+class SetupCache:
+    """What `prepare` built, by what it read: recipes that build a part alike share it (a part
+    that failed fails again without being rebuilt)."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def get(self, part: str, *reads: Any, make: Callable[[], Any]) -> Any:
+        key = json.dumps([part, *reads], sort_keys=True, default=str)
+        if key not in self._built:
+            try:
+                self._built[key] = make()
+            except Exception as exc:
+                self._built[key] = exc
+        if isinstance(self._built[key], Exception):
+            raise self._built[key]
+        return self._built[key]
+
+
+def prepare(
+    recipe: Recipe, dataset: Dataset, device: torch.device, reuse: SetupCache | None = None
+) -> tuple[Parts, dict]:
     """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`; info holds
-    the model's size and what the device decided (`resolved`)."""
+    the model's size and what the device decided (`resolved`).
+
+    With `reuse` (check_setup's), the model and loaders of an earlier recipe that builds them alike
+    are taken again instead of being built."""
     recipe, resolved = for_device(recipe, device)
     t, m = recipe.tricks, recipe.model
-    check_model_fits(recipe, dataset.num_classes, dataset.image_shape, device)
-    torch.manual_seed(recipe.run.seed)
-    c, h, w = dataset.image_shape
-    model = build_model(
-        m.name,
-        num_classes=dataset.num_classes,
-        in_channels=c,
-        image_size=h,
-        width=m.width,
-        widths=m.widths,
-        pretrained=m.pretrained,
-    ).to(device)
-    info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
-    info["resolved"] = resolved
-    mean, std = channel_stats(dataset.train.images)
-    train_loader, eval_loader = build_loaders(recipe, dataset, device, mean, std)
-    init = getattr(model, "init_from_data", None)
-    if init is not None:
-        init(normalize(init_sample(dataset.train.images, recipe.run.seed).to(device), mean, std))
+    reuse = reuse if reuse is not None else SetupCache()  # a run builds everything anew
+    reuse.get(
+        "fits",  # what check_model_fits reads
+        m, recipe.data, t.precision, t.ema_decay, recipe.optim.name, recipe.optim.momentum, device,
+        make=lambda: check_model_fits(recipe, dataset.num_classes, dataset.image_shape, device),
+    )  # fmt: skip
+    mean, std = reuse.get("stats", recipe.data, make=lambda: channel_stats(dataset.train.images))
+    built_with = (recipe.data, recipe.run.seed, t.precision, t.channels_last, device)
+    model, info = reuse.get(
+        "model", m, *built_with, make=lambda: build_run_model(recipe, dataset, device, mean, std)
+    )
+    info = {**info, "resolved": resolved}
+    train_loader, eval_loader = reuse.get(
+        "loaders",
+        recipe.loader,
+        recipe.aug,
+        *built_with,
+        make=lambda: build_loaders(recipe, dataset, device, mean, std),
+    )
     freeze = {}
     if m.whiten_bias_epochs > 0:
         if "whiten.bias" not in dict(model.named_parameters()):  # what the loop freezes
@@ -206,12 +230,6 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
                 f"layer `whiten` (airbench's), and {m.name} has none; set model.whiten_bias_epochs=0"
             )
         freeze["whiten.bias"] = m.whiten_bias_epochs
-    if m.bn_momentum is not None:
-        set_batchnorm_momentum(model, m.bn_momentum)
-    if t.precision == "16-true-bn32":
-        precision.half_with_fp32_batchnorm(model)
-    if t.channels_last:
-        precision.apply_channels_last(model)
     total_steps = math.ceil(recipe.run.epochs * len(train_loader))
     if total_steps < 1:
         raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
@@ -257,26 +275,57 @@ def prepare(recipe: Recipe, dataset: Dataset, device: torch.device) -> tuple[Par
     return parts, info
 
 
+def build_run_model(
+    recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
+) -> tuple[nn.Module, dict]:
+    """The recipe's model on `device` as a run starts it (seeded weights, the whitening fitted to
+    the data, BatchNorm momentum, precision, memory format), with its params and forward MACs.
+    It reads the data, `model`, `run.seed` and `tricks.precision`/`channels_last` only."""
+    t, m = recipe.tricks, recipe.model
+    torch.manual_seed(recipe.run.seed)
+    c, h, w = dataset.image_shape
+    model = build_model(
+        m.name,
+        num_classes=dataset.num_classes,
+        in_channels=c,
+        image_size=h,
+        width=m.width,
+        widths=m.widths,
+        pretrained=m.pretrained,
+    ).to(device)
+    info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
+    init = getattr(model, "init_from_data", None)
+    if init is not None:
+        init(normalize(init_sample(dataset.train.images, recipe.run.seed).to(device), mean, std))
+    if m.bn_momentum is not None:
+        set_batchnorm_momentum(model, m.bn_momentum)
+    if t.precision == "16-true-bn32":
+        precision.half_with_fp32_batchnorm(model)
+    if t.channels_last:
+        precision.apply_channels_last(model)
+    return model, info
+
+
 def check_setup(recipes: Iterable[Recipe]) -> None:
     """Raise the TrickLabError that a run of any of `recipes` would meet before its first step
-    (device, data, model, loaders, optimizer: all that `train` builds), trying each distinct recipe
-    once (seeds aside). Experiments call it before their first run, so that bad input stops them at
-    once instead of failing every run. Other errors are left for the runs to meet and record."""
-    seen, datasets = set(), {}
+    (device, data, model, loaders, optimizer: all that `train` builds). Experiments call it before
+    their first run, so that bad input stops them at once instead of failing every run. Other
+    errors are left for the runs to meet and record.
+
+    Each distinct data source, model and loader setting is built once, however many recipes share
+    it (seeds aside); the optimizer, schedule and averaging are set up for each distinct recipe."""
+    reuse, seen = SetupCache(), set()
     for recipe in recipes:
-        resolved = recipe.to_dict()
-        resolved["run"] = {**resolved["run"], "seed": 0}
-        key = json.dumps(resolved, sort_keys=True, default=str)
+        recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, seed=0))
+        key = json.dumps(recipe.to_dict(), sort_keys=True, default=str)
         if key in seen:
             continue
         seen.add(key)
         try:
             device = resolve_device(recipe.run.device)
-            data_key = json.dumps(resolved["data"], sort_keys=True, default=str)
-            if data_key not in datasets:
-                datasets[data_key] = load_data(recipe)
+            dataset = reuse.get("data", recipe.data, make=functools.partial(load_data, recipe))
             with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
-                prepare(recipe, datasets[data_key], device)
+                prepare(recipe, dataset, device, reuse)
         except TrickLabError:
             raise
         except Exception:  # the run meets it and records it (oom, failed) with its message
