@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
+import io
 import json
 import math
 import time
@@ -27,7 +29,17 @@ from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
 from tricklab.models import build_model, set_batchnorm_momentum
-from tricklab.paths import atomic_write, first_missing, remove_empty_dirs
+from tricklab.paths import (
+    FolderClaim,
+    append_line,
+    atomic_write,
+    claim_folder,
+    claim_holder,
+    disk_full_error,
+    first_missing,
+    is_disk_full,
+    remove_empty_dirs,
+)
 from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
@@ -350,21 +362,43 @@ def train(
     KeyboardInterrupt Python dropped still ends the run. Exceptions raised by `on_epoch` (e.g.
     optuna.TrialPruned) propagate, with result.json recording the epochs so far. Bad input
     (TrickLabError) found while setting up (data, model, tricks) propagates with nothing written:
-    no run directory is left behind."""
+    no run directory is left behind. The run directory is claimed before anything is written
+    (one run at a time: a second one is refused); a full disk raises TrickLabError naming the
+    disk, with the files this run wrote removed, so the same call runs again once there is space."""
     wall_start = time.perf_counter()
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
     out = Path(out_dir) if out_dir is not None else None
     device = resolve_device(recipe.run.device)
     created = first_missing(out) if out is not None else None  # what to remove if setup fails
-    if out is not None:
-        _make_run_dir(out)
-        previous = [name for name in RUN_FILES if (out / name).exists()]
-        if previous:
-            raise TrickLabError(
-                f"run directory {out} already holds a run ({', '.join(previous)}); "
-                "give another one or remove it"
-            )
+    claim = None
+    try:
+        claim = _make_run_dir(out) if out is not None else None
+        return _train(recipe, out, device, on_epoch, stop, wall_start)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        if out is not None:  # nothing half kept: the folder is as it was before the run
+            for name in RUN_FILES:
+                with contextlib.suppress(OSError):
+                    (out / name).unlink(missing_ok=True)
+        raise disk_full_error(exc, out) from None
+    finally:
+        if claim is not None:
+            claim.release()
+        if out is not None:
+            remove_empty_dirs(out, created)
+
+
+def _train(
+    recipe: Recipe,
+    out: Path | None,
+    device: torch.device,
+    on_epoch: Callable[[dict], None] | None,
+    stop: StopRequest | None,
+    wall_start: float,
+) -> RunResult:
+    """`train` in a claimed run directory (or none)."""
     result = RunResult(
         status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device)
     )
@@ -374,8 +408,7 @@ def train(
     def record_epoch(row: dict) -> None:
         result.epochs.append(row)
         if out is not None:
-            with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(json_safe(row)) + "\n")
+            append_line(out / "metrics.jsonl", json.dumps(json_safe(row)))
         if stop is not None:
             stop.check()
         if on_epoch is not None:
@@ -401,8 +434,9 @@ def train(
             result.params, result.forward_macs = info["params"], info["forward_macs"]
             result.resolved = info["resolved"]
             if out is not None:
-                recipe.to_yaml(out / "recipe.yaml")
-                (out / "metrics.jsonl").write_text("")
+                with atomic_write(out / "recipe.yaml") as handle:
+                    handle.write(recipe.to_yaml())
+                (out / "metrics.jsonl").touch()
             started = True
             if needs_warm_up(recipe.tricks, device):
                 result.compile_seconds = warm_up(parts, recipe.tricks.tta)
@@ -414,9 +448,8 @@ def train(
             stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
         _record_peak_memory(result, device)
     except BaseException as exc:
-        if isinstance(exc, TrickLabError) and not started:
-            remove_empty_dirs(out, created)
-            raise
+        if (isinstance(exc, TrickLabError) and not started) or is_disk_full(exc):
+            raise  # nothing recorded: train() removes what was written and the folders it made
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
         result.status, result.error = run_end(exc, stop)
         if result.status == "failed":
@@ -521,19 +554,40 @@ def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -
         result.val_acc_tta, result.val_loss_tta = evaluate(parts, recipe.tricks.tta)
 
 
-def _make_run_dir(out: Path) -> None:
+def _make_run_dir(out: Path) -> FolderClaim:
+    """Make `out` and claim it for this run (paths.claim_folder: one run at a time), refusing it
+    when another run writes there or a run is already in it."""
     blocking = next((f for f in [out, *out.parents] if f.exists() and not f.is_dir()), None)
     if blocking is not None:
         raise TrickLabError(
             f"cannot make the run directory {out}: {blocking} is a file, not a folder"
         )
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        for attempt in range(3):  # a run whose setup failed may remove the folder meanwhile
+            out.mkdir(parents=True, exist_ok=True)
+            try:
+                claim = claim_folder(out)  # also proves the folder writable
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
     except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out) from None
         raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
+    if claim is None:
+        raise TrickLabError(
+            f"run directory {out} is being written by another run ({claim_holder(out)}); "
+            "give another one"
+        )
+    previous = [name for name in RUN_FILES if (out / name).exists()]
+    if previous:
+        claim.release()
+        raise TrickLabError(
+            f"run directory {out} already holds a run ({', '.join(previous)}); "
+            "give another one or remove it"
+        )
+    return claim
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
@@ -542,9 +596,12 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 
 
 def save_checkpoint(model: nn.Module, recipe: Recipe, path: str | Path) -> None:
-    """Weights and the resolved recipe, written atomically (temp file, fsync, rename)."""
+    """Weights and the resolved recipe, written atomically (temp file, fsync, rename). Serialised
+    in memory first: torch's writer turns a full disk into a RuntimeError without its errno."""
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, buffer)
     with atomic_write(Path(path), "wb") as handle:
-        torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, handle)
+        handle.write(buffer.getbuffer())
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

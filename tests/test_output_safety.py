@@ -1,0 +1,341 @@
+"""Run folders: claimed by one run at a time, and a full disk loses the run, never the folder.
+
+Two `tricklab train --out D` started together: one trains, the other exits 2 before writing
+anything. A full disk (a small tmpfs where the test may mount one, and writes made to fail with
+ENOSPC everywhere) gives one line naming the disk and the path, exit 2, and leaves no file of the
+run behind, so the same command runs once space is freed.
+"""
+
+import errno
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.cli import main
+from tricklab.errors import TrickLabError
+from tricklab.paths import append_line, atomic_write, claim_folder
+from tricklab.train.api import RUN_FILES, train
+from tricklab.train.recipe import load_recipe
+
+TINY = [*TINY_SYNTHETIC, "run.epochs=2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def run_files(folder):
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+# ---------------------------------------------------------------- one folder, one run
+
+
+def test_only_one_of_several_threads_claiming_a_folder_at_once_gets_it(tmp_path):
+    for _ in range(40):
+        barrier, got = threading.Barrier(4), []
+
+        def attempt(barrier=barrier, got=got):
+            barrier.wait()
+            got.append(claim_folder(tmp_path))
+
+        threads = [threading.Thread(target=attempt) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [claim for claim in got if claim is not None]
+        assert len(winners) == 1
+        winners[0].release()
+    assert run_files(tmp_path) == []  # a released claim leaves nothing
+
+
+def test_a_folder_whose_claiming_process_was_killed_can_be_claimed_again(tmp_path):
+    code = (
+        "import sys, time; from pathlib import Path; from tricklab.paths import claim_folder;"
+        "claim = claim_folder(Path(sys.argv[1])); print(claim is not None, flush=True);"
+        "time.sleep(60)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "True"
+        assert claim_folder(tmp_path) is None  # alive: the folder is its
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    claim = claim_folder(tmp_path)  # its lock died with it
+    assert claim is not None
+    claim.release()
+
+
+def test_two_threads_training_into_one_folder_at_once_one_trains_the_other_is_refused(tmp_path):
+    out = tmp_path / "run"
+    recipe = load_recipe(None, TINY)
+    barrier, results, errors = threading.Barrier(2), [], []
+
+    def run():
+        barrier.wait()
+        try:
+            results.append(train(recipe, out_dir=out))
+        except TrickLabError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 1 and len(errors) == 1, errors
+    assert "another run" in errors[0] or "already holds a run" in errors[0]
+    epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(epochs) == 2  # one run's epochs, not two runs' interleaved
+    assert json.loads((out / "result.json").read_text())["epochs"] == epochs
+
+
+def test_two_train_commands_into_one_folder_at_once_one_wins_the_other_exits_2(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "tricklab", "train", *TINY, "--out", str(out), "--json"]
+    workers = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        for _ in range(2)
+    ]
+    ended = [(w, *w.communicate(timeout=180)) for w in workers]
+    assert sorted(w.returncode for w, _, _ in ended) == [0, 2], [e for _, _, e in ended]
+    (_, out_text, _), (_, lost_out, lost_err) = sorted(ended, key=lambda e: e[0].returncode)
+    line = one_line(lost_err)
+    assert "another run" in line or "already holds a run" in line
+    assert lost_out == ""
+    result = json.loads(out_text.strip().splitlines()[-1])
+    assert json.loads((out / "result.json").read_text()) == result
+    epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == result["epochs"] and len(epochs) == 2
+    assert run_files(out) == ["metrics.jsonl", "recipe.yaml", "result.json"]
+
+
+# ---------------------------------------------------------------- a real full disk (tmpfs)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs of its own; skipped where mounting one is not allowed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    try:
+        made = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        made = None
+    if made is None or made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and a kernel that allows it)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
+
+
+def fill(disk):
+    """Write a filler file until the disk is full."""
+    with open(disk / "filler", "ab", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_a_full_disk_when_the_run_starts_gives_one_line_and_leaves_nothing(small_disk, capsys):
+    out = small_disk / "run"
+    fill(small_disk)
+    assert main(["train", *TINY, "--out", str(out), "--json"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert NO_SPACE in line and str(small_disk) in line
+    assert run_files(out) == []  # no empty recipe.yaml that refuses the rerun
+    (small_disk / "filler").unlink()
+    assert main(["train", *TINY, "--out", str(out), "--json"]) == 0
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+
+
+def test_a_full_disk_when_result_json_is_written_gives_one_line_and_leaves_nothing(
+    small_disk,
+):
+    out = small_disk / "run"
+    recipe = load_recipe(None, TINY)
+
+    def fill_at_the_last_epoch(row):
+        if row["epoch"] == 2:
+            fill(small_disk)
+
+    with pytest.raises(TrickLabError) as raised:
+        train(recipe, out_dir=out, on_epoch=fill_at_the_last_epoch)
+    message = str(raised.value)
+    assert NO_SPACE in message and str(small_disk) in message and "result.json" in message
+    assert "\n" not in message
+    assert run_files(out) == []
+    (small_disk / "filler").unlink()
+    assert train(recipe, out_dir=out).status == "complete"
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+
+
+def test_a_line_appended_to_a_full_disk_is_written_whole_or_not_at_all(small_disk):
+    path = small_disk / "metrics.jsonl"
+    path.write_text("x" * 4000 + "\n")  # its page has 95 bytes free: the next line needs another
+    fill(small_disk)
+    with pytest.raises(OSError) as raised:
+        append_line(path, json.dumps({"epoch": 2, "pad": "y" * 300}))
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(path)
+    assert path.read_text() == "x" * 4000 + "\n"
+
+
+# ---------------------------------------------------------------- writes made to fail (anywhere)
+
+
+class FullDisk:
+    """Writes to files whose name contains `name` fail with ENOSPC once `budget` bytes are written
+    (the bytes that fit are written first, as a real disk does), through open() and os.write."""
+
+    def __init__(self, monkeypatch, name, budget=0):
+        self.name, self.budget, self.fds = name, budget, set()
+        real_open, real_os_open, real_write, real_close = io.open, os.open, os.write, os.close
+
+        def fake_open(file, mode="r", *args, **kwargs):
+            handle = real_open(file, mode, *args, **kwargs)
+            if set(mode) & set("wax+") and self.matches(file):
+                return _Failing(handle, self)
+            return handle
+
+        def fake_os_open(path, flags, *args, **kwargs):
+            fd = real_os_open(path, flags, *args, **kwargs)
+            if self.matches(path):
+                self.fds.add(fd)
+            return fd
+
+        def fake_write(fd, data):
+            if fd not in self.fds:
+                return real_write(fd, data)
+            allowed = self.take(len(data))
+            if allowed == 0:
+                raise OSError(errno.ENOSPC, NO_SPACE)
+            return real_write(fd, bytes(data)[:allowed])
+
+        def fake_close(fd):
+            self.fds.discard(fd)
+            real_close(fd)
+
+        for target in (io, __import__("builtins")):
+            monkeypatch.setattr(target, "open", fake_open)
+        monkeypatch.setattr(os, "open", fake_os_open)
+        monkeypatch.setattr(os, "write", fake_write)
+        monkeypatch.setattr(os, "close", fake_close)
+
+    def matches(self, file) -> bool:
+        return isinstance(file, (str, os.PathLike)) and self.name in os.path.basename(file)
+
+    def take(self, size: int) -> int:
+        allowed = min(size, self.budget)
+        self.budget -= allowed
+        return allowed
+
+
+class _Failing:
+    def __init__(self, handle, disk):
+        self._handle, self._disk = handle, disk
+
+    def write(self, data):
+        allowed = self._disk.take(len(data))
+        self._handle.write(data[:allowed])
+        if allowed < len(data):
+            self._handle.flush()
+            raise OSError(errno.ENOSPC, NO_SPACE)
+        return len(data)
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.close()
+
+    def __iter__(self):
+        return iter(self._handle)
+
+
+@pytest.mark.parametrize("name", ["recipe.yaml", "metrics.jsonl", "result.json"])
+def test_a_write_failing_with_enospc_gives_one_line_exit_2_and_the_rerun_works(
+    tmp_path, monkeypatch, capsys, name
+):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        FullDisk(patch, name, budget=10)
+        assert main(["train", *TINY, "--out", str(out), "--json"]) == 2
+    captured = capsys.readouterr()
+    line = one_line(captured.err)
+    assert captured.out == ""  # no result to print
+    assert NO_SPACE in line and name in line
+    assert run_files(out) == []
+    assert main(["train", *TINY, "--out", str(out), "--json"]) == 0
+    assert sorted(set(run_files(out)) & set(RUN_FILES)) == [
+        "metrics.jsonl",
+        "recipe.yaml",
+        "result.json",
+    ]
+
+
+def test_a_checkpoint_that_does_not_fit_gives_one_line_and_leaves_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        FullDisk(patch, "checkpoint.pt", budget=1000)
+        assert main(["train", *TINY, "run.checkpoint=true", "--out", str(out), "--json"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert NO_SPACE in line and "checkpoint.pt" in line
+    assert run_files(out) == []
+
+
+def test_an_appended_line_that_fails_halfway_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    append_line(path, '{"epoch": 1}')
+    with monkeypatch.context() as patch:
+        FullDisk(patch, "metrics.jsonl", budget=5)
+        with pytest.raises(OSError) as raised:
+            append_line(path, '{"epoch": 2, "val_acc": 0.5}')
+    assert raised.value.errno == errno.ENOSPC
+    assert path.read_text() == '{"epoch": 1}\n'
+    append_line(path, '{"epoch": 2}')
+    assert path.read_text().splitlines() == ['{"epoch": 1}', '{"epoch": 2}']
+
+
+def test_atomic_writers_racing_on_one_file_leave_one_whole_version(tmp_path):
+    path, errors = tmp_path / "summary.json", []
+
+    def write(text):
+        try:
+            for _ in range(50):
+                with atomic_write(path) as handle:
+                    handle.write(text)
+        except OSError as exc:  # a temporary file shared by both writers
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(c * 5000,)) for c in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and path.read_text() in ("a" * 5000, "b" * 5000)
+    assert run_files(tmp_path) == ["summary.json"]
