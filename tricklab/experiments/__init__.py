@@ -2,7 +2,8 @@
 
 - `plan.py`: which configurations and seeds an ablation runs (one change at a time, or the grid);
 - `space.py`: sweep search spaces (SPACE.yaml) as Optuna distributions;
-- `storage.py`: Optuna storages and studies, trial statuses, worker heartbeats;
+- `storage.py`: Optuna storages and studies, trial statuses, worker heartbeats (`liveness.py`:
+  their settings);
 - `runner.py`: `ablate`, `sweep`, `results` from Python, and the summary an experiment leaves;
 - `workers.py`: the worker loops that train the units; `claims.py`: how workers claim units, so
   each (configuration, seed) runs exactly once across processes and reruns;
@@ -29,7 +30,7 @@ _EXPORTS = {
     "parse_space": "space",
     "ConfigStats": "stats",
     "ExperimentSummary": "runner",
-    "Liveness": "workers",
+    "Liveness": "liveness",
     "RunEvent": "workers",
     "ablate": "runner",
     "results": "runner",

@@ -22,6 +22,7 @@ import tricklab.report.cli as report_cli
 from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, recipe_and_overrides
 from tricklab.clitools import wide_console as console
 from tricklab.errors import TrickLabError
+from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
 from tricklab.experiments.plan import (
     PRUNERS,
     SAMPLERS,
@@ -35,11 +36,7 @@ from tricklab.train.recipe import load_recipe
 if TYPE_CHECKING:
     from tricklab.experiments.runner import ExperimentSummary
     from tricklab.experiments.stats import ConfigStats
-    from tricklab.experiments.workers import Liveness, RunEvent
-
-# The same as storage.py's (kept here so that registering the commands does not import Optuna).
-DEFAULT_HEARTBEAT_SECONDS = 10.0
-DEFAULT_GRACE_SECONDS = 120.0
+    from tricklab.experiments.workers import RunEvent
 
 
 def register(subparsers: Any) -> None:
@@ -210,8 +207,6 @@ def _baseline(args: argparse.Namespace) -> Any:
 
 def _liveness(args: argparse.Namespace) -> Liveness:
     """The workers' liveness settings; TrickLabError for a bad --heartbeat/--grace-seconds."""
-    from tricklab.experiments.workers import Liveness
-
     return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
 
 

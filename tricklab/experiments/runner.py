@@ -19,6 +19,7 @@ import optuna
 import tricklab
 from tricklab.errors import TrickLabError
 from tricklab.experiments.claims import done_count, final_statuses, status_counts
+from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import (
     PRUNERS,
     SAMPLERS,
@@ -40,7 +41,6 @@ from tricklab.experiments.storage import (
     storage_url,
 )
 from tricklab.experiments.workers import (
-    Liveness,
     RunEvent,
     TrainFn,
     Worker,

@@ -45,6 +45,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.errors import TrickLabError
+from tricklab.experiments.journal import journal_backend, looks_like_record_start
+from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS  # stats.py
 
 try:
     import fcntl
@@ -57,8 +59,6 @@ EXPERIMENTS_ROOT = Path("runs") / "experiments"
 HEARTBEAT_ATTR = "tricklab:heartbeat"
 WORKER_ATTR = "tricklab:worker"
 SCHEMA_RETRIES = 5
-DEFAULT_HEARTBEAT_SECONDS = 10.0
-DEFAULT_GRACE_SECONDS = 120.0
 
 COMPLETE_STATUSES = ("complete", "stopped-early", "reached-target")
 # Final outcomes of a unit: rerunning would only repeat them (a seeded divergence diverges again).
@@ -126,7 +126,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             raise TrickLabError(f"cannot open storage {url}: it is a folder")
         _check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
-            return optuna.storages.JournalStorage(_journal_backend(str(path)))
+            return optuna.storages.JournalStorage(journal_backend(path))
         except Exception as exc:
             raise TrickLabError(f"cannot read journal {path}: {_one_line(exc)}") from None
     kwargs: dict[str, Any] = {}
@@ -222,8 +222,8 @@ def _check_journal(path: Path) -> None:
         return
     except OSError as exc:
         raise TrickLabError(f"cannot open storage journal:{path}: {exc.strerror or exc}") from None
-    if not first:
-        return
+    if not first or (not first.endswith(b"\n") and looks_like_record_start(first)):
+        return  # empty, or its first record torn: set aside before the first append (journal.py)
     try:
         record = json.loads(first)
     except ValueError:  # not JSON, or not UTF-8
@@ -257,14 +257,6 @@ def _check_sqlite(path: Path) -> None:
             f"{path} is an SQLite database without Optuna's tables (it has {shown}); "
             "give another --storage path"
         )
-
-
-def _journal_backend(path: str) -> Any:
-    journal = optuna.storages.journal
-    backend = getattr(journal, "JournalFileBackend", None)
-    if backend is None:  # Optuna < 4.0 names it JournalFileStorage
-        backend = optuna.storages.JournalFileStorage
-    return backend(path)
 
 
 def open_study(

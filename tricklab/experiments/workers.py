@@ -51,13 +51,12 @@ from tricklab.experiments.claims import (
     taken_by_other,
     unit_of,
 )
+from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import Unit, unit_recipe
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import headline_accuracy
 from tricklab.experiments.storage import (
     COMPLETE_STATUSES,
-    DEFAULT_GRACE_SECONDS,
-    DEFAULT_HEARTBEAT_SECONDS,
     RETRY_STATUSES,
     WORKER_ATTR,
     claim_lock,
@@ -71,42 +70,8 @@ from tricklab.experiments.storage import (
 from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
 
 TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=..., stop=...) -> RunResult
-MAX_HEARTBEAT_SECONDS = 86_400
 # A sampled point's seeded runs that a later draw of the point takes instead of training again.
 REUSED_STATUSES = (*COMPLETE_STATUSES, "diverged")
-
-
-@dataclass(frozen=True)
-class Liveness:
-    """How workers tell each other they are alive (see storage.py).
-
-    heartbeat_seconds: beat interval; grace_seconds: silence after which another host's worker
-    counts as dead (same-host workers are checked by pid at once); poll_seconds: how often an idle
-    worker looks again while units of its plan run elsewhere."""
-
-    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
-    poll_seconds: float = 2.0
-
-    def __post_init__(self) -> None:
-        for flag, value in (
-            ("--heartbeat-seconds", self.heartbeat_seconds),
-            ("--grace-seconds", self.grace_seconds),
-            ("poll_seconds", self.poll_seconds),
-        ):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise TrickLabError(f"{flag} {value} must be a finite number of seconds > 0")
-        if self.heartbeat_seconds > MAX_HEARTBEAT_SECONDS:  # beyond threading's timeouts
-            raise TrickLabError(
-                f"--heartbeat-seconds {self.heartbeat_seconds} must be at most "
-                f"{MAX_HEARTBEAT_SECONDS} (a day)"
-            )
-        # A live worker beats at least once per grace period, or others take its trial for dead.
-        if self.grace_seconds <= self.heartbeat_seconds:
-            raise TrickLabError(
-                f"--grace-seconds {self.grace_seconds} must be larger than the heartbeat "
-                f"interval ({self.heartbeat_seconds} s)"
-            )
 
 
 @dataclass
