@@ -21,6 +21,13 @@ tries are its trials, `skipped` ones aside. Each worker (workers.py) loops:
    outcome with `finish_trial`.
 A unit's final status is its first done try's, else its last try's (`final_statuses`): the one
 place summaries count statuses from.
+
+A random/TPE sampler may draw one point in two trials that run at once. Each seed of a sampled
+point is then claimed as a unit is: holding `claim_lock`, a trial takes a finished run of that
+(point, seed) if one exists, waits while another live trial trains it (`seed_owner`), and else
+names the seed in its `TRAINING_ATTR` before training it. So two workers train each (point, seed)
+once, the later one taking the earlier one's run (on a database server, where no file lock holds,
+two claims in the same moment may still both train).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from tricklab.stopping import INTERRUPTED_ERROR, is_interrupt
 log = logging.getLogger(__name__)
 
 ACTIVE = (TrialState.WAITING, TrialState.RUNNING)
+TRAINING_ATTR = "tricklab:training-seed"  # the seed a sampled trial trains now
 
 
 def unit_of(trial: FrozenTrial) -> str:
@@ -79,6 +87,18 @@ def taken_by_other(study: optuna.Study, claimed: FrozenTrial) -> int | None:
         if trial_status(t) in DONE_STATUSES:
             return t.number
         if t.number < claimed.number and t.state in ACTIVE:
+            return t.number
+    return None
+
+
+def seed_owner(study: optuna.Study, number: int, config_id: str, seed: int) -> int | None:
+    """The number of another live trial that trains this seed of this sampled point, if any."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if (
+            t.number != number
+            and t.user_attrs.get("config_id") == config_id
+            and t.system_attrs.get(TRAINING_ATTR) == seed
+        ):
             return t.number
     return None
 

@@ -418,17 +418,19 @@ def heartbeat(
 
 @contextlib.contextmanager
 def claim_lock(url: str) -> Iterator[None]:
-    """Serialise trial claims where the storage cannot: SQLite.
+    """Serialise trial claims where the storage cannot: SQLite and journal files.
 
     Optuna claims a WAITING trial with a row lock (SELECT ... FOR UPDATE) that PostgreSQL and MySQL
     honour and SQLite ignores, so two processes may both claim one trial; the journal storage
-    settles claims by the order of its log. An SQLite file is local, so an advisory lock on a file
+    settles those claims by the order of its log, but not a read-then-write such as the claim of
+    a sampled point's seed (claims.py). A file storage is local, so an advisory lock on a file
     beside it makes the claim atomic for every process using it.
     """
-    if not url.startswith("sqlite:///") or fcntl is None:
+    prefix = next((p for p in ("sqlite:///", "journal:") if url.startswith(p)), None)
+    if prefix is None or fcntl is None:
         yield
         return
-    path = Path(url[len("sqlite:///") :] + ".claim-lock")
+    path = Path(url[len(prefix) :] + ".claim-lock")
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -13,7 +13,8 @@ per-epoch accuracy to the pruner; a configuration whose seed fails stops there a
 that status). Each complete seed is stored as it ends, and a (configuration, seed) that already ran
 complete (or diverged), in an earlier trial that drew the same point or in an interrupted try of
 this one, is not run again: the trial takes that run (a trial whose seeds all ran before trains
-nothing, and still counts as one of the `trials`). A worker asks Optuna for a new trial while fewer
+nothing, and still counts as one of the `trials`); one another worker trains at that moment is
+waited for, then taken (claims.py). A worker asks Optuna for a new trial while fewer
 than `trials` units exist, then counts the units created before its trial: if that reaches
 `trials`, the trial is a surplus made by a concurrent worker and is skipped, so the study holds
 exactly `trials` sampled units. Failed/oom/interrupted trials of an earlier session are enqueued
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import random
 import time
@@ -43,10 +45,12 @@ import tricklab
 from tricklab.errors import TrickLabError
 from tricklab.experiments.claims import (
     ACTIVE,
+    TRAINING_ATTR,
     attempts,
     claimed,
     finish_trial,
     needs_try,
+    seed_owner,
     skip,
     taken_by_other,
     unit_of,
@@ -68,6 +72,8 @@ from tricklab.experiments.storage import (
     worker_identity,
 )
 from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
+
+log = logging.getLogger(__name__)
 
 TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=..., stop=...) -> RunResult
 # A sampled point's seeded runs that a later draw of the point takes instead of training again.
@@ -341,9 +347,9 @@ def _run_sampled_trial(
     trial.set_user_attr("config_id", config_id)
     trial.set_user_attr("overrides", overrides)
     records: list[dict] = []
-    done = _finished_runs(worker.study, config_id)
     for seed in range(seeds):
-        if seed in done:  # drawn before, or run by this trial's interrupted try: not again
+        done = _claim_seed(worker, trial, config_id, seed)
+        if seed in done:  # drawn before (or now elsewhere), or by this trial's try: not again
             records.append(done[seed])
             with contextlib.suppress(UpdateFinishedTrialError):
                 trial.set_user_attr(f"run-{seed}", done[seed])
@@ -371,6 +377,29 @@ def _run_sampled_trial(
         if record["status"] not in COMPLETE_STATUSES:
             break
     return records
+
+
+def _claim_seed(worker: Worker, trial: optuna.Trial, config_id: str, seed: int) -> dict[int, dict]:
+    """{seed: a finished run of it to take} (see `_finished_runs`), or {} once this trial has
+    claimed the seed to train it; while another live trial trains it, wait (claims.py)."""
+    study, storage, liveness = worker.study, worker.storage, worker.liveness
+    waiting_for = None
+    while True:
+        with claim_lock(worker.url):
+            done = _finished_runs(study, config_id)
+            if seed in done:
+                return done
+            owner = seed_owner(study, trial.number, config_id, seed)
+            if owner is None:
+                storage.set_trial_system_attr(trial._trial_id, TRAINING_ATTR, seed)
+                return {}
+        if owner != waiting_for:
+            log.info("trial %d waits for trial %d, which trains seed %d of its point",
+                     trial.number, owner, seed)  # fmt: skip
+            waiting_for = owner
+        worker.stop.check()
+        time.sleep(liveness.poll_seconds)
+        fail_stale_trials(study, storage, liveness.grace_seconds)  # a dead owner's seed is free
 
 
 def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
