@@ -169,6 +169,17 @@ def test_a_full_disk_when_the_run_starts_gives_one_line_and_leaves_nothing(small
     assert json.loads((out / "result.json").read_text())["status"] == "complete"
 
 
+def test_a_full_disk_without_out_gives_one_line_and_leaves_no_runs_folder(
+    small_disk, monkeypatch, capsys
+):
+    monkeypatch.chdir(small_disk)
+    fill(small_disk)
+    assert main(["train", *TINY, "--json"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert NO_SPACE in line and str(small_disk) in line
+    assert run_files(small_disk) == ["filler"]
+
+
 def test_a_full_disk_when_result_json_is_written_gives_one_line_and_leaves_nothing(
     small_disk,
 ):
@@ -339,3 +350,33 @@ def test_atomic_writers_racing_on_one_file_leave_one_whole_version(tmp_path):
         t.join()
     assert errors == [] and path.read_text() in ("a" * 5000, "b" * 5000)
     assert run_files(tmp_path) == ["summary.json"]
+
+
+def test_a_full_disk_under_any_atomic_write_is_one_user_facing_line_and_the_old_file_stays(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "results.csv"
+    path.write_text("old")
+    with monkeypatch.context() as patch:
+        FullDisk(patch, "results.csv", budget=3)
+        with pytest.raises(TrickLabError) as raised, atomic_write(path) as handle:
+            handle.write("new table")
+    assert isinstance(raised.value, OSError) and raised.value.errno == errno.ENOSPC
+    assert str(raised.value).startswith(f"cannot write {path}: {NO_SPACE}")
+    assert path.read_text() == "old" and run_files(tmp_path) == ["results.csv"]
+
+
+def test_a_speedrun_whose_summary_does_not_fit_gives_one_line_and_exit_2(
+    tmp_path, monkeypatch, capsys
+):
+    out, recipe = tmp_path / "speedrun", tmp_path / "tiny.yaml"
+    recipe.write_text("run:\n  epochs: 1\n")
+    args = ["speedrun", "--recipe", str(recipe), "--runs", "1", "--warmup-epochs", "0"]
+    with monkeypatch.context() as patch:
+        FullDisk(patch, "summary.json")
+        assert main([*args, "--out", str(out), "--json", *TINY]) == 2
+    err = capsys.readouterr().err  # the runs' progress, then the error
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith("error: cannot write")
+    assert NO_SPACE in line and "summary.json" in line
+    assert not (out / "summary.json").exists() and run_files(out) == ["seed-0"]

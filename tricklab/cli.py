@@ -36,7 +36,13 @@ from tricklab.data.names import DATASET_NAMES
 from tricklab.errors import TrickLabError
 from tricklab.experiments import cli as experiments_cli
 from tricklab.measure import profile_cli
-from tricklab.paths import first_missing, new_numbered_dir, remove_empty_dirs
+from tricklab.paths import (
+    disk_full_error,
+    first_missing,
+    is_disk_full,
+    new_numbered_dir,
+    remove_empty_dirs,
+)
 from tricklab.report import cli as report_cli
 from tricklab.stopping import stop_on_signals
 from tricklab.train.recipe import builtin_recipes, field_table, load_recipe
@@ -166,6 +172,8 @@ def _default_run_dir(recipe_name: str | None) -> tuple[Path, Path]:
     try:
         out = new_numbered_dir(runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}")
     except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, runs) from None
         raise TrickLabError(
             f"cannot make a run directory under {runs}: {exc.strerror or exc}"
         ) from None

@@ -28,7 +28,8 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     """A file to write `path`'s new content into: a temporary file beside it (its own, so writers
     racing on one path never share one), flushed to disk and renamed over `path` when the block
     ends, removed when it raises. A crash leaves the old file or the new one, never part of one.
-    An OSError names `path` (a full disk fails in write(), which names no file)."""
+    An OSError names `path` (a full disk fails in write(), which names no file); a full disk
+    raises DiskFullError, one line for the CLI."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, mode.replace("w", "x"), **open_kwargs) as handle:
@@ -39,15 +40,16 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.errno is not None and exc.filename != str(path):
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        if isinstance(exc, OSError) and exc.errno is not None:
+            _raise_naming(exc, path)
         raise
 
 
 def append_line(path: Path, line: str) -> None:
     """Append `line` and a newline to `path` (made if missing), whole or not at all: the bytes
     go in one write, and a write cut short (a full disk) is taken back before the error is
-    raised, so the file never ends in part of a line. One writer at a time (see claim_folder)."""
+    raised (DiskFullError for a full disk), so the file never ends in part of a line. One writer at
+    a time (see claim_folder)."""
     data = (line + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
@@ -59,9 +61,18 @@ def append_line(path: Path, line: str) -> None:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+            _raise_naming(exc, path)
     finally:
         os.close(fd)
+
+
+def _raise_naming(exc: OSError, path: Path) -> None:
+    """Raise `exc` again as an error about `path`: DiskFullError for a full disk."""
+    if is_disk_full(exc):
+        raise disk_full_error(exc, path, name_path=True) from exc
+    if exc.filename == str(path):
+        raise exc
+    raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 class FolderClaim:
@@ -144,20 +155,35 @@ def mount_point(path: Path) -> Path:
     return path
 
 
-def disk_full_error(exc: OSError, fallback: Path | None = None) -> TrickLabError:
-    """One line for a full disk: the file that could not be written, the disk (its mount point)
-    and how much is free there."""
-    where = Path(exc.filename) if exc.filename else fallback
-    reason = exc.strerror or os.strerror(exc.errno or errno.ENOSPC)
+class DiskFullError(TrickLabError, OSError):
+    """A write that found the disk (or the user's quota) full: an OSError with its errno and file,
+    and a user-facing TrickLabError whose message is one line (see disk_full_error)."""
+
+    def __init__(self, errno_: int, strerror: str, filename: str | None, message: str) -> None:
+        super().__init__(errno_, strerror, filename)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def disk_full_error(
+    exc: OSError, fallback: Path | None = None, *, name_path: bool = False
+) -> DiskFullError:
+    """One line for a full disk: the file that could not be written (`fallback` when the error
+    names none, or always with `name_path`), the disk (its mount point) and what is free there."""
+    where = fallback if name_path or not exc.filename else Path(exc.filename)
+    code = exc.errno or errno.ENOSPC
+    reason = exc.strerror or os.strerror(code)
     if where is None:
-        return TrickLabError(f"{reason}: free some space and run again")
+        return DiskFullError(code, reason, None, f"{reason}: free some space and run again")
     try:
         disk = mount_point(where)
-        free = shutil.disk_usage(disk).free
-        on = f" on the disk mounted at {disk} ({_size(free)} free)"
+        on = f" on the disk mounted at {disk} ({_size(shutil.disk_usage(disk).free)} free)"
     except OSError:
         on = ""
-    return TrickLabError(f"cannot write {where}: {reason}{on}; free some space and run again")
+    message = f"cannot write {where}: {reason}{on}; free some space and run again"
+    return DiskFullError(code, reason, str(where), message)
 
 
 def _size(n_bytes: int) -> str:
