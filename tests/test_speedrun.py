@@ -399,6 +399,36 @@ def test_speedrun_cli_summary_has_accuracy_statistics_and_times(speedrun_cli):
     assert summary["dataset"]["name"] == "synthetic"
 
 
+def test_speedrun_cli_summary_has_mean_median_min_max_of_record_and_train_seconds(speedrun_cli):
+    summary = _summary(speedrun_cli)
+    for time in ("train_seconds", "record_seconds"):
+        values = [run[time] for run in summary["runs"]]
+        assert all(v > 0 for v in values)
+        assert summary[f"{time}_mean"] == pytest.approx(statistics.fmean(values))
+        assert summary[f"{time}_median"] == pytest.approx(statistics.median(values))
+        assert (summary[f"{time}_min"], summary[f"{time}_max"]) == (min(values), max(values))
+    for run in [*summary["runs"], summary["warmup"]]:  # airbench's time: whitening + epochs + TTA
+        assert run["whiten_seconds"] > 0 and run["final_eval_seconds"] > 0
+        parts = run["whiten_seconds"] + run["train_seconds"] + run["final_eval_seconds"]
+        assert run["record_seconds"] == pytest.approx(parts)
+    assert summary["airbench"] == {
+        "file": "legacy/airbench94.py", "seconds": 3.83, "accuracy": 0.9401, "runs": 1000,
+        "device": "A100",
+    }  # fmt: skip
+
+
+def test_speedrun_cli_table_shows_record_and_train_seconds_next_to_airbenchs_figure(speedrun_cli):
+    stderr = speedrun_cli[2]
+    assert "record seconds mean / median" in stderr and "record seconds min / max" in stderr
+    assert "train seconds mean / median" in stderr and "train seconds min / max" in stderr
+    assert "3.83 s on an A100 (legacy/airbench94.py" in stderr
+    header = next(line for line in stderr.splitlines() if line.split()[:1] == ["seed"])
+    assert "train s" in header and "record s" in header
+    assert all(
+        len(line) <= 80 for line in stderr.splitlines() if line.split()[:1] in (["0"], ["1"])
+    )
+
+
 def test_speedrun_cli_peak_tflops_gives_mfu(speedrun_cli):
     summary = _summary(speedrun_cli)
     assert summary["peak_tflops"] == 2.0 and summary["peak_tflops_source"] == "--peak-tflops"
@@ -415,7 +445,8 @@ def test_speedrun_cli_writes_run_folders_and_summary_json(speedrun_cli):
     assert json.loads((out / "summary.json").read_text())["runs"] == _summary(speedrun_cli)["runs"]
 
 
-def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
+def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # without --out it keeps its runs under ./runs
     code = main(
         [
             "speedrun",
@@ -434,6 +465,60 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys):
     assert summary["mfu_mean"] is None and summary["peak_tflops"] is None  # never a guessed peak
     assert summary["achieved_tflops_mean"] > 0
     assert summary["accuracy_ci95"] is None and summary["accuracy_std"] is None  # one run
+
+
+def _fixed_stamp(monkeypatch, stamp="20261124-210000"):
+    """speedrun's folder names all made in one second: `stamp` for '%Y%m%d-%H%M%S'."""
+    import time as real_time
+
+    from tricklab import speedrun as speedrun_module
+
+    class Clock:
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+        def strftime(self, fmt, *args):
+            return stamp if fmt == "%Y%m%d-%H%M%S" else real_time.strftime(fmt, *args)
+
+    monkeypatch.setattr(speedrun_module, "time", Clock())
+
+
+def test_speedrun_without_out_keeps_runs_and_summary_in_a_new_numbered_folder(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    _fixed_stamp(monkeypatch)
+    args = ["speedrun", *TINY_SPEEDRUN94, "data.train_size=100", "--runs", "1",
+            "--warmup-epochs", "0.5", "--json"]  # fmt: skip
+    assert main(args) == 0
+    first = tmp_path / "runs" / "20261124-210000-speedrun-speedrun94"
+    captured = capsys.readouterr()
+    assert f"runs: {Path('runs') / first.name}" in captured.err
+    assert {p.name for p in first.iterdir()} == {"warmup", "seed-0", "summary.json"}
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary == json.loads(captured.out.strip().splitlines()[-1])
+    assert main(args) == 0  # the same second again: a folder of its own, never the first one
+    second = tmp_path / "runs" / "20261124-210000-speedrun-speedrun94-2"
+    assert (second / "summary.json").is_file()
+    assert json.loads((first / "summary.json").read_text()) == summary
+
+
+def test_speedrun_without_out_names_the_folder_after_a_recipe_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _fixed_stamp(monkeypatch)
+    load_recipe("speedrun94", TINY_SPEEDRUN94).to_yaml(tmp_path / "my recipe.yaml")
+    code = main(["speedrun", "--recipe", str(tmp_path / "my recipe.yaml"), "data.train_size=100",
+                 "--runs", "1", "--warmup-epochs", "0"])  # fmt: skip
+    assert code == 0
+    assert (tmp_path / "runs" / "20261124-210000-speedrun-my recipe" / "summary.json").is_file()
+
+
+def test_speedrun_with_bad_data_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["speedrun", *TINY_SPEEDRUN94, "data.name=imagefolder",
+                 f"data.dir={tmp_path / 'absent'}", "--runs", "1"])  # fmt: skip
+    assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
 
 
 def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_training(
@@ -491,9 +576,10 @@ def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
 
 
 def test_a_run_broken_by_an_unexpected_error_is_counted_failed_and_the_speedrun_goes_on(
-    monkeypatch, capsys
+    monkeypatch, capsys, tmp_path
 ):
     """At most the run in flight is lost: the other runs train and are summarized; exit 1."""
+    monkeypatch.chdir(tmp_path)
     from tricklab.train import loop
 
     real_step, steps = loop.train_step, []
@@ -576,7 +662,7 @@ def test_speedrun_trains_where_optuna_cannot_be_imported(tmp_path):
             "--json",
         ],
         env=env,
-        cwd=REPO_ROOT,
+        cwd=tmp_path,  # it keeps its runs under ./runs
         capture_output=True,
         text=True,
     )
@@ -591,7 +677,9 @@ def test_speedrun_table_renders_a_cli_summary_as_markdown(speedrun_cli, tmp_path
         **summary,
         "recipe_name": "speedrun96",
         "dataset": {"name": "imagefolder", "dir": ".carry", "train_size": None, "test_size": None},
-    }
+        "airbench": {"file": "legacy/airbench96.py", "seconds": 34.7, "accuracy": 0.9603,
+                     "runs": 400, "device": "A100"},
+    }  # fmt: skip
     (tmp_path / "jpeg").mkdir()
     (tmp_path / "jpeg" / "summary.json").write_text(json.dumps(as_jpeg))
     out = subprocess.run(
@@ -617,7 +705,9 @@ def test_speedrun_table_renders_a_cli_summary_as_markdown(speedrun_cli, tmp_path
         "n",
         "accuracy mean ± std",
         "runs ≥ target",
-        "train s mean / median",
+        "record s mean / median (min–max)",
+        "airbench record s",
+        "train s mean / median (min–max)",
         "compile s (warm-up / runs)",
         "MFU",
         "peak memory GiB",
@@ -631,10 +721,33 @@ def test_speedrun_table_renders_a_cli_summary_as_markdown(speedrun_cli, tmp_path
         first[6] == f"{100 * summary['accuracy_mean']:.2f}% ± {100 * summary['accuracy_std']:.2f}%"
     )
     assert first[7].endswith("(target 50.0%)")
-    assert first[10].startswith(f"{100 * summary['mfu_mean']:.1f}% of 2.0 TFLOP/s")
+
+    def spread(time):
+        mean, median, low, high = (summary[f"{time}_{s}"] for s in ("mean", "median", "min", "max"))
+        return f"{mean:.2f} / {median:.2f} ({low:.2f}–{high:.2f})"
+
+    assert first[8] == spread("record_seconds") and first[10] == spread("train_seconds")
+    ratio = summary["record_seconds_median"] / 3.83
+    assert first[9] == f"3.83 on A100 (legacy/airbench94.py); median here {ratio:.2f}×"
+    assert first[12].startswith(f"{100 * summary['mfu_mean']:.1f}% of 2.0 TFLOP/s")
     second = [cell.strip() for cell in lines[3].strip("|").split("|")]
     assert second[0] == "speedrun96" and second[1] == "CIFAR-10 (JPEG q75 copy)"
+    assert second[9].startswith("34.7 on A100 (legacy/airbench96.py)")  # the summary's own record
     assert "not CIFAR-10 records" in out.stdout
+    assert "as airbench's total_time_seconds" in out.stdout
+
+
+def test_speedrun_table_reads_a_summary_written_before_record_seconds(speedrun_cli, tmp_path):
+    old = {k: v for k, v in _summary(speedrun_cli).items() if "record" not in k and k != "airbench"}
+    del old["train_seconds_min"], old["train_seconds_max"]
+    (tmp_path / "summary.json").write_text(json.dumps(old))
+    out = subprocess.run([sys.executable, str(TABLE_SCRIPT), str(tmp_path)], capture_output=True,
+                         text=True, env=SUBPROCESS_ENV)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    row = [cell.strip() for cell in out.stdout.splitlines()[2].strip("|").split("|")]
+    assert row[8] == "-" and row[9] == "-"
+    mean, median = old["train_seconds_mean"], old["train_seconds_median"]
+    assert row[10] == f"{mean:.2f} / {median:.2f}"
 
 
 def test_gpu_acceptance_script_is_executable_bash_that_parses():

@@ -139,6 +139,7 @@ def print_result(result) -> None:
         (f"val acc (TTA {tta})", result.val_acc_tta, ".4f"),
         ("val loss", result.val_loss, ".4f"),
         ("train seconds", result.train_seconds, ".2f"),
+        ("record seconds (airbench's)", result.record_seconds, ".2f"),
         ("compile seconds", result.compile_seconds, ".2f"),
         ("wall seconds", result.wall_seconds, ".2f"),
         ("time to target s", result.time_to_target_seconds, ".2f"),

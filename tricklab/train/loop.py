@@ -133,7 +133,9 @@ def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> O
         if totals.first_nonfinite is None:
             row = _train_row(parts, epoch, step, epoch_seconds, out.train_seconds, totals)
             if _is_last(row, run, parts.total_steps) or _evaluation_due(run, epoch):
-                row["val_acc"], row["val_loss"] = evaluate(parts)
+                start = time.perf_counter()  # epoch_totals has just read the device: it is idle
+                row["val_acc"], row["val_loss"] = evaluate(parts)  # ends with a read: synced
+                row["eval_seconds"] = time.perf_counter() - start
             out.epochs.append(row)
             if on_epoch:
                 on_epoch(row)
@@ -290,6 +292,7 @@ def _train_row(
         "train_acc": totals.correct / totals.images,
         "val_loss": None,
         "val_acc": None,
+        "eval_seconds": None,  # the evaluation's, when one ran (the final one: in record_seconds)
         "lr": parts.optimizer.param_groups[0]["lr"] * parts.loss_scale,  # for a mean loss
         "epoch_seconds": epoch_seconds,
         "images_per_second": totals.images / epoch_seconds if epoch_seconds > 0 else None,
