@@ -42,6 +42,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from tricklab.experiments.dashboard import trial_attrs
 from tricklab.experiments.storage import (
     COMPLETE_STATUSES,
     DONE_STATUSES,
@@ -144,9 +145,12 @@ def finish_trial(
         if status == "pruned"
         else TrialState.FAIL
     )
-    try:  # each attr is one storage write: status and error for people, runs for everything
+    try:  # each attr is one storage write: status, error and the means for people (and the
+        # dashboard, dashboard.py), runs for everything
         trial.set_user_attr("status", status)
         trial.set_user_attr("error", error)
+        for name, mean in trial_attrs(records).items():
+            trial.set_user_attr(name, mean)
         trial.set_user_attr("runs", records)
         study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
     except UpdateFinishedTrialError:

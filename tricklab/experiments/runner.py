@@ -19,6 +19,7 @@ import optuna
 import tricklab
 from tricklab.errors import TrickLabError
 from tricklab.experiments.claims import done_count, final_statuses, status_counts
+from tricklab.experiments.dashboard import ablation_params
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import (
     PRUNERS,
@@ -192,7 +193,10 @@ def ablate(
             liveness or Liveness(),
             on_run_end=on_run_end,
         )
-        ran = run_units(worker, units)
+        space, params = ablation_params(baseline, configs, vary)  # for optuna-dashboard
+        ran = run_units(
+            worker, units, params=lambda unit: params[unit.config.config_id], space=space
+        )
     counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)), keys)
     return _summary(opened, "ablation", url, len(units), ran, done_before, counts)
 

@@ -35,6 +35,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -61,6 +62,7 @@ WORKER_ATTR = "tricklab:worker"
 SCHEMA_RETRIES = 5
 
 COMPLETE_STATUSES = ("complete", "stopped-early", "reached-target")
+METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
 # Final outcomes of a unit: rerunning would only repeat them (a seeded divergence diverges again).
 DONE_STATUSES = (*COMPLETE_STATUSES, "diverged", "pruned")
 # Outcomes a rerun of the command tries again: they say little about the configuration.
@@ -281,6 +283,10 @@ def open_study(
         sampler=sampler,
         pruner=pruner,
     )
+    if study.metric_names != METRIC_NAMES:  # optuna-dashboard labels the objective with it
+        with warnings.catch_warnings():  # experimental since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(METRIC_NAMES)
     stored = study.user_attrs
     for key, value in (attrs or {}).items():
         if key not in stored:

@@ -423,6 +423,8 @@ def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
                         "status": run["status"],
                         "error": run.get("error"),
                         "accuracy": run.get("accuracy"),
+                        "train_seconds": run.get("train_seconds"),
+                        "record_seconds": run.get("record_seconds"),
                         "reused_from_trial": t.number,
                         "val_accs": [row.get("val_acc") for row in run.get("epochs") or []],
                     },
