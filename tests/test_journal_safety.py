@@ -16,6 +16,8 @@ import threading
 import time
 
 import optuna
+import pytest
+from full_disk import NO_SPACE, FullDisk
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli import main
@@ -169,3 +171,33 @@ def test_two_sweep_workers_drawing_one_point_train_its_seed_once(tmp_path):
     runs = [run for t in trials for run in t.user_attrs["runs"]]
     assert sum("reused_from_trial" not in run for run in runs) == 1  # one run, taken twice
     assert len({t.value for t in trials}) == 1
+
+
+def test_an_append_that_finds_the_disk_full_is_taken_back_and_the_journal_ends_whole(
+    tmp_path, monkeypatch
+):
+    journal = tmp_path / "study.journal"
+    study = optuna.create_study(storage=open_storage(f"journal:{journal}"), study_name="s")
+    before = journal.read_bytes()
+    with monkeypatch.context() as patch:
+        FullDisk(patch, "study.journal", budget=10)  # 10 bytes of the record fit, then ENOSPC
+        with pytest.raises(OSError):
+            study.set_user_attr("lost", 1)
+    assert journal.read_bytes() == before and not list(tmp_path.glob("*.torn-*"))
+    study.set_user_attr("kept", 2)
+    reread = optuna.load_study(study_name="s", storage=open_storage(f"journal:{journal}"))
+    assert reread.user_attrs == {"kept": 2}
+
+
+def test_an_ablation_whose_journal_disk_fills_gives_one_line_and_a_whole_journal(
+    tmp_path, monkeypatch, capsys
+):
+    journal = tmp_path / "study.journal"
+    with monkeypatch.context() as patch:
+        FullDisk(patch, "study.journal", budget=4000)  # the study and a trial or so fit
+        assert main(ablate_args(journal, seeds=2)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"error: cannot write {journal}: {NO_SPACE}")
+    assert journal_records(journal)  # every line whole
+    assert not list(tmp_path.glob("*.torn-*"))

@@ -390,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         except TrickLabError as exc:
             print_error(str(exc))
             return 2
+        except OSError as exc:  # a full disk met where no file of ours was written (a storage)
+            if not is_disk_full(exc):
+                raise
+            print_error(str(disk_full_error(exc)))
+            return 2
         except KeyboardInterrupt:
             err_console.print("interrupted", highlight=False)
             return INTERRUPTED_EXIT_CODE

@@ -7,11 +7,13 @@ that same line, which from then on fails to parse and takes every later record w
 lock Optuna's backend takes for each append is wrapped: once held, and before the append, bytes
 after the journal's last newline are moved to `PATH.torn-<date>-<time>-<pid>` beside it, with a
 warning. Under that lock no live writer is mid-line, so what is found is torn for good; nothing a
-writer finished is touched (its records all end in a newline).
+writer finished is touched (its records all end in a newline). An append of this process that
+fails midway (a full disk) is cut off again before the lock is let go.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -20,10 +22,19 @@ from typing import Any
 
 import optuna
 
+from tricklab.paths import DiskFullError, disk_full_error, is_disk_full
+
 log = logging.getLogger(__name__)
 
 RECORD_START = b'{"op_code":'  # how every record Optuna writes begins
 CHUNK_BYTES = 1 << 16
+
+
+def _optuna_class(name: str, old_name: str) -> Any:
+    """A journal class from optuna.storages.journal (Optuna >= 4.0) or its older home."""
+    module = getattr(optuna.storages, "journal", None)
+    found = getattr(module, name, None) if module is not None else None
+    return found if found is not None else getattr(optuna.storages, old_name)
 
 
 def looks_like_record_start(data: bytes) -> bool:
@@ -33,8 +44,7 @@ def looks_like_record_start(data: bytes) -> bool:
 
 def journal_backend(path: Path) -> Any:
     """Optuna's journal file backend on `path`, with the torn-line check before each append."""
-    backend = _optuna_class("JournalFileBackend", "JournalFileStorage")  # its name before 4.0
-    return backend(str(path), lock_obj=TornLineCheckingLock(path))
+    return JournalFile(path)
 
 
 class TornLineCheckingLock:
@@ -55,13 +65,18 @@ class TornLineCheckingLock:
         return True
 
     def release(self) -> None:
-        self._lock.release()
+        try:  # an append that failed midway (a full disk) is taken back: the journal ends whole
+            with contextlib.suppress(OSError):
+                set_torn_line_aside(self.path, keep=False)
+        finally:
+            self._lock.release()
 
 
-def set_torn_line_aside(path: Path) -> Path | None:
+def set_torn_line_aside(path: Path, *, keep: bool = True) -> Path | None:
     """Move the bytes after the journal's last newline (a record never finished) into a file
     beside it and cut them off; the side file's path, or None when the journal ends whole.
-    Call it holding the journal's lock."""
+    `keep=False` only cuts them off (this process's own append that failed). Call it holding
+    the journal's lock."""
     with open(path, "r+b") as handle:
         size = handle.seek(0, os.SEEK_END)
         if size == 0:
@@ -74,6 +89,9 @@ def set_torn_line_aside(path: Path) -> Path | None:
         torn = handle.read()
         if start == 0 and not looks_like_record_start(torn[: len(RECORD_START)]):
             return None  # not a journal at all: open_storage refuses such files untouched
+        if not keep:
+            handle.truncate(start)
+            return None
         side = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
         with open(side, "xb") as out:
             out.write(torn)
@@ -106,8 +124,18 @@ def _line_start(handle: Any, size: int) -> int:
     return 0
 
 
-def _optuna_class(name: str, old_name: str) -> Any:
-    """A journal class from optuna.storages.journal (Optuna >= 4.0) or its older home."""
-    module = getattr(optuna.storages, "journal", None)
-    found = getattr(module, name, None) if module is not None else None
-    return found if found is not None else getattr(optuna.storages, old_name)
+class JournalFile(_optuna_class("JournalFileBackend", "JournalFileStorage")):  # before 4.0: Storage
+    """Optuna's journal file backend, appending under TornLineCheckingLock; a full disk is a
+    DiskFullError naming the journal (Optuna's write names no file)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path), lock_obj=TornLineCheckingLock(path))
+        self.path = Path(path)
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        try:
+            super().append_logs(logs)
+        except OSError as exc:
+            if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+                raise disk_full_error(exc, self.path, name_path=True) from exc
+            raise
