@@ -65,6 +65,8 @@ def airbench_cell(summary: dict[str, Any]) -> str:
     if not record:
         return "-"
     text = f"{record['seconds']:g} on {record['device']} ({record['file']})"
+    if not summary.get("airbench_comparable"):
+        return f"{text}; not comparable: recipe or data changed"
     median = summary.get("record_seconds_median")
     return text if median is None else f"{text}; median here {median / record['seconds']:.2f}×"
 

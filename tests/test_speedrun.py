@@ -417,11 +417,54 @@ def test_speedrun_cli_summary_has_mean_median_min_max_of_record_and_train_second
     }  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "name, overrides, comparable",
+    [
+        ("speedrun94", ["data.name=imagefolder", "data.dir=/data/cifar10-jpeg"], True),
+        ("speedrun96", ["data.name=cifar10", "run.device=cuda", "run.seed=3"], True),
+        ("speedrun94", [], True),  # cifar10, downloaded
+        ("speedrun94", ["data.name=imagefolder", "run.epochs=5"], False),
+        ("speedrun94", ["data.name=cifar10", "data.train_size=10000"], False),
+        ("speedrun94", ["data.name=synthetic"], False),
+        ("speedrun94-muon", ["tricks.compile=off"], False),
+        ("resnet18-fast", [], False),  # no airbench script
+    ],
+)
+def test_record_seconds_compare_with_airbench_only_for_the_recipe_as_airbench_ran_it(
+    name, overrides, comparable
+):
+    from tricklab.speedrun import as_airbench_ran_it
+
+    assert as_airbench_ran_it(load_recipe(name, overrides), name) is comparable
+
+
+def test_the_summary_gives_the_median_record_seconds_over_airbenchs_when_comparable():
+    from types import SimpleNamespace
+
+    from tricklab.speedrun import AIRBENCH_RECORDS, _airbench_rows
+
+    summary = SimpleNamespace(
+        airbench=AIRBENCH_RECORDS["speedrun94"],
+        airbench_comparable=True,
+        record_seconds_median=7.66,
+    )
+    assert _airbench_rows(summary) == [
+        ("airbench (legacy/airbench94.py)", "3.83 s on an A100, 94.01% over 1,000 runs"),
+        ("median record s / airbench's", "2.00×"),
+    ]
+    summary.airbench = None
+    assert _airbench_rows(summary) == [
+        ("airbench's record seconds", "- (no airbench script for this recipe)")
+    ]
+
+
 def test_speedrun_cli_table_shows_record_and_train_seconds_next_to_airbenchs_figure(speedrun_cli):
     stderr = speedrun_cli[2]
     assert "record seconds mean / median" in stderr and "record seconds min / max" in stderr
     assert "train seconds mean / median" in stderr and "train seconds min / max" in stderr
-    assert "3.83 s on an A100 (legacy/airbench94.py" in stderr
+    assert "airbench (legacy/airbench94.py)" in stderr
+    assert "3.83 s on an A100, 94.01% over 1,000 runs" in stderr
+    assert "not comparable: recipe or data changed" in stderr  # a tiny speedrun94
     header = next(line for line in stderr.splitlines() if line.split()[:1] == ["seed"])
     assert "train s" in header and "record s" in header
     assert all(
@@ -679,6 +722,7 @@ def test_speedrun_table_renders_a_cli_summary_as_markdown(speedrun_cli, tmp_path
         "dataset": {"name": "imagefolder", "dir": ".carry", "train_size": None, "test_size": None},
         "airbench": {"file": "legacy/airbench96.py", "seconds": 34.7, "accuracy": 0.9603,
                      "runs": 400, "device": "A100"},
+        "airbench_comparable": True,
     }  # fmt: skip
     (tmp_path / "jpeg").mkdir()
     (tmp_path / "jpeg" / "summary.json").write_text(json.dumps(as_jpeg))
@@ -727,12 +771,13 @@ def test_speedrun_table_renders_a_cli_summary_as_markdown(speedrun_cli, tmp_path
         return f"{mean:.2f} / {median:.2f} ({low:.2f}–{high:.2f})"
 
     assert first[8] == spread("record_seconds") and first[10] == spread("train_seconds")
-    ratio = summary["record_seconds_median"] / 3.83
-    assert first[9] == f"3.83 on A100 (legacy/airbench94.py); median here {ratio:.2f}×"
+    # synthetic data and other widths: airbench's figure is shown, but no ratio to it
+    assert first[9] == "3.83 on A100 (legacy/airbench94.py); not comparable: recipe or data changed"
     assert first[12].startswith(f"{100 * summary['mfu_mean']:.1f}% of 2.0 TFLOP/s")
     second = [cell.strip() for cell in lines[3].strip("|").split("|")]
     assert second[0] == "speedrun96" and second[1] == "CIFAR-10 (JPEG q75 copy)"
-    assert second[9].startswith("34.7 on A100 (legacy/airbench96.py)")  # the summary's own record
+    ratio = summary["record_seconds_median"] / 34.7  # the summary's own record, and comparable
+    assert second[9] == f"34.7 on A100 (legacy/airbench96.py); median here {ratio:.2f}×"
     assert "not CIFAR-10 records" in out.stdout
     assert "as airbench's total_time_seconds" in out.stdout
 
