@@ -371,15 +371,21 @@ def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
     import time
 
     cmd = [sys.executable, "-m", "tricklab", "train", "data.name=synthetic", "model.name=airbench",
-           "model.widths=[8,16,16]", "loader.kind=device", "run.epochs=100000",
+           "model.widths=[8,16,16]", "data.train_size=2000", "data.test_size=500",
+           "loader.kind=device", "run.epochs=100000",
            "--out", str(tmp_path / "run"), "--json"]  # fmt: skip
     worker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
-    while not (metrics.exists() and metrics.read_text().strip()):  # wait for its first epoch
-        assert time.monotonic() < deadline and worker.poll() is None
-        time.sleep(0.1)
-    worker.send_signal(signal.SIGTERM)
-    out, err = worker.communicate(timeout=120)
+    try:
+        metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().strip()):  # wait for its first epoch
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=120)
+    finally:  # a failed wait must not leave the worker training for 100,000 epochs
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
     assert worker.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     result = json.loads((tmp_path / "run" / "result.json").read_text())
