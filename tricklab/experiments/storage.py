@@ -9,7 +9,8 @@ One Optuna study per experiment. `--storage` takes
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
 In-memory SQLite (`sqlite://`) is refused: it would store nothing to resume. A journal file that
-exists must start with an Optuna journal record, so no other file is ever appended to.
+exists must start with an Optuna journal record, so no other file is ever appended to; a last line
+a writer never finished is set aside before the next append (journal.py).
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
