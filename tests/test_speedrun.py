@@ -441,7 +441,8 @@ def test_record_seconds_compare_with_airbench_only_for_the_recipe_as_airbench_ra
 def test_the_summary_gives_the_median_record_seconds_over_airbenchs_when_comparable():
     from types import SimpleNamespace
 
-    from tricklab.speedrun import AIRBENCH_RECORDS, _airbench_rows
+    from tricklab.speedrun import AIRBENCH_RECORDS
+    from tricklab.speedrun_cli import _airbench_rows
 
     summary = SimpleNamespace(
         airbench=AIRBENCH_RECORDS["speedrun94"],
@@ -511,10 +512,10 @@ def test_speedrun_on_cpu_without_peak_tflops_has_no_mfu(capsys, tmp_path, monkey
 
 
 def _fixed_stamp(monkeypatch, stamp="20261124-210000"):
-    """speedrun's folder names all made in one second: `stamp` for '%Y%m%d-%H%M%S'."""
+    """New run folders' names all made in one second: `stamp` for '%Y%m%d-%H%M%S'."""
     import time as real_time
 
-    from tricklab import speedrun as speedrun_module
+    from tricklab import clitools
 
     class Clock:
         def __getattr__(self, name):
@@ -523,7 +524,7 @@ def _fixed_stamp(monkeypatch, stamp="20261124-210000"):
         def strftime(self, fmt, *args):
             return stamp if fmt == "%Y%m%d-%H%M%S" else real_time.strftime(fmt, *args)
 
-    monkeypatch.setattr(speedrun_module, "time", Clock())
+    monkeypatch.setattr(clitools, "time", Clock())
 
 
 def test_speedrun_without_out_keeps_runs_and_summary_in_a_new_numbered_folder(

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 from rich import box
@@ -22,15 +21,17 @@ from rich.table import Table
 from rich.text import Text
 
 import tricklab
-from tricklab import demo, speedrun
+from tricklab import demo, speedrun_cli
 from tricklab.clitools import (
     INTERRUPTED_EXIT_CODE,
     Parser,
     check_not_empty,
     console,
     err_console,
+    new_run_folder,
     print_error,
     recipe_and_overrides,
+    recipe_stem,
 )
 from tricklab.data.names import DATASET_NAMES
 from tricklab.errors import TrickLabError
@@ -38,9 +39,7 @@ from tricklab.experiments import cli as experiments_cli
 from tricklab.measure import profile_cli
 from tricklab.paths import (
     disk_full_error,
-    first_missing,
     is_disk_full,
-    new_numbered_dir,
     remove_empty_dirs,
 )
 from tricklab.report import cli as report_cli
@@ -159,35 +158,13 @@ def print_result(result) -> None:
     console.print(table)
 
 
-def _default_run_dir(recipe_name: str | None) -> tuple[Path, Path]:
-    """A new folder runs/<date-time>-<recipe> (numbered if taken) and the outermost folder made.
-
-    Made here, not by train(): two runs started in the same second get two folders."""
-    stem = (
-        Path(recipe_name).name.removesuffix(".yaml").removesuffix(".yml")
-        if recipe_name
-        else "default"
-    )
-    runs = Path("runs")
-    outermost = first_missing(runs)
-    try:
-        out = new_numbered_dir(runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}")
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(exc, runs) from None
-        raise TrickLabError(
-            f"cannot make a run directory under {runs}: {exc.strerror or exc}"
-        ) from None
-    return out, outermost or out
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     name, overrides = recipe_and_overrides(args.words)
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
     from tricklab.train.api import RunInterrupted, train
 
-    out, made = (Path(args.out), None) if args.out else _default_run_dir(name)
+    out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
         if args.json:
             result = train(recipe, out_dir=out, stop=args.stop)
@@ -361,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
 
-    for module in (demo, speedrun, experiments_cli, profile_cli, report_cli):  # each adds its own
+    # Each command module adds its own commands.
+    for module in (demo, speedrun_cli, experiments_cli, profile_cli, report_cli):
         module.register(sub)
     return parser
 

@@ -8,14 +8,18 @@ a function-level import. Nothing here imports torch or Optuna.
 from __future__ import annotations
 
 import argparse
+import time
 import typing
+from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
 
 from tricklab.errors import TrickLabError
+from tricklab.paths import disk_full_error, first_missing, is_disk_full, new_numbered_dir
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
+RUNS_ROOT = Path("runs")  # where a command given no --out makes its new folder
 
 # Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
 console = Console(markup=False)
@@ -63,3 +67,25 @@ def recipe_and_overrides(words: list[str]) -> tuple[str | None, list[str]]:
     if bad:
         raise TrickLabError(f"expected key=value overrides after the recipe, got '{bad[0]}'")
     return recipe, words
+
+
+def recipe_stem(recipe_name: str | None) -> str:
+    """A recipe's name as a folder name: a file's stem without .yaml, `default` for none."""
+    if not recipe_name:
+        return "default"
+    return Path(recipe_name).name.removesuffix(".yaml").removesuffix(".yml")
+
+
+def new_run_folder(label: str) -> tuple[Path, Path]:
+    """A new folder runs/<date>-<time>-<label> (numbered when taken: two commands started in the
+    same second get two), and the outermost folder made for it, to remove if nothing is written."""
+    outermost = first_missing(RUNS_ROOT)
+    try:
+        out = new_numbered_dir(RUNS_ROOT / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}")
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, RUNS_ROOT) from None
+        raise TrickLabError(
+            f"cannot make a new folder under {RUNS_ROOT}: {exc.strerror or exc}"
+        ) from None
+    return out, outermost or out
