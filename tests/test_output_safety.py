@@ -80,6 +80,21 @@ def test_a_folder_whose_claiming_process_was_killed_can_be_claimed_again(tmp_pat
     claim.release()
 
 
+def test_a_folder_on_a_file_system_without_locks_is_claimed_with_a_warning(
+    tmp_path, monkeypatch, caplog
+):
+    fcntl = pytest.importorskip("fcntl")
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    claim = claim_folder(tmp_path)
+    assert claim is not None and "not kept apart" in caplog.text
+    claim.release()
+    assert run_files(tmp_path) == []
+
+
 def test_two_threads_training_into_one_folder_at_once_one_trains_the_other_is_refused(tmp_path):
     out = tmp_path / "run"
     recipe = load_recipe(None, TINY)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import threading
@@ -21,6 +22,9 @@ except ImportError:  # Windows: a claim is an exclusively created file (see clai
 
 CLAIM_NAME = ".tricklab-claim"
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+NO_LOCKS_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -114,6 +118,13 @@ def claim_folder(folder: Path) -> FolderClaim | None:
         except BlockingIOError:
             os.close(fd)
             return None
+        except OSError as exc:
+            if exc.errno not in NO_LOCKS_ERRNOS:
+                os.close(fd)
+                raise
+            # A file system without locks (some network mounts): the run goes on unguarded.
+            log.warning("cannot lock %s (%s): runs into this folder are not kept apart", path, exc)
+            return FolderClaim(path, fd)
         except BaseException:
             os.close(fd)
             raise
