@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,28 @@ def test_seeds_out_of_range_exit_2_and_make_no_folder(tmp_path, capsys, seeds):
     assert main(["demo", "--out", str(out), "--seeds", seeds]) == 2
     assert "--seeds" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_interrupted_demo_keeps_its_runs_and_resumes_on_the_same_folder(
+    tmp_path, tricklab_cache_dir
+):
+    out = tmp_path / "demo"
+    plan = tiny_plan(tricklab_cache_dir)
+
+    def stop_after_first_run(event):
+        raise KeyboardInterrupt
+
+    with pytest.raises(demo.DemoInterrupted) as stopped:
+        demo.run_demo(out, seeds=1, plan=plan, on_run_end=stop_after_first_run)
+    assert stopped.value.out_dir == out and not (out / "report.md").exists()
+    result = demo.run_demo(out, seeds=1, plan=plan)
+    assert (result.summary.already_done, result.summary.ran) == (1, 3)
+    assert result.report.md_path.is_file()
+
+
+def test_without_out_each_demo_gets_a_new_runs_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first, second = demo.default_out_dir(), demo.default_out_dir()
+    assert first != second and first.parent == second.parent == Path("runs")
+    assert first.name.endswith("-demo") and (tmp_path / first).is_dir()
+    assert (tmp_path / second).is_dir()

@@ -212,7 +212,9 @@ def run_demo(
 
 def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
     """One line saying what the demo is about to train."""
-    tricks = ", ".join(f"{k}={'/'.join(str(v) for v in vs)}" for k, vs in plan.vary.items())
+    from tricklab.experiments.plan import format_value
+
+    tricks = ", ".join(f"{k}={'/'.join(map(format_value, vs))}" for k, vs in plan.vary.items())
     data = f"{plan.train_size or 10_000:,} train / {plan.test_size or 2_000:,} test images"
     scaled = (
         f", widths {list(plan.cpu_widths)}, {plan.cpu_precision}" if device_type == "cpu" else ""
