@@ -2,12 +2,13 @@
 
 The main CLI (cli.py) and the command modules it registers (speedrun.py, experiments/cli.py,
 measure/profile_cli.py) import from here, never from each other, so no import cycle hides behind
-a function-level import. Nothing here imports torch or Optuna.
+a function-level import. Nothing here imports torch or Optuna at import time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 import typing
 from pathlib import Path
@@ -89,3 +90,16 @@ def new_run_folder(label: str) -> tuple[Path, Path]:
             f"cannot make a new folder under {RUNS_ROOT}: {exc.strerror or exc}"
         ) from None
     return out, outermost or out
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> typing.Iterator[None]:
+    """Optuna logs every trial and storage it opens at INFO; keep it to warnings meanwhile."""
+    import optuna  # here, not at the top: commands without Optuna (speedrun, train) start faster
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)

@@ -16,10 +16,9 @@ refused.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -225,23 +224,10 @@ def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
     )
 
 
-@contextlib.contextmanager
-def _quiet_optuna() -> Iterator[None]:
-    """Optuna logs every trial at INFO; keep it to warnings."""
-    import optuna
-
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty
+    from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, quiet_optuna
     from tricklab.train.api import resolve_device
 
     check_not_empty(args, "--out")
@@ -257,7 +243,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         err.print(f"  {event.config_id:<28} seed {event.seed}  {event.status:<9} {acc:>7}  {secs}")
 
     try:
-        with _quiet_optuna():
+        with quiet_optuna():
             result = run_demo(args.out, args.seeds, plan=plan, on_run_end=show)
     except DemoInterrupted as stop:
         err.print(f"interrupted; finished runs are kept: rerun with --out {stop.out_dir} to resume")

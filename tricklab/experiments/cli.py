@@ -8,10 +8,8 @@ SIGTERM) marks the running trial interrupted and exits 130 with one line on stde
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -19,7 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 import tricklab.report.cli as report_cli
-from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, recipe_and_overrides
+from tricklab.clitools import (
+    INTERRUPTED_EXIT_CODE,
+    check_not_empty,
+    quiet_optuna,
+    recipe_and_overrides,
+)
 from tricklab.clitools import wide_console as console
 from tricklab.errors import TrickLabError
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
@@ -210,19 +213,6 @@ def _liveness(args: argparse.Namespace) -> Liveness:
     return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
 
 
-@contextlib.contextmanager
-def _quiet_optuna() -> Iterator[None]:
-    """Optuna logs every trial at INFO; keep it to warnings."""
-    import optuna
-
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-
-
 def _consoles(as_json: bool) -> tuple[Console, Console]:
     """(progress console, stdout): with --json, progress goes to stderr so stdout is the JSON."""
     out = console()
@@ -275,7 +265,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         }
         _print_plan(out, plan, args.json)
         return 0
-    with _quiet_optuna():
+    with quiet_optuna():
         try:
             summary = ablate(
                 baseline,
@@ -334,7 +324,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             plan["trials"] = args.trials
         _print_plan(out, plan, args.json)
         return 0
-    with _quiet_optuna():
+    with quiet_optuna():
         try:
             summary = sweep(
                 base,

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tricklab.clitools import check_not_empty, err_console
+from tricklab.clitools import check_not_empty, err_console, quiet_optuna
 
 FORMATS = ("table", "md", "latex", "csv", "json")
 
@@ -81,7 +81,7 @@ def run_report(args: argparse.Namespace) -> int:
     check_not_empty(args, "--storage", "--out", "--title")
     if args.out is not None:
         check_out_dir(Path(args.out))  # before reading anything
-    with _quiet_optuna():
+    with quiet_optuna():
         sources = load_sources(args.sources, args.storage)
     out = Path(args.out) if args.out is not None else default_out_dir(sources)
     report = render_report(sources, out, args.title)
@@ -99,28 +99,13 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-class _quiet_optuna:
-    """Optuna logs at INFO when it opens a storage; keep it to warnings while reading."""
-
-    def __enter__(self) -> None:
-        import optuna
-
-        self.verbosity = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def __exit__(self, *exc: object) -> None:
-        import optuna
-
-        optuna.logging.set_verbosity(self.verbosity)
-
-
 # ---------------------------------------------------------------- results
 
 
 def run_results(args: argparse.Namespace) -> int:
     check_not_empty(args, "--storage", "--out", "--reference", "--csv")
     output = "json" if args.json else args.format
-    with _quiet_optuna():
+    with quiet_optuna():
         if args.study is None:
             return _list_studies(args, output)
         check_not_empty(args, "study")
