@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from cifar10_names import CIFAR10_CLASSES
 from PIL import Image
 
 from tricklab.cli import main
@@ -36,20 +37,6 @@ from tricklab.data.sources import (
 )
 from tricklab.data.synthetic import make_synthetic
 from tricklab.errors import TrickLabError
-
-CIFAR10_CLASSES = [
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-]
-
 
 # ---------------------------------------------------------------- helpers
 

@@ -13,24 +13,13 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 
 import pytest
+from cifar10_names import CIFAR10_CLASSES
 
 from tricklab.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_PACKAGE_DIR = "data/samples/cifar10-sample"
 SAMPLE_FILES = ("train.tar.gz", "test.tar.gz", "README.md")
-CIFAR10_CLASSES = [
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-]
 
 
 def sample_file(name: str):
