@@ -7,7 +7,9 @@ compared. The model is tiny on purpose: the loop's own cost per step shows only 
 short (as on a GPU).
 
     python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
-                                       [--same-metrics]
+                                       [--same-metrics] [--device cpu|cuda]
+
+On CUDA each contender's clock starts and stops after `torch.cuda.synchronize()`.
 
 By default the bare loop and Lightning only step (no metric at all) while tricklab also keeps each
 epoch's train loss and accuracy. --same-metrics gives all three that work, each in its own idiom:
@@ -45,6 +47,14 @@ TRAIN_SIZE = 5120
 LR = 0.05
 
 
+DEVICE = "cpu"  # --device
+
+
+def sync() -> None:
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def recipe(epochs: int, batch: int):
     return load_recipe(
         None,
@@ -62,7 +72,7 @@ def recipe(epochs: int, batch: int):
             "optim.momentum=0.9",
             f"run.epochs={epochs}",
             "run.eval_every=0",
-            "run.device=cpu",
+            f"run.device={DEVICE}",
         ],
     )
 
@@ -74,8 +84,15 @@ def parts(batch: int):
     model = build_model("airbench", num_classes=10, widths=WIDTHS, image_size=IMAGE_SIZE)
     mean, std = channel_stats(ds.train.images)
     model.init_from_data(normalize(init_sample(ds.train.images, seed=0), mean, std))
+    model.to(DEVICE)
     loader = DeviceLoader(
-        ds.train.images, ds.train.labels, batch, mean=mean, std=std, drop_last=True
+        ds.train.images,
+        ds.train.labels,
+        batch,
+        mean=mean,
+        std=std,
+        drop_last=True,
+        device=DEVICE,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     return model, optimizer, loader
@@ -91,9 +108,11 @@ def time_bare(epochs: int, batch: int, metrics: bool) -> float:
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     history = []  # (train loss, train accuracy) per epoch, with metrics
+    sync()
     start = time.perf_counter()
     for _ in range(epochs):
-        loss_sum, correct, seen = torch.zeros(()), torch.zeros((), dtype=torch.long), 0
+        loss_sum = torch.zeros((), device=DEVICE)
+        correct, seen = torch.zeros((), dtype=torch.long, device=DEVICE), 0
         for images, labels in loader:
             logits = model(images)
             loss = loss_fn(logits, labels)
@@ -106,6 +125,7 @@ def time_bare(epochs: int, batch: int, metrics: bool) -> float:
                 seen += len(labels)
         if metrics:
             history.append((loss_sum.item() / seen, correct.item() / seen))
+    sync()
     return time.perf_counter() - start
 
 
@@ -137,9 +157,11 @@ def time_lightning(epochs: int, batch: int, metrics: bool) -> float:
         seconds = 0.0
 
         def on_train_epoch_start(self, trainer, pl_module):
+            sync()
             self.start = time.perf_counter()
 
         def on_train_epoch_end(self, trainer, pl_module):
+            sync()
             EpochTimer.seconds += time.perf_counter() - self.start
 
     class Batches:  # the same DeviceLoader batches, re-iterable per epoch
@@ -152,7 +174,7 @@ def time_lightning(epochs: int, batch: int, metrics: bool) -> float:
     EpochTimer.seconds = 0.0
     trainer = L.Trainer(
         max_epochs=epochs,
-        accelerator="cpu",
+        accelerator="gpu" if DEVICE.startswith("cuda") else "cpu",
         devices=1,
         logger=False,
         enable_checkpointing=False,
@@ -163,6 +185,12 @@ def time_lightning(epochs: int, batch: int, metrics: bool) -> float:
     )
     trainer.fit(Module(), train_dataloaders=Batches())
     return EpochTimer.seconds
+
+
+def device_name() -> str:
+    if DEVICE.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(DEVICE))
+    return "CPU"
 
 
 def ratio_interval(ratios: list[float]) -> str:
@@ -182,7 +210,10 @@ def main() -> None:
         action="store_true",
         help="bare and Lightning also keep each epoch's train loss and accuracy, as tricklab does",
     )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     runners = {
         "bare PyTorch loop": time_bare,
         "tricklab": time_tricklab,
@@ -202,7 +233,7 @@ def main() -> None:
     bare, lightning = times["bare PyTorch loop"], times["Lightning Trainer"]
     steps = args.epochs * (TRAIN_SIZE // args.batch_size)
     print(
-        f"CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}; widths {WIDTHS}, "
+        f"{device_name()}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; widths {WIDTHS}, "
         f"{TRAIN_SIZE} synthetic 3x{IMAGE_SIZE}x{IMAGE_SIZE} images, batch {args.batch_size}, {steps} steps, "
         f"SGD momentum 0.9; {args.repeats} interleaved repeats; "
         + (
