@@ -2,8 +2,8 @@
 
 One warm-up run that is not counted (cuDNN autotuning, compilation, allocator growth, the data
 cache), then N runs with seeds 0..N-1. The summary: mean ± std accuracy with a 95 % t-interval,
-the fraction of runs at or above the target, mean/median/min/max of two times, compile seconds,
-peak memory and MFU. The times, each device-synchronised, none holding dataset decoding,
+the fraction of runs at or above the target (`outcomes.fraction_at_target`: a crash is left out),
+mean/median/min/max of two times, compile seconds, peak memory and MFU. The times, each device-synchronised, none holding dataset decoding,
 compilation or the warm-up run:
 - record_seconds, airbench's `total_time_seconds` (the figure its records quote): the whitening
   layer's fit on 5,000 train images + the training epochs + the final evaluation with the recipe's
@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.errors import TrickLabError
+from tricklab.experiments.outcomes import fraction_at_target
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.measure.provenance import finish_record, speedrun_busy, start_record
 from tricklab.paths import atomic_write
 from tricklab.stopping import Interrupted, StopRequest
 from tricklab.train.recipe import Recipe, load_recipe
@@ -128,6 +130,9 @@ class SpeedrunSummary:
     interrupted: bool = False  # stopped by Ctrl-C / SIGTERM: the statistics cover the runs before
     airbench: AirbenchRecord | None = None  # airbench's own figure for the recipe, if it has one
     airbench_comparable: bool = False  # the recipe as airbench ran it (`as_airbench_ran_it`)
+    provenance: dict = field(default_factory=dict)  # the speedrun's record (measure/provenance.py)
+    busy_machine: bool = False  # provenance.speedrun_busy: load above the cores, or times spread
+    busy_reason: str | None = None
 
     @property
     def n(self) -> int:
@@ -258,6 +263,7 @@ def speedrun(
                 f"--out {out} already holds a speedrun ({', '.join(taken[:3])}); give another folder"
             )
     peak, peak_source = peak_tflops, None
+    provenance = start_record(recipe.run.device)
 
     warmup = None
     if warmup_epochs is None or warmup_epochs > 0:
@@ -293,6 +299,10 @@ def speedrun(
 
     summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
     summary.runs_planned, summary.interrupted = runs, interrupted
+    summary.provenance = finish_record(provenance)
+    seconds = [r.train_seconds for r in records if r.status not in FAILED]
+    busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
+    summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
     if out is not None:
         with atomic_write(out / "summary.json") as handle:
             handle.write(json.dumps(summary.to_dict(), indent=2))
@@ -320,7 +330,9 @@ def summarize(
     peak_source: str | None,
     warmup: SpeedrunRun | None,
 ) -> SpeedrunSummary:
-    """Statistics over the counted runs; a failed run counts as below target and has no accuracy."""
+    """Statistics over the counted runs. A failed run has no accuracy; the fraction at the target
+    is `outcomes.fraction_at_target`'s, as `tricklab results` counts it (a diverged run is a miss,
+    a crash, failed or oom, is left out)."""
     accs = [r.accuracy for r in records if r.accuracy is not None]
     finished = [r for r in records if r.status not in FAILED]
     train_mean, train_median, train_min, train_max = _spread([r.train_seconds for r in finished])
@@ -342,11 +354,7 @@ def summarize(
         accuracy_ci95=accuracy_ci95(accs),
         accuracy_min=min(accs) if accs else None,
         accuracy_max=max(accs) if accs else None,
-        fraction_at_target=(
-            sum(r.accuracy is not None and r.accuracy >= target for r in records) / len(records)
-            if target is not None
-            else None
-        ),
+        fraction_at_target=fraction_at_target([(r.status, r.accuracy) for r in records], target),
         train_seconds_mean=train_mean,
         train_seconds_median=train_median,
         train_seconds_min=train_min,

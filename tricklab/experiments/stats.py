@@ -17,7 +17,8 @@ Per configuration (complete runs only):
 - with more than 3 rows, each family of p-values (Welch accuracy, paired accuracy, time) adjusted
   for the number of comparisons by Benjamini-Hochberg (`scipy.stats.false_discovery_control`);
 - runs reaching the target accuracy, out of the runs that trained to the end or diverged
-  (Page's "4/5 runs reached 94%"); failures by kind;
+  (Page's "4/5 runs reached 94%"; `outcomes.target_counts`, as `tricklab speedrun` counts:
+  a crash is no training outcome); failures by kind;
 - a verdict for accuracy and one for time: "significant" when the 95% interval excludes no change
   (and, with more than 3 rows, the adjusted p-value is below 0.05), "within noise" when it
   includes it, "not significant after BH" when only the adjustment takes it back, "too few runs"
@@ -45,6 +46,7 @@ import numpy as np
 import optuna
 
 from tricklab.errors import TrickLabError
+from tricklab.experiments.outcomes import fraction_at_target, target_counts
 from tricklab.experiments.plan import BASELINE
 from tricklab.experiments.storage import (
     COMPLETE_STATUSES,
@@ -266,10 +268,9 @@ def _describe(
         else (Counter(targets).most_common(1)[0][0] if targets else None)
     )
     if row.target is not None:
-        row.target_runs = row.n + statuses["diverged"]
-        row.reached_target = sum(a >= row.target for a in accuracies)
-        if row.target_runs:
-            row.fraction_reached_target = row.reached_target / row.target_runs
+        outcomes = [(r["status"], r.get("accuracy")) for r in records]
+        row.reached_target, row.target_runs = target_counts(outcomes, row.target)
+        row.fraction_reached_target = fraction_at_target(outcomes, row.target)
     if row.target is not None:
         times = [_time_to(row.target, r) for r in records if r["status"] in COMPLETE_STATUSES]
         times = [t for t in times if t is not None]

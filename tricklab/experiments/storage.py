@@ -49,6 +49,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tricklab.errors import TrickLabError
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS  # stats.py
+from tricklab.experiments.outcomes import COMPLETE_STATUSES as COMPLETE_STATUSES  # one home
 
 try:
     import fcntl
@@ -62,7 +63,6 @@ HEARTBEAT_ATTR = "tricklab:heartbeat"
 WORKER_ATTR = "tricklab:worker"
 SCHEMA_RETRIES = 5
 
-COMPLETE_STATUSES = ("complete", "stopped-early", "reached-target")
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
 # Final outcomes of a unit: rerunning would only repeat them (a seeded divergence diverges again).
 DONE_STATUSES = (*COMPLETE_STATUSES, "diverged", "pruned")
