@@ -3,8 +3,8 @@
 One warm-up run that is not counted (cuDNN autotuning, compilation, allocator growth, the data
 cache), then N runs with seeds 0..N-1. The summary: mean ± std accuracy with a 95 % t-interval,
 the fraction of runs at or above the target (`outcomes.fraction_at_target`: a crash is left out),
-mean/median/min/max of two times, compile seconds, peak memory and MFU. The times, each device-synchronised, none holding dataset decoding,
-compilation or the warm-up run:
+mean/median/min/max of two times, compile seconds, peak memory and MFU. The times, each
+device-synchronised, none holding dataset decoding, compilation or the warm-up run:
 - record_seconds, airbench's `total_time_seconds` (the figure its records quote): the whitening
   layer's fit on 5,000 train images + the training epochs + the final evaluation with the recipe's
   TTA; compared with airbench's own figure for the recipe (AIRBENCH_RECORDS);
