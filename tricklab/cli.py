@@ -14,9 +14,6 @@ import sys
 from pathlib import Path
 
 from rich import box
-from rich.console import Group
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -32,6 +29,7 @@ from tricklab.clitools import (
     print_error,
     recipe_and_overrides,
     recipe_stem,
+    say_notices,
 )
 from tricklab.data.names import DATASET_NAMES
 from tricklab.errors import TrickLabError
@@ -42,6 +40,7 @@ from tricklab.paths import (
     is_disk_full,
     remove_empty_dirs,
 )
+from tricklab.progress import ProgressDisplay
 from tricklab.report import cli as report_cli
 from tricklab.stopping import stop_on_signals
 from tricklab.train.recipe import builtin_recipes, field_table, load_recipe
@@ -80,35 +79,15 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- train
 class EpochView:
-    """Live view of a run: a table row per epoch and a bar over the epochs."""
+    """A table row per epoch, drawn above the progress bars (tricklab.progress) and printed
+    whole when the run ends (not at all when it failed before its first epoch)."""
 
-    def __init__(self, total_epochs: float) -> None:
+    def __init__(self) -> None:
         self.table = Table()
         # val acc of an epoch is without TTA (the run's end adds it); lr is the epoch's last step's
         columns = ("epoch", "train loss", "train acc", "val loss", "val acc\nno TTA", "end lr")
         for col in (*columns, "s", "img/s"):
             self.table.add_column(col, justify="right")
-        self.progress = Progress(
-            TextColumn("epochs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[speed]}"),
-        )
-        self.task = self.progress.add_task(
-            "train", total=max(1, int(-(-total_epochs // 1))), speed=""
-        )
-        self.live = Live(Group(self.table, self.progress), console=err_console, transient=False)
-
-    def __enter__(self) -> EpochView:
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if exc[0] is not None and not self.table.rows:  # failed before an epoch: leave no trace
-            self.live.transient = True
-        self.live.__exit__(*exc)
-        if not err_console.is_terminal and not self.live.transient:
-            err_console.line()  # a terminal's live view ends its last line; a log's does not
 
     def __call__(self, row: dict) -> None:
         def fmt(v, spec):
@@ -123,9 +102,6 @@ class EpochView:
             fmt(row["lr"], ".4g"),
             fmt(row["epoch_seconds"], ".2f"),
             fmt(row["images_per_second"], ",.0f"),
-        )
-        self.progress.update(
-            self.task, advance=1, speed=f"{fmt(row['images_per_second'], ',.0f')} img/s"
         )
 
 
@@ -166,10 +142,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
-        if args.json:
+        if args.json or args.quiet:  # --json: stdout and stderr as without a display
             result = train(recipe, out_dir=out, stop=args.stop)
         else:
-            with EpochView(recipe.run.epochs) as view:
+            view = EpochView()
+            with ProgressDisplay(err_console, header=view.table):
                 result = train(recipe, out_dir=out, on_epoch=view, stop=args.stop)
     except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
         if args.json:
@@ -318,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
+    tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
     tr.set_defaults(func=cmd_train)
 
     tricks = sub.add_parser("tricks", help="every recipe field: default, allowed values, doc")
@@ -361,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Every command runs with Ctrl-C and SIGTERM as one exception, Interrupted, and finds the
     # stop request in args.stop (train() and the experiment workers check it).
-    with stop_on_signals() as stop:
+    with stop_on_signals() as stop, say_notices():  # a weights download said once, here
         args.stop = stop
         try:
             return args.func(args)

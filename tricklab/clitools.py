@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import time
 import typing
 from pathlib import Path
@@ -103,3 +104,32 @@ def quiet_optuna() -> typing.Iterator[None]:
         yield
     finally:
         optuna.logging.set_verbosity(verbosity)
+
+
+class _Notices(logging.Handler):
+    """Log records marked `notice` (extra={"notice": True}) and warnings, as lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "notice", False) or record.levelno >= logging.WARNING:
+            err_console.print(record.getMessage(), highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def say_notices(logger_names: tuple[str, ...] = ("tricklab.models.zoo",)) -> typing.Iterator[None]:
+    """While a command runs, what library code marks for the user to hear of at once (a weights
+    download: minutes, once) said on stderr; the library itself prints nothing. Warnings of those
+    loggers still print, as Python's last-resort handler would print them."""
+    handler = _Notices()
+    saved = []
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.level))
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(level)

@@ -8,8 +8,6 @@ one that only changes stride or pooling keeps its pretrained weights.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import re
 import warnings
@@ -75,21 +73,20 @@ def load_torchvision_model(
 
 def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
     """The state dict of torchvision's `weights`, from the torch hub cache (downloaded there first
-    if missing, hash checked), unpickled with weights_only=True: tensors and containers only.
+    if missing, hash checked, no progress bar), unpickled with weights_only=True: tensors and
+    containers only.
 
     A failed download or a file that will not load that way is one TrickLabError naming the file.
-    torch.hub announces a download (on stdout or stderr, by version) and torch.load may warn;
-    library code does not print, so both go to this module's logger."""
+    Library code prints nothing: the download is one INFO record on this module's logger, marked
+    `notice` for a CLI to show (clitools.say_notices), and torch.load's warnings go to the log.
+    torch.hub's own loader is not used: it writes "Downloading: ..." to stdout or stderr."""
     cached = weights_file(weights)
-    said = io.StringIO()
     try:
-        with (
-            contextlib.redirect_stdout(said),
-            contextlib.redirect_stderr(said),
-            warnings.catch_warnings(record=True) as warned,
-        ):
+        if not cached.exists():
+            _download(name, weights, cached)
+        with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
-            state = weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
+            state = torch.load(cached, map_location="cpu", weights_only=True)
     except OSError as err:  # URLError, HTTPError, socket and SSL errors are all OSErrors
         if cached.exists():  # downloaded, or there already, and unreadable
             raise TrickLabError(_cannot_load_message(name, weights, err)) from err
@@ -106,8 +103,6 @@ def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
                 f"({_first_line(err)}); try again, or build it with pretrained=False"
             ) from err
         raise TrickLabError(_cannot_load_message(name, weights, err)) from err
-    for line in said.getvalue().splitlines():
-        log.info("%s", line)
     for warning in warned:
         log.info("loading %s: %s", cached, warning.message)
     if not isinstance(state, dict):
@@ -115,6 +110,23 @@ def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
             _cannot_load_message(name, weights, TypeError(f"it holds a {type(state).__name__}"))
         )
     return state
+
+
+def _download(name: str, weights: Any, cached: Path) -> None:
+    """`weights`' file into the hub cache, as torch.hub would fetch it (the SHA-256 prefix in its
+    name checked, a partial file never left at `cached`), without its progress bar or line."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    found = torch.hub.HASH_REGEX.search(cached.name)
+    log.info(
+        "Downloading the ImageNet weights of %s from %s to %s (once: the hub cache keeps them)",
+        name,
+        weights.url,
+        cached,
+        extra={"notice": True},
+    )
+    torch.hub.download_url_to_file(
+        weights.url, str(cached), found.group(1) if found else None, progress=False
+    )
 
 
 def weights_file(weights: Any) -> Path:
