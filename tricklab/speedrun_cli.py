@@ -20,6 +20,7 @@ from tricklab.clitools import (
 )
 from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import normalize_target
+from tricklab.measure.provenance import BUSY_WORDS
 from tricklab.paths import remove_empty_dirs
 from tricklab.speedrun import (
     DEFAULT_RECIPE,
@@ -112,6 +113,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
             "train seconds min / max",
             f"{_num(summary.train_seconds_min, '.3f')} / {_num(summary.train_seconds_max, '.3f')}",
         ),
+        *_busy_rows(summary),
         (
             "compile seconds (warm-up / runs)",
             f"{_num(summary.warmup_compile_seconds, '.2f')} / {_num(summary.compile_seconds_mean, '.2f')}",
@@ -138,6 +140,11 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _busy_rows(summary: SpeedrunSummary) -> list[tuple[str, str]]:
+    """'timings taken on a busy machine' and why, under the times (provenance.speedrun_busy)."""
+    return [(BUSY_WORDS, summary.busy_reason or "")] if summary.busy_machine else []
 
 
 def _airbench_rows(summary: SpeedrunSummary) -> list[tuple[str, str]]:

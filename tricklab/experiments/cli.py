@@ -34,6 +34,7 @@ from tricklab.experiments.plan import (
     normalize_target,
     parse_vary,
 )
+from tricklab.measure.provenance import BUSY_WORDS
 from tricklab.train.recipe import load_recipe
 
 if TYPE_CHECKING:
@@ -392,6 +393,8 @@ def _print_summary(
         return
     if summary.stats:
         out.print(stats_table(summary.stats, f"{summary.kind} {summary.study}", out.width))
+        if summary.busy_machine:  # measure/provenance.py
+            out.print(f"{BUSY_WORDS}: {summary.busy_reason}", highlight=False, style="bold yellow")
     out.print(line, highlight=False)
     out.print(f"storage {summary.storage}", highlight=False)
 

@@ -48,6 +48,7 @@ from tricklab.experiments.workers import (
     run_sampled,
     run_units,
 )
+from tricklab.measure.provenance import finish_record, start_record, study_meta
 from tricklab.stopping import StopRequest, stop_on_signals
 
 
@@ -67,6 +68,9 @@ class ExperimentSummary:
     already_done: int
     status_counts: dict[str, int]
     stats: list[ConfigStats] = field(default_factory=list)
+    provenance: dict[str, Any] | None = None  # this call's record (measure/provenance.py)
+    busy_machine: bool = False  # provenance.results_busy: load above the cores, or times spread
+    busy_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,8 +84,12 @@ class ExperimentSummary:
 
 def _summary(
     study: optuna.Study, kind: str, url: str, planned: int, ran: int, done_before: int,
-    counts: dict[str, int],
+    counts: dict[str, int], provenance: dict[str, Any],
 ) -> ExperimentSummary:  # fmt: skip
+    provenance = finish_record(provenance)
+    study.set_user_attr("provenance", provenance)  # the latest call's, for `results`
+    records = collect_runs(study)
+    stats = config_stats(records, order="appearance" if kind == "ablation" else "accuracy")
     return ExperimentSummary(
         study=study.study_name,
         storage=url,
@@ -90,9 +98,8 @@ def _summary(
         ran=ran,
         already_done=done_before,
         status_counts=counts,
-        stats=config_stats(
-            collect_runs(study), order="appearance" if kind == "ablation" else "accuracy"
-        ),
+        stats=stats,
+        **study_meta({"provenance": provenance}, records, stats),
     )
 
 
@@ -182,6 +189,7 @@ def ablate(
     )
     keys = [u.key for u in units]
     done_before = done_count(final_statuses(opened.get_trials(deepcopy=False)), keys)
+    provenance = start_record()
     with _stop_request(stop) as stop:
         worker = Worker(
             opened,
@@ -198,7 +206,7 @@ def ablate(
             worker, units, params=lambda unit: params[unit.config.config_id], space=space
         )
     counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)), keys)
-    return _summary(opened, "ablation", url, len(units), ran, done_before, counts)
+    return _summary(opened, "ablation", url, len(units), ran, done_before, counts, provenance)
 
 
 # ---------------------------------------------------------------- sweeps
@@ -303,6 +311,7 @@ def sweep(
         sampler=optuna_sampler,
         pruner=_pruner(pruner),
     )
+    provenance = start_record()
     with _stop_request(stop) as stop:
         worker = Worker(
             opened,
@@ -328,11 +337,11 @@ def sweep(
                 space=space.grid_space(),
             )
             counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)), keys)
-            return _summary(opened, "sweep", url, len(units), ran, done_before, counts)
+            return _summary(opened, "sweep", url, len(units), ran, done_before, counts, provenance)
         done_before = done_count(final_statuses(opened.get_trials(deepcopy=False)))
         ran = run_sampled(worker, space, trials, seeds)
     counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)))
-    return _summary(opened, "sweep", url, trials, ran, done_before, counts)
+    return _summary(opened, "sweep", url, trials, ran, done_before, counts, provenance)
 
 
 def results(
@@ -359,12 +368,14 @@ def study_results(
     url = storage_url(storage, experiment_dir(study, out_dir))
     opened = load_study(open_storage(url, must_exist=True), study)
     kind = opened.user_attrs.get("kind", "sweep")
+    records = collect_runs(opened)
     rows = config_stats(
-        collect_runs(opened),
+        records,
         reference=reference,
         target=target,
         order="appearance" if kind == "ablation" else "accuracy",
     )
     ref = next((r.config_id for r in rows if r.is_reference), None)
     meta = {"study": study, "storage": url, "kind": kind, "reference": ref, "confidence": 0.95}
+    meta.update(study_meta(opened.user_attrs, records, rows))  # provenance, busy_machine
     return meta, rows

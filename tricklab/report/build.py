@@ -32,6 +32,8 @@ class Report:
     figures: list[Path] = field(default_factory=list)  # every PNG and SVG
     conclusions: list[str] = field(default_factory=list)  # one sentence per config vs reference
     summary: str = ""  # the one-paragraph conclusion
+    busy_machine: bool = False  # some source's timings: measure/provenance.results_busy
+    busy_reason: str | None = None  # the first such source's, named
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -117,9 +119,12 @@ def render_report(sources: Sequence[Source], out_dir: Path, title: str | None = 
         remove_empty_dirs(out_dir.parent, made)
         raise
     files = [out_dir / "figures" / f.name for fig in figures for f in fig.files]
-    return Report(
+    report = Report(
         out_dir, out_dir / "report.md", out_dir / "report.html", files, sentences, paragraph
     )
+    busy = [f"{s.name}: {s.busy.reason}" for s in sources if s.busy.busy]
+    report.busy_machine, report.busy_reason = bool(busy), busy[0] if busy else None
+    return report
 
 
 def _move_into(work: Path, out_dir: Path) -> None:

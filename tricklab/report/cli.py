@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from tricklab.clitools import check_not_empty, err_console, quiet_optuna
+from tricklab.measure.provenance import BUSY_WORDS
 
 FORMATS = ("table", "md", "latex", "csv", "json")
 
@@ -169,13 +170,16 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
     if not has_rows:
         output_console().print(f"study {meta['study']} has no runs yet", highlight=False)
         return
+    busy = f"{BUSY_WORDS}: {meta['busy_reason']}" if meta.get("busy_machine") else ""
     if output == "md":
-        print(tables.to_markdown(table))
+        print(tables.to_markdown(table) + (f"\n\n{busy}" if busy else ""))
     elif output == "latex":
-        print(tables.to_latex(table))
+        print(tables.to_latex(table) + (f"\n% {busy}" if busy else ""))
     else:
         console = output_console()
         console.print(tables.to_rich(table, console.width))
+        if busy:  # provenance.results_busy, under the train seconds it is about
+            console.print(busy, highlight=False, style="bold yellow")
         if table.notes:
             console.print(table.notes[0], highlight=False, style="dim")
 

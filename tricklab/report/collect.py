@@ -60,6 +60,14 @@ class Source:
         return machine_name(self.hardware)
 
     @property
+    def busy(self) -> Any:
+        """Whether its timings were taken on a busy machine (measure/provenance.results_busy)."""
+        from tricklab.measure.provenance import results_busy
+
+        summaries = [self.meta.get("provenance")]
+        return results_busy(self.records, self.rows, self.kind == "speedrun", summaries)
+
+    @property
     def reference(self) -> str | None:
         return next((r.config_id for r in self.rows if r.is_reference), None)
 

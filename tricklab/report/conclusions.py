@@ -175,6 +175,9 @@ def summary(sources: Sequence[Source]) -> str:
     if not sources:
         return "There is nothing to report."
     text = " ".join(source_summary(s) for s in sources)
+    for source in sources:  # measure/provenance.py
+        if source.busy.busy:
+            text += f" {source.name}: {source.busy.note()}."
     if any(
         r.verdict in ("within noise", "not significant after BH") for s in sources for r in s.rows
     ):

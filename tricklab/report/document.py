@@ -257,7 +257,10 @@ def build_document(
             blocks.append(Paragraph(f"{source.name} has no runs yet."))
             continue
         table = results_table(source.rows, "", source.name_of)
-        blocks += [TableBlock(table), Paragraph(table.notes[0])]
+        blocks.append(TableBlock(table))
+        if source.busy.busy:  # beside the train seconds it is about
+            blocks.append(Paragraph(source.busy.note().capitalize() + "."))
+        blocks.append(Paragraph(table.notes[0]))
     if len(sources) > 1:
         blocks += [Heading(3, "All sources side by side"), TableBlock(_joined_table(sources))]
     blocks.append(Heading(2, "Figures"))

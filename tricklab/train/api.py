@@ -28,6 +28,7 @@ from tricklab.errors import TrickLabError
 from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
+from tricklab.measure.provenance import finish_record, start_record
 from tricklab.measure.timing import synchronize
 from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.paths import (
@@ -92,6 +93,7 @@ class RunResult:
     forward_macs: int | None = None
     epochs: list[dict] = field(default_factory=list)
     hardware: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)  # measure/provenance.py: command, git, load
     tricklab_version: str = tricklab.__version__
     recipe: dict = field(default_factory=dict)
 
@@ -411,7 +413,10 @@ def _train(
 ) -> RunResult:
     """`train` in a claimed run directory (or none)."""
     result = RunResult(
-        status="failed", recipe=recipe.to_dict(), hardware=hardware_fingerprint(device)
+        status="failed",
+        recipe=recipe.to_dict(),
+        hardware=hardware_fingerprint(device),
+        provenance=start_record(device),
     )
     started = False
     callback_error: list[BaseException] = []  # what the caller's on_epoch raised, if anything
@@ -475,6 +480,7 @@ def _train(
         raised = isinstance(exc, TrickLabError) or exc in callback_error
         if raised or result.status == "interrupted":
             result.wall_seconds = time.perf_counter() - wall_start
+            result.provenance = finish_record(result.provenance)
             if out is not None:
                 _write_json_atomic(out / "result.json", result.to_dict())
             if result.status == "interrupted" and not isinstance(exc, SystemExit):
@@ -486,6 +492,7 @@ def _train(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     result.wall_seconds = time.perf_counter() - wall_start
+    result.provenance = finish_record(result.provenance)
     if out is not None:
         _write_json_atomic(out / "result.json", result.to_dict())
     return result
