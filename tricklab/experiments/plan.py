@@ -333,9 +333,11 @@ def fingerprint(*parts: Any) -> str:
 
 
 def baseline_identity(baseline: Any) -> dict:
-    """The baseline recipe as a dict without its seed: what makes two experiments comparable."""
+    """The baseline recipe as a dict without its seed and where its metrics are logged: what
+    makes two experiments comparable."""
     data = baseline.to_dict()
-    data.get("run", {}).pop("seed", None)
+    for key in ("seed", "loggers", "wandb_project"):
+        data.get("run", {}).pop(key, None)
     return data
 
 

@@ -33,7 +33,6 @@ from tricklab.measure.timing import synchronize
 from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.paths import (
     FolderClaim,
-    append_line,
     atomic_write,
     claim_folder,
     claim_holder,
@@ -46,6 +45,7 @@ from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_in
 from tricklab.train import precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
+from tricklab.train.loggers import RunLoggers, require_packages
 from tricklab.train.loop import Outcome, Parts, evaluate, run_loop
 from tricklab.train.model_memory import check_model_fits
 from tricklab.train.optim import build_optimizer
@@ -348,6 +348,7 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
         seen.add(key)
         try:
             device = resolve_device(recipe.run.device)
+            require_packages(recipe.run.loggers)
             dataset = reuse.get("data", recipe.data, make=functools.partial(load_data, recipe))
             with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
                 prepare(recipe, dataset, device, reuse)
@@ -383,11 +384,13 @@ def train(
         raise TrickLabError("the run directory name is empty")
     out = Path(out_dir) if out_dir is not None else None
     device = resolve_device(recipe.run.device)
+    # a missing package, a logger without a folder: refused before the folder is made
+    loggers = RunLoggers(recipe, out, has_folder=out_dir is not None)
     created = first_missing(out) if out is not None else None  # what to remove if setup fails
     claim = None
     try:
         claim = _make_run_dir(out) if out is not None else None
-        return _train(recipe, out, device, on_epoch, stop, wall_start)
+        return _train(recipe, out, device, on_epoch, stop, wall_start, loggers)
     except OSError as exc:
         if not is_disk_full(exc):
             raise
@@ -397,6 +400,7 @@ def train(
                     (out / name).unlink(missing_ok=True)
         raise disk_full_error(exc, out) from None
     finally:
+        loggers.close()  # however the run ended: files flushed, the W&B run finished
         if claim is not None:
             claim.release()
         if out is not None:
@@ -410,6 +414,7 @@ def _train(
     on_epoch: Callable[[dict], None] | None,
     stop: StopRequest | None,
     wall_start: float,
+    loggers: RunLoggers,
 ) -> RunResult:
     """`train` in a claimed run directory (or none)."""
     result = RunResult(
@@ -423,8 +428,7 @@ def _train(
 
     def record_epoch(row: dict) -> None:
         result.epochs.append(row)
-        if out is not None:
-            append_line(out / "metrics.jsonl", json.dumps(json_safe(row)))
+        loggers.log_epoch(json_safe(row))  # as metrics.jsonl holds it: NaN as None
         if stop is not None:
             stop.check()
         if on_epoch is not None:
@@ -453,8 +457,8 @@ def _train(
             if out is not None:
                 with atomic_write(out / "recipe.yaml") as handle:
                     handle.write(recipe.to_yaml())
-                (out / "metrics.jsonl").touch()
             started = True
+            loggers.open(result)  # run.loggers: metrics.jsonl, ...
             if needs_warm_up(recipe.tricks, device):
                 result.compile_seconds = warm_up(parts, recipe.tricks.tta)
             outcome = run_loop(parts, recipe.run, record_epoch)

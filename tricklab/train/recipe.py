@@ -23,6 +23,7 @@ from tricklab.data.limits import MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES, STORAGE_DTYPE_NAMES
 from tricklab.errors import TrickLabError
 from tricklab.train.coerce import coerce, shown, type_name
+from tricklab.train.loggers import check_logger_names
 from tricklab.train.yamlio import describe_yaml_error, read_yaml, read_yaml_file
 
 # Bounds of sizes that no CIFAR-scale run needs and that would otherwise fail at allocation (a
@@ -303,6 +304,15 @@ class RunConfig:
         0.0, "smallest change that counts as improvement", minimum=0
     )
     checkpoint: bool = _f(False, "write checkpoint.pt (weights) to the run directory")
+    loggers: list[str] = _f(
+        ["jsonl"],
+        "where each epoch's metrics go in the run folder: jsonl (metrics.jsonl), csv "
+        "(metrics.csv), tensorboard (tensorboard/; tricklab[tensorboard]), wandb (wandb/; "
+        "tricklab[wandb])",
+    )
+    wandb_project: str | None = _f(
+        None, "W&B project of the wandb logger (unset: $WANDB_PROJECT, else tricklab)"
+    )
 
     def check(self, recipe: Recipe) -> None:
         target = self.target_accuracy
@@ -310,6 +320,7 @@ class RunConfig:
             raise TrickLabError(f"run.target_accuracy={target} must be a fraction in (0, 1]")
         if self.stop_at_target and target is None:
             raise TrickLabError("run.stop_at_target=true needs run.target_accuracy")
+        check_logger_names(self.loggers)
         _check_whole_epochs("run.eval_every", self.eval_every)
         if self.early_stopping_patience > 0 and self.eval_every == 0:
             raise TrickLabError(
