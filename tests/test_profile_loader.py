@@ -75,7 +75,7 @@ def test_cli_json_has_the_documented_keys(capsys):
     )  # fmt: skip
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(result) == KEYS and result["dataset"] == "synthetic"
+    assert set(result) == KEYS | {"date"} and result["dataset"] == "synthetic"  # CLI: dated
     assert len(result["configs"]) == 2
 
 

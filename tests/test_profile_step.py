@@ -118,7 +118,7 @@ def test_cli_json_prints_one_object(capsys):
     code = main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2", "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(result) == KEYS and result["recipe"] is None
+    assert set(result) == KEYS | {"date"} and result["recipe"] is None  # the CLI dates it
     assert [c["name"] for c in result["components"]][1] == "optimizer_step"
 
 

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 
 from tricklab.clitools import recipe_and_overrides, wide_console
@@ -84,9 +85,11 @@ def _threads_text(result: dict) -> str:
 
 
 def _print_json(result: dict) -> None:
+    """The result as one JSON line, with the date it was measured (UTC): what a report shows."""
     from tricklab.train.api import json_safe
 
-    print(json.dumps(json_safe(result)))
+    dated = {**result, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    print(json.dumps(json_safe(dated)))
 
 
 def _num(value: float | None, missing: str = "-") -> str:

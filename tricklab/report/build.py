@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tricklab.errors import TrickLabError
 from tricklab.paths import first_missing, remove_empty_dirs
@@ -32,6 +33,7 @@ class Report:
     figures: list[Path] = field(default_factory=list)  # every PNG and SVG
     conclusions: list[str] = field(default_factory=list)  # one sentence per config vs reference
     summary: str = ""  # the one-paragraph conclusion
+    profiles: list[Path] = field(default_factory=list)  # the saved profiles in its profile section
     busy_machine: bool = False  # some source's timings: measure/provenance.results_busy
     busy_reason: str | None = None  # the first such source's, named
 
@@ -73,25 +75,38 @@ def write_report(
     out_dir: str | Path,
     storage: str | None = None,
     title: str | None = None,
+    profiles: Sequence[str | Path] = (),
 ) -> Report:
-    """Report on studies (names, or experiment folders), speedrun folders and run folders.
+    """Report on studies (names, or experiment folders), speedrun folders and run folders, with a
+    profile section from saved `tricklab profile model|step|loader --json` files (`profiles`; a
+    report of profiles alone takes no source).
 
     `storage` is where study names are looked up (default: each study's own SQLite file, as
-    `tricklab results`). Raises TrickLabError, having written nothing, for a source that cannot be
-    read and for an `out_dir` that is a file or already holds a report."""
+    `tricklab results`). Raises TrickLabError, having written nothing, for a source or profile
+    that cannot be read and for an `out_dir` that is a file or already holds a report."""
+    from tricklab.report.profiles import load_profiles
+
     out = Path(out_dir)
     check_out_dir(out)
-    loaded = load_sources(sources, storage)
-    return render_report(loaded, out, title)
+    saved = load_profiles(profiles)
+    loaded = load_sources(sources, storage) if sources or not saved else []
+    return render_report(loaded, out, title, saved)
 
 
-def render_report(sources: Sequence[Source], out_dir: Path, title: str | None = None) -> Report:
-    """Write the report of sources already loaded (see `write_report`)."""
+def render_report(
+    sources: Sequence[Source],
+    out_dir: Path,
+    title: str | None = None,
+    profiles: Sequence[Any] = (),
+) -> Report:
+    """Write the report of sources and profiles (profiles.Profile) already loaded (see
+    `write_report`)."""
     from tricklab.report.conclusions import conclusions, summary
     from tricklab.report.document import build_document
     from tricklab.report.figures import render_figures
     from tricklab.report.html import render_html
     from tricklab.report.markdown import render_markdown
+    from tricklab.report.profiles import profile_blocks, profile_summary
 
     check_out_dir(out_dir)
     made = first_missing(out_dir.parent)
@@ -104,12 +119,17 @@ def render_report(sources: Sequence[Source], out_dir: Path, title: str | None = 
             f"cannot write the report into {out_dir}: {exc.strerror or exc}"
         ) from None
     try:
-        figures = render_figures(sources, work / "figures")
+        figures = render_figures(sources, work / "figures") if sources else []
         sentences = conclusions(sources)
-        paragraph = summary(sources)
-        names = ", ".join(s.name for s in sources)
+        paragraph = summary(sources) if sources or not profiles else profile_summary(profiles)
+        names = ", ".join([s.name for s in sources] or [p.path.name for p in profiles])
         blocks = build_document(
-            title or f"tricklab report: {names}", sources, figures, sentences, paragraph
+            title or f"tricklab report: {names}",
+            sources,
+            figures,
+            sentences,
+            paragraph,
+            profile_blocks(profiles),
         )
         (work / "report.md").write_text(render_markdown(blocks, work), encoding="utf-8")
         (work / "report.html").write_text(render_html(blocks), encoding="utf-8")
@@ -122,6 +142,7 @@ def render_report(sources: Sequence[Source], out_dir: Path, title: str | None = 
     report = Report(
         out_dir, out_dir / "report.md", out_dir / "report.html", files, sentences, paragraph
     )
+    report.profiles = [p.path for p in profiles]
     busy = [f"{s.name}: {s.busy.reason}" for s in sources if s.busy.busy]
     report.busy_machine, report.busy_reason = bool(busy), busy[0] if busy else None
     return report

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from tricklab.clitools import check_not_empty, err_console, quiet_optuna
+from tricklab.errors import TrickLabError
 from tricklab.measure.provenance import BUSY_WORDS
 
 FORMATS = ("table", "md", "latex", "csv", "json")
@@ -28,10 +29,22 @@ def register(subparsers: Any) -> None:
             "Report on studies (names, as `tricklab results` takes them, or experiment folders), "
             "speedrun folders (summary.json) and run folders (result.json): tables, statistics, "
             "conclusions in words, and figures as PNG and SVG. Several studies (the same ablation "
-            "on two machines) are joined by configuration, one colour per study."
+            "on two machines) are joined by configuration, one colour per study. --profile adds "
+            "a section of saved `tricklab profile model|step|loader --json` output."
         ),
     )
-    p.add_argument("sources", nargs="+", metavar="STUDY", help="study names or folders")
+    p.add_argument(
+        "sources", nargs="*", metavar="STUDY", help="study names or folders (none: --profile only)"
+    )
+    p.add_argument(
+        "--profile",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE",
+        help="saved `tricklab profile model|step|loader --json` output, shown as its tables "
+        "with the device, torch version and date it records (after the studies)",
+    )
     p.add_argument(
         "--storage",
         default=None,
@@ -78,14 +91,20 @@ def output_console() -> Console:
 def run_report(args: argparse.Namespace) -> int:
     from tricklab.report.build import check_out_dir, default_out_dir, render_report
     from tricklab.report.collect import load_sources
+    from tricklab.report.profiles import load_profiles
 
     check_not_empty(args, "--storage", "--out", "--title")
+    if not args.sources and not args.profile:
+        raise TrickLabError(
+            "name at least one study, speedrun folder or run folder, or --profile FILE"
+        )
     if args.out is not None:
         check_out_dir(Path(args.out))  # before reading anything
+    profiles = load_profiles(args.profile)
     with quiet_optuna():
-        sources = load_sources(args.sources, args.storage)
+        sources = load_sources(args.sources, args.storage) if args.sources else []
     out = Path(args.out) if args.out is not None else default_out_dir(sources)
-    report = render_report(sources, out, args.title)
+    report = render_report(sources, out, args.title, profiles)
     if args.json:
         data = asdict(report)
         print(json.dumps(data, default=str))

@@ -128,7 +128,9 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
                     "run or experiment folder"
                 )
         elif path.exists():
-            raise TrickLabError(f"{path} is a file, not a study, speedrun or run folder")
+            hint = "; a `tricklab profile --json` output goes after --profile"
+            hint = hint if _is_profile(path) else ""
+            raise TrickLabError(f"{path} is a file, not a study, speedrun or run folder{hint}")
         else:
             sources.append(load_study(text, storage))
     sources.extend(_by_machine(speedruns, _speedrun_records, "speedrun"))
@@ -159,7 +161,16 @@ def _folder_studies(folder: Path) -> list[Source]:
     return [load_study(s.name, None, str(folder)) for s in studies]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _is_profile(path: Path) -> bool:
+    """Whether `path` holds `tricklab profile model|step|loader --json` output."""
+    try:
+        return json.loads(path.read_text()).get("kind") in ("model", "step", "loader")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`; TrickLabError, one line, for one that is unreadable or none."""
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -206,14 +217,14 @@ def _builtin_recipe(name: str) -> dict[str, Any] | None:
 def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
     from tricklab.experiments.stats import headline_accuracy
 
-    summary = _read_json(folder / SPEEDRUN_FILE)
+    summary = read_json(folder / SPEEDRUN_FILE)
     recipe = summary.get("recipe") or {}
     name = str(summary.get("recipe_name") or folder.name)
     changes = _changes(recipe, _builtin_recipe(name))
     records = []
     for run in summary.get("runs") or []:
         result_file = folder / f"seed-{run.get('seed')}" / RUN_FILE
-        result = _read_json(result_file) if result_file.is_file() else {}
+        result = read_json(result_file) if result_file.is_file() else {}
         record = {**result, **{k: v for k, v in run.items() if v is not None or k not in result}}
         record.setdefault("accuracy", headline_accuracy(record))
         records.append(
@@ -233,7 +244,7 @@ def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
 def _run_records(folder: Path) -> list[dict[str, Any]]:
     from tricklab.experiments.stats import headline_accuracy
 
-    result = _read_json(folder / RUN_FILE)
+    result = read_json(folder / RUN_FILE)
     if not result.get("epochs") and (folder / "metrics.jsonl").is_file():
         lines = (folder / "metrics.jsonl").read_text().splitlines()
         result["epochs"] = [json.loads(line) for line in lines if line.strip()]

@@ -231,17 +231,22 @@ def build_document(
     figures: Sequence[Figure],
     conclusions: Sequence[str],
     summary: str,
+    profiles: Sequence[Any] = (),
 ) -> list[Any]:
-    """Every block of the report, in order."""
+    """Every block of the report, in order; `profiles` is the profile section (profiles.py's
+    `profile_blocks`), after the figures, or alone when there is no source."""
     made = time.strftime("%Y-%m-%d %H:%M")
-    where = "; ".join(f"{s.name} ({s.location})" for s in sources) or "nothing"
+    where = "; ".join(f"{s.name} ({s.location})" for s in sources)
+    where = where or ("saved profiles" if profiles else "nothing")
     blocks: list[Any] = [
         Heading(1, title),
         Paragraph(f"Made by tricklab {tricklab.__version__} on {made} from {where}."),
         Heading(2, "Summary"),
         Paragraph(summary),
-        Heading(2, "Conclusions"),
     ]
+    if not sources and profiles:
+        return [*blocks, *profiles]
+    blocks.append(Heading(2, "Conclusions"))
     if conclusions:
         blocks.append(Bullets(list(conclusions)))
     else:
@@ -268,6 +273,7 @@ def build_document(
         blocks += [Heading(3, figure.title), FigureBlock(figure), Paragraph(figure.caption)]
     for note in _missing_figures(sources, figures):
         blocks.append(Paragraph(note))
+    blocks += profiles
     blocks.append(Heading(2, "Failures"))
     failures = _failures_table(sources)
     blocks.append(TableBlock(failures) if failures else Paragraph("Every run completed."))

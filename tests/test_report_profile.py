@@ -1,0 +1,241 @@
+"""`tricklab report --profile FILE ...`: saved `tricklab profile model|step|loader --json` output as
+a section of report.md and report.html, each file's tables with the device, torch version and date
+it records; a file that is not such output is one line and exit 2, with nothing written."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.cli import main
+from tricklab.errors import TrickLabError
+from tricklab.report import write_report
+from tricklab.train.api import train
+from tricklab.train.recipe import load_recipe
+
+H100_MODEL = Path(__file__).parent / "data" / "profile_model_h100.json"  # an H100, 2026-11-24
+TINY_MODEL = ["airbench", "model.widths=[8,16,16]", "data.image_size=16"]
+COMMANDS = {
+    "model": [*TINY_MODEL, "--batch-sizes", "2,4", "--repeats", "2", "--device", "cpu"],
+    "step": [*TINY_SYNTHETIC, "--repeats", "2"],
+    "loader": ["synthetic", *TINY_SYNTHETIC[1:], "--kinds", "device,torch", "--num-workers", "0",
+               "--repeats", "1"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The three commands' --json output at tiny sizes on the CPU, each in its file."""
+    folder = tmp_path_factory.mktemp("profiles")
+    files = {}
+    for kind, args in COMMANDS.items():
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["profile", kind, *args, "--json"]) == 0
+        files[kind] = folder / f"profile_{kind}.json"
+        files[kind].write_text(out.getvalue().strip().splitlines()[-1])
+    return files
+
+
+@pytest.fixture(scope="module")
+def report(saved, tmp_path_factory):
+    """(report.md text, report.html text) of the three profiles alone, made by the CLI."""
+    out = tmp_path_factory.mktemp("report") / "r"
+    files = [str(saved[k]) for k in ("model", "step", "loader")]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["report", "--profile", *files, "--out", str(out)]) == 0
+    return (out / "report.md").read_text(), (out / "report.html").read_text()
+
+
+def data(saved, kind):
+    return json.loads(saved[kind].read_text())
+
+
+def md_rows(text, first_header, after=""):
+    """The rows (dicts) of the first Markdown table whose header starts with `first_header`,
+    after the line containing `after`."""
+    lines = text.splitlines()
+    begin = next(i for i, line in enumerate(lines) if after in line)
+    start = next(i for i in range(begin, len(lines)) if lines[i].startswith(f"| {first_header} |"))
+    header = [c.strip() for c in lines[start].strip("|").split(" | ")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, [c.strip() for c in line.strip().strip("|").split(" | ")])))
+    return rows
+
+
+def three_digits(value):
+    """Three significant digits, thousands as whole numbers with commas."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def test_each_file_is_listed_with_its_device_torch_version_and_date(saved, report):
+    md, page = report
+    listed = {row["file"]: row for row in md_rows(md, "file", "## Profiles")}
+    assert set(listed) == {p.name for p in saved.values()}
+    for kind, path in saved.items():
+        recorded = data(saved, kind)
+        row = listed[path.name]
+        assert row["torch"] == recorded["hardware"]["torch"]
+        assert row["date (UTC)"] == recorded["date"]  # the CLI dates its --json output
+        assert recorded["date"].startswith("20") and recorded["date"].endswith("Z")
+        assert recorded["hardware"]["cpu_model"] in row["device"] and "cpu" in row["device"]
+        assert recorded["date"] in page and recorded["hardware"]["torch"] in page
+
+
+def test_the_model_tables_show_params_macs_latency_and_time_per_gmac(saved, report):
+    md, _ = report
+    recorded = data(saved, "model")
+    counted = md_rows(md, "model", "Counted, per image")
+    (model,) = recorded["models"]
+    assert counted == [
+        {
+            "model": "airbench",
+            "params M": f"{model['params'] / 1e6:.2f}",
+            "forward GFLOPs": f"{model['forward_flops'] / 1e9:.3f}",
+            "forward GMACs": f"{model['forward_macs'] / 1e9:.3f}",
+        }
+    ]
+    measured = md_rows(md, "model", "Measured (")
+    assert [row["batch"] for row in measured] == ["2", "4"]
+    for row, result in zip(measured, recorded["results"]):
+        assert row["train img/s"] == f"{result['train_images_per_second']:,.0f}"
+        assert row["forward ms"].startswith(three_digits(result["forward_ms"]["median_ms"]) + " ±")
+        assert row["train ms/GMAC"] == three_digits(result["train_ms_per_gmac"])
+        assert row["fwd ms/GMAC"] == three_digits(result["forward_ms_per_gmac"])
+    assert "MACs = FLOPs / 2" in md and "MFU unavailable on cpu" in md
+
+
+def test_the_step_table_shows_each_component_with_its_share_and_interval(saved, report):
+    md, _ = report
+    recorded = data(saved, "step")
+    rows = md_rows(md, "component", "(profile_step.json)")
+    components = [*recorded["components"], *recorded["inside_forward_backward"]]
+    assert len(rows) == len(components)
+    for row, component in zip(rows, components):
+        assert row["component"].endswith(component["name"].replace("_", " "))
+        assert row["share %"] == f"{100 * component['share']:.1f}"
+        assert row["95% interval ms"].startswith("[")
+        assert row["measured as"] == component["measured_as"]
+        assert ("within noise" in row["note"]) == component["within_noise"]
+    step = three_digits(recorded["step_ms"])
+    assert f"Step {step} ms" in md
+    operators = md_rows(md, "operator", "(profile_step.json)")
+    assert operators and operators[0]["operator"] == recorded["top_operators"][0]["name"]
+
+
+def test_the_loader_table_shows_images_per_second_per_configuration(saved, report):
+    md, _ = report
+    recorded = data(saved, "loader")
+    rows = md_rows(md, "loader", "(profile_loader.json)")
+    assert [(r["loader"], r["workers"]) for r in rows] == [("device", "-"), ("torch", "0")]
+    for row, config in zip(rows, recorded["configs"]):
+        assert row["images/s"] == f"{config['images_per_second']:,.0f}"
+    assert rows[0]["vs first"] == "1×"
+
+
+def test_report_html_holds_the_same_tables(saved, report):
+    _, page = report
+    recorded = data(saved, "loader")
+    assert "<h2>Profiles</h2>" in page
+    for config in recorded["configs"]:
+        assert f'<td class="r">{config["images_per_second"]:,.0f}</td>' in page
+    component = data(saved, "step")["components"][0]
+    assert f"{100 * component['share']:.1f}" in page
+    assert html.escape("forward ms") in page and "train ms/GMAC" in page
+
+
+def test_a_cuda_profile_shows_the_gpu_its_cuda_build_and_mfu(tmp_path):
+    report = write_report([], tmp_path / "r", profiles=[H100_MODEL])
+    md = report.md_path.read_text()
+    recorded = json.loads(H100_MODEL.read_text())
+    listed = md_rows(md, "file", "## Profiles")[0]
+    assert listed["device"] == "NVIDIA H100 80GB HBM3, cuda"
+    assert listed["torch"] == "2.11.0+cu130 (CUDA 13.0)"
+    assert listed["date (UTC)"] == "not recorded"  # written before the CLI dated its output
+    assert "date not recorded in the file" in md
+    measured = md_rows(md, "model", "Measured (")
+    assert {"precision", "MFU %"} <= set(measured[0])
+    first = recorded["results"][0]
+    assert measured[0]["MFU %"] == f"{100 * first['mfu']:.1f}"
+    assert "32-true 495 TFLOP/s (H100 SXM tf32)" in md
+    assert report.profiles == [H100_MODEL]
+
+
+def test_profiles_come_after_a_run_folders_results_and_figures(saved, tmp_path):
+    run = tmp_path / "run"
+    train(load_recipe(None, [*TINY_SYNTHETIC, "run.epochs=1"]), out_dir=run)
+    report = write_report([run], tmp_path / "r", profiles=[saved["loader"]])
+    md = report.md_path.read_text()
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings.index("## Profiles") == headings.index("## Figures") + 1
+    assert "## Results" in headings and "(profile_loader.json)" in md
+
+
+BAD = {
+    "a study's summary": {"status": "complete", "accuracy": 0.9},
+    "another kind": {"kind": "ablation"},
+    "a model profile without results": {"kind": "model", "device": "cpu", "hardware": {}},
+    "a row without its numbers": {
+        "kind": "loader", "device": "cpu", "hardware": {}, "dataset": "x", "batch_size": 2,
+        "repeats": 1, "configs": [{"kind": "device"}],
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("content", BAD.values(), ids=BAD.keys())
+def test_a_json_that_is_not_a_profile_output_is_one_line_and_exit_2(content, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(content))
+    assert main(["report", "--profile", str(bad), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(bad) in err.replace("\n", "")
+    assert "tricklab profile" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [(None, "cannot read"), ("{not json", "is not valid JSON"), ("[1, 2]", "holds no JSON object")],
+)
+def test_an_unreadable_or_malformed_file_is_one_line_and_exit_2(
+    text, message, saved, tmp_path, capsys
+):
+    bad = tmp_path / "bad.json"
+    if text is not None:
+        bad.write_text(text)
+    files = [str(saved["model"]), str(bad)]
+    assert main(["report", "--profile", *files, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_profile_given_as_a_source_is_refused_with_the_option_to_use(saved, tmp_path, capsys):
+    assert main(["report", str(saved["model"]), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "goes after --profile" in err
+
+
+def test_nothing_to_report_is_one_line_and_exit_2(capsys):
+    assert main(["report"]) == 2
+    assert "--profile FILE" in capsys.readouterr().err
+
+
+def test_write_report_refuses_a_bad_profile_before_writing(tmp_path):
+    bad = tmp_path / "bad.json"
+    shutil.copy(H100_MODEL, bad)
+    recorded = json.loads(bad.read_text())
+    del recorded["results"][0]["train_step_ms"]
+    bad.write_text(json.dumps(recorded))
+    with pytest.raises(TrickLabError, match="no 'train_step_ms'"):
+        write_report([], tmp_path / "r", profiles=[bad])
+    assert not (tmp_path / "r").exists()
