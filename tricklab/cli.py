@@ -138,8 +138,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     name, overrides = recipe_and_overrides(args.words)
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
+    from tricklab.train import distributed
+    from tricklab.train.api import check_setup, resolve_device
+
+    device = resolve_device(recipe.run.device)
+    if args.nproc is not None:  # torchrun for you: this command in --nproc processes
+        distributed.check_launch(args.nproc, device, recipe)
+        check_setup([recipe])  # bad data or model: one line here, not one per process
+        argv = ["train", *args.words, *(["--out", args.out] if args.out else [])]
+        argv += [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
+        return distributed.launch(args.nproc, argv)
+    with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
+        return _train_here(args, recipe, name, world.is_main)
+
+
+def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
+    """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
     from tricklab.train.api import RunInterrupted, train
 
+    if not main:
+        return 0 if train(recipe, stop=args.stop).status not in ("diverged", "oom", "failed") else 1
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
         if args.json or args.quiet:  # --json: stdout and stderr as without a display
@@ -296,6 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
     tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
+    tr.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="data-parallel training in N processes, one per GPU (CPU: per core), under torchrun",
+    )
     tr.set_defaults(func=cmd_train)
 
     tricks = sub.add_parser("tricks", help="every recipe field: default, allowed values, doc")
@@ -344,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return args.func(args)
         except TrickLabError as exc:
-            print_error(str(exc))
+            if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+                print_error(str(exc))
             return 2
         except OSError as exc:  # a full disk met where no file of ours was written (a storage)
             if not is_disk_full(exc):

@@ -226,8 +226,9 @@ class DeviceLoader:
     normalized in `dtype`, padded for `translate`, with a mirrored copy next to it for a flip
     (twice the memory), channels-last in memory with `channels_last`. Each epoch, when the loader
     is iterated (before a training loop's timer starts), its order and augmentations are drawn
-    on the device from a generator seeded by (seed, epoch, rank) and turned into one offset per
-    sample, flip, crop and dataset index at once, and, with cutout, the pixels each sample loses.
+    on the device from a generator seeded by (seed, epoch), for the whole epoch on every rank,
+    each rank keeping its share, and turned into one offset per sample, flip, crop and dataset
+    index at once, and, with cutout, the pixels each sample loses.
     A batch is then one `index_select` on an overlapping window view of the stored images
     (`augment.window_view`) and, with cutout, one `index_put_` (`augment.zero_pixels`): no
     conversion, no layout copy, no host sync. `storage_dtype=torch.uint8` keeps the split as uint8
@@ -354,11 +355,10 @@ class DeviceLoader:
         self.epoch = epoch
 
     def _draws(self, epoch: int, order: Tensor) -> dict[str, Tensor]:
-        """All random augmentation choices of one epoch, one entry per sample of this rank."""
+        """All random augmentation choices of one epoch, one entry per sample of the epoch."""
         spec, n, device = self.augment, order.shape[0], self.device
-        generator = device_generator(
-            device, derived_seed(self.seed, epoch, _AUGMENT_STREAM, self.rank)
-        )
+        # Rank 0's seed on every rank: each draws the whole epoch as one process does.
+        generator = device_generator(device, derived_seed(self.seed, epoch, _AUGMENT_STREAM, 0))
         draws = {}
         if spec.flip == "random":
             draws["flip"] = torch.randint(0, 2, (n,), generator=generator, device=device)
@@ -375,11 +375,10 @@ class DeviceLoader:
         return draws
 
     def _plan(self, epoch: int) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The epoch's (window offsets, labels, cutout pixels or None), one row per sample."""
-        order = epoch_order(
-            self.num_images, seed=self.seed, epoch=epoch, shuffle=self.train,
-            rank=self.rank, world_size=self.world_size,
-        ).to(self.device)  # fmt: skip
+        """This rank's share of the epoch's (window offsets, labels, cutout pixels or None), one
+        row per sample: the whole epoch's order and draws, as one process makes them, sharded."""
+        order = epoch_order(self.num_images, seed=self.seed, epoch=epoch, shuffle=self.train)
+        order = order.to(self.device)
         draws = self._draws(epoch, order)
         # The window of image `index` in copy `flip` at (top, left): one offset says it all,
         # and equals crop_at(flip_at(pad(x), flip), H, top, left).
@@ -393,7 +392,9 @@ class DeviceLoader:
         if self.augment.cutout:
             height, width = self.image_shape[1:]
             pixels = cutout_pixels(self.augment.cutout, draws["cy"], draws["cx"], height, width)
-        return offsets, self.labels[order], pixels
+        # This rank's samples: order[rank::world_size], as many on every rank (as epoch_order).
+        shard = slice(self.rank, self.num_samples * self.world_size, self.world_size)
+        return offsets[shard], self.labels[order][shard], None if pixels is None else pixels[shard]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         """One epoch: its order and augmentations are drawn now, its batches as they are asked."""
@@ -468,10 +469,12 @@ class _EpochSampler(torch.utils.data.Sampler):
     def __iter__(self) -> Iterator[tuple[int, int]]:
         loader = self.loader
         order = epoch_order(
-            loader.num_images, seed=loader.seed, epoch=loader._iter_epoch, shuffle=loader.train,
-            rank=loader.rank, world_size=loader.world_size,
-        )  # fmt: skip
-        return iter([(index, loader._iter_epoch) for index in order.tolist()])
+            loader.num_images, seed=loader.seed, epoch=loader._iter_epoch, shuffle=loader.train
+        ).tolist()
+        shard = torch.utils.data.DistributedSampler(  # positions in the order: the rank's share
+            order, loader.world_size, loader.rank, shuffle=False, drop_last=True
+        )
+        return iter([(order[position], loader._iter_epoch) for position in shard])
 
 
 class _PrivateRng:

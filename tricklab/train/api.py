@@ -42,7 +42,7 @@ from tricklab.paths import (
     remove_empty_dirs,
 )
 from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
-from tricklab.train import precision
+from tricklab.train import distributed, precision
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.backend import backend_settings
 from tricklab.train.loggers import RunLoggers, require_packages
@@ -94,6 +94,8 @@ class RunResult:
     epochs: list[dict] = field(default_factory=list)
     hardware: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)  # measure/provenance.py: command, git, load
+    world_size: int = 1  # processes of a data-parallel run (torchrun), each on its batch share
+    dist_backend: str | None = None  # their process group's: nccl, gloo; None: one process
     tricklab_version: str = tricklab.__version__
     recipe: dict = field(default_factory=dict)
 
@@ -115,7 +117,7 @@ def resolve_device(name: str) -> torch.device:
         raise TrickLabError(
             f"run.device={name} but no {name} device is available; use run.device=auto"
         )
-    return torch.device(name)
+    return distributed.rank_device(torch.device(name))  # under torchrun: cuda:LOCAL_RANK
 
 
 def load_data(recipe: Recipe) -> Dataset:
@@ -168,17 +170,25 @@ def build_loaders(
         cutout=a.cutout,
         cutout_inside=a.cutout_inside,
     )
+    world = distributed.world()  # each rank: its share of every global batch, of the eval split
     train = cls(
         dataset.train.images,
         dataset.train.labels,
-        lc.batch_size,
+        distributed.local_batch_size(lc.batch_size, recipe.optim.accumulate_steps),
         train=True,
         augment=spec,
         drop_last=lc.drop_last,
+        rank=world.rank,
+        world_size=world.world_size,
         **common,
     )
+    shard = slice(world.rank, None, world.world_size)
     evaluation = cls(
-        dataset.test.images, dataset.test.labels, lc.eval_batch_size, train=False, **common
+        dataset.test.images[shard],
+        dataset.test.labels[shard],
+        lc.eval_batch_size,
+        train=False,
+        **common,
     )
     return train, evaluation
 
@@ -252,7 +262,7 @@ def prepare(
     total_steps = math.ceil(recipe.run.epochs * len(train_loader))
     if total_steps < 1:
         raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
-    loss_scale = precision.loss_scale_for(t.precision, recipe.loader.batch_size)
+    loss_scale = precision.loss_scale_for(t.precision, train_loader.batch_size)  # a rank's
     optimizer = build_optimizer(
         model,
         recipe.optim,
@@ -290,6 +300,7 @@ def prepare(
         ema=ema,
         loss_scale=loss_scale,
         freeze_after_epochs=freeze,
+        accumulate_steps=recipe.optim.accumulate_steps,
     )
     return parts, info
 
@@ -382,7 +393,8 @@ def train(
     wall_start = time.perf_counter()
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
-    out = Path(out_dir) if out_dir is not None else None
+    main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
+    out = Path(out_dir) if out_dir is not None and main else None
     device = resolve_device(recipe.run.device)
     # a missing package, a logger without a folder: refused before the folder is made
     loggers = RunLoggers(recipe, out, has_folder=out_dir is not None)
@@ -422,6 +434,8 @@ def _train(
         recipe=recipe.to_dict(),
         hardware=hardware_fingerprint(device),
         provenance=start_record(device),
+        world_size=distributed.world().world_size,
+        dist_backend=distributed.world().backend,
     )
     started = False
     callback_error: list[BaseException] = []  # what the caller's on_epoch raised, if anything
@@ -451,6 +465,9 @@ def _train(
                 "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
             )
             parts, info = prepare(recipe, dataset, device)
+            parts = distributed.data_parallel(
+                parts, recipe.tricks.sync_batchnorm, info["resolved"]["compile"]
+            )
             result.params, result.forward_macs = info["params"], info["forward_macs"]
             result.whiten_seconds = info["whiten_seconds"]
             result.resolved = info["resolved"]

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from tricklab.measure.timing import synchronize
+from tricklab.train import distributed
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.recipe import RunConfig
 from tricklab.train.tta import tta_logits
@@ -42,6 +43,8 @@ class Parts:
     ema: WeightAverage | None = None
     loss_scale: float = 1.0  # loss_fn's gradients / a mean loss's (a summed loss: the batch size)
     freeze_after_epochs: dict[str, float] = field(default_factory=dict)  # param name -> epochs
+    accumulate_steps: int = 1  # micro-batches per optimizer step (optim.accumulate_steps)
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # DDP's
 
 
 @dataclass
@@ -65,12 +68,16 @@ def sync(device: torch.device) -> None:
 def train_step(
     parts: Parts, images: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step; returns (loss, logits) without syncing."""
-    with parts.autocast():
-        logits = parts.forward(images)
-        loss = parts.loss_fn(logits, labels)
-    parts.optimizer.zero_grad(set_to_none=True)
-    parts.scaler.scale(loss).backward()
+    """One optimizer step; returns (loss, logits) without syncing. With optim.accumulate_steps,
+    the gradients of the batch's micro-batches add up first (distributed.accumulate_gradients)."""
+    if parts.accumulate_steps > 1:
+        loss, logits = distributed.accumulate_gradients(parts, images, labels)
+    else:
+        with parts.autocast():
+            logits = parts.forward(images)
+            loss = parts.loss_fn(logits, labels)
+        parts.optimizer.zero_grad(set_to_none=True)
+        parts.scaler.scale(loss).backward()
     parts.scaler.step(parts.optimizer)
     parts.scaler.update()
     parts.scheduler.step()
@@ -93,7 +100,8 @@ def evaluate(parts: Parts, tta: str = "none") -> tuple[float, float]:
             loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum")
             correct += (logits.argmax(1) == labels).sum()
             count += len(labels)
-    right, loss = read_on_host(correct.to(loss_sum.dtype), loss_sum)
+    sums = correct.to(loss_sum.dtype), loss_sum, loss_sum.new_tensor(count)
+    right, loss, count = read_on_host(*distributed.sum_over_ranks(*sums))  # every rank's share
     return right / count, loss / count
 
 
@@ -125,7 +133,7 @@ def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> O
         deadline = None if budget is None else start + budget - out.train_seconds
         steps = train_epoch(parts, batches, step, deadline)
         sync(parts.device)
-        epoch_seconds = time.perf_counter() - start
+        epoch_seconds = distributed.slowest(time.perf_counter() - start, parts.device)
         out.train_seconds += epoch_seconds
         totals = epoch_totals(parts, steps)  # the epoch's one read of device values
         step += len(steps.losses)
@@ -174,7 +182,7 @@ def train_epoch(
             break
         if deadline is not None and step % CHECK_EVERY_STEPS == 0:
             sync(parts.device)
-            if time.perf_counter() >= deadline:
+            if distributed.any_rank(time.perf_counter() >= deadline, parts.device):
                 break
     return out
 
@@ -201,9 +209,10 @@ def epoch_totals(parts: Parts, steps: EpochSteps) -> EpochTotals:
     bad = ~torch.isfinite(losses)
     first_bad = torch.where(bad.any(), bad.float().argmax(), -1).to(losses.dtype)
     correct = (torch.cat(steps.predictions) == torch.cat(steps.targets)).sum()
-    first, loss_sum, right = read_on_host(first_bad, losses.sum(), correct.to(losses.dtype))
+    reduced = distributed.reduce_epoch(first_bad, losses.sum(), correct.to(losses.dtype))
+    first, loss_sum, right = read_on_host(*reduced)  # over all ranks, whose steps are equal
     return EpochTotals(
-        images=sum(len(t) for t in steps.targets),
+        images=sum(len(t) for t in steps.targets) * distributed.world().world_size,
         loss_sum=loss_sum,
         correct=int(right),
         first_nonfinite=None if first < 0 else int(first),

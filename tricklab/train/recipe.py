@@ -149,6 +149,13 @@ class OptimConfig:
     fused: bool = _f(
         False, "fused optimizer step: one kernel for all parameters (sgd, adam, adamw)"
     )
+    accumulate_steps: int = _f(
+        1,
+        "micro-batches per optimizer step: loader.batch_size (the global batch) runs as this "
+        "many parts whose gradients add up, for a batch larger than memory allows",
+        minimum=1,
+        maximum=MAX_BATCH,
+    )
 
     def check(self, recipe: Recipe) -> None:
         if self.nesterov and self.momentum <= 0 and self.name in ("sgd", "muon"):
@@ -157,6 +164,11 @@ class OptimConfig:
             raise TrickLabError(
                 f"optim.fused=true needs optim.name sgd, adam or adamw (PyTorch has no fused "
                 f"{self.name})"
+            )
+        if recipe.loader.batch_size % self.accumulate_steps:
+            raise TrickLabError(
+                f"optim.accumulate_steps={self.accumulate_steps} must divide loader.batch_size="
+                f"{recipe.loader.batch_size} (each micro-batch is an equal part of it)"
             )
 
 
@@ -244,6 +256,11 @@ class TricksConfig:
         "highest", "torch.set_float32_matmul_precision", ("highest", "high", "medium")
     )
     cudnn_benchmark: bool = _f(False, "cuDNN autotuning of convolution algorithms")
+    sync_batchnorm: bool = _f(
+        False,
+        "data-parallel runs: BatchNorm statistics over the global batch, not each process's "
+        "part (nn.SyncBatchNorm); no effect in one process",
+    )
     ema_decay: float = _f(0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1)
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
     ema_warmup_epochs: float = _f(
@@ -304,6 +321,12 @@ class RunConfig:
         0.0, "smallest change that counts as improvement", minimum=0
     )
     checkpoint: bool = _f(False, "write checkpoint.pt (weights) to the run directory")
+    dist_timeout_seconds: float = _f(
+        600.0,
+        "data-parallel runs: how long a process waits for the others in a collective before it "
+        "fails (a dead or hung process ends the run instead of hanging it)",
+        minimum=1,
+    )
     loggers: list[str] = _f(
         ["jsonl"],
         "where each epoch's metrics go in the run folder: jsonl (metrics.jsonl), csv "
