@@ -1,5 +1,6 @@
 """Shared fixtures: the real CIFAR-10 JPEG copy (skipped cleanly when ../shared is absent)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,16 @@ CIFAR10_JPEG_DIR = REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg"
 # One intra-op thread: on a loaded 2-core machine, two OpenMP threads spin-wait on each other and
 # a small net's step runs ~10x slower (measured 37 ms vs 315 ms); tests check behaviour, not speed.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def idle_load_average():
+    """Tests check behaviour, not the machine: the load average reads idle unless a test sets it,
+    so no output gains 'timings taken on a busy machine' (measure/provenance.py) from other work.
+    Session-wide, so module fixtures that train see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        yield
 
 
 @pytest.fixture(scope="session")
