@@ -139,6 +139,27 @@ def test_a_missing_package_is_one_line_naming_the_extra_before_anything_is_writt
     assert not out.exists()
 
 
+def test_cli_a_missing_package_exits_2_with_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    out = tmp_path / "run"
+    assert main(["train", *TWO_EPOCHS, "run.loggers=[tensorboard]", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith('pip install "tricklab[tensorboard]"') and "\n" not in err
+    assert not out.exists()
+
+
+def test_a_wandb_run_that_cannot_start_is_one_line_saying_how_to_log_in(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+
+    def not_logged_in(**kwargs):
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", not_logged_in)
+    with pytest.raises(TrickLabError, match="No API key configured.*WANDB_MODE=offline"):
+        train(tiny("run.loggers=[wandb]"), out_dir=tmp_path)
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
 def test_an_unknown_or_repeated_logger_is_refused_with_the_choices():
     with pytest.raises(TrickLabError, match="did you mean 'tensorboard'.*jsonl, csv, tensorboard"):
         load_recipe(None, ["run.loggers=[tensorbord]"])
