@@ -16,6 +16,7 @@ refused.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -228,6 +229,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, quiet_optuna
+    from tricklab.progress import ProgressDisplay
     from tricklab.train.api import resolve_device
 
     check_not_empty(args, "--out")
@@ -235,16 +237,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(Path(args.out))  # before torch's start-up, not after it
     err = Console(stderr=True, markup=False, highlight=False)
-    err.print(describe_plan(plan, args.seeds, resolve_device("auto").type))
+    if not args.quiet:
+        err.print(describe_plan(plan, args.seeds, resolve_device("auto").type))
 
     def show(event: RunEvent) -> None:
         acc = "-" if event.accuracy is None else f"{100 * event.accuracy:.2f}%"
         secs = "-" if event.train_seconds is None else f"{event.train_seconds:.1f} s"
         err.print(f"  {event.config_id:<28} seed {event.seed}  {event.status:<9} {acc:>7}  {secs}")
 
+    display = contextlib.nullcontext() if args.quiet else ProgressDisplay(err)  # batch bars
     try:
-        with quiet_optuna():
-            result = run_demo(args.out, args.seeds, plan=plan, on_run_end=show)
+        with quiet_optuna(), display:
+            result = run_demo(
+                args.out, args.seeds, plan=plan, on_run_end=None if args.quiet else show
+            )
     except DemoInterrupted as stop:
         err.print(f"interrupted; finished runs are kept: rerun with --out {stop.out_dir} to resume")
         return INTERRUPTED_EXIT_CODE
@@ -275,4 +281,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", help="folder for the study and the report (default runs/<time>-demo)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress: the report and errors only")
     p.set_defaults(func=cmd_demo)

@@ -4,6 +4,7 @@ and their statistics are speedrun.py's)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tricklab.errors import TrickLabError
 from tricklab.experiments.plan import normalize_target
 from tricklab.measure.provenance import BUSY_WORDS
 from tricklab.paths import remove_empty_dirs
+from tricklab.progress import ProgressDisplay
 from tricklab.speedrun import (
     DEFAULT_RECIPE,
     DEFAULT_RUNS,
@@ -179,7 +181,9 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     target = normalize_target(args.target) if args.target is not None else None
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
-    check_setup([recipe])  # bad data, model or device: one line before anything is printed
+    display = None if args.quiet else ProgressDisplay(err_console)  # bars or plain lines
+    with display or contextlib.nullcontext():  # a bar while the data is decoded
+        check_setup([recipe])  # bad data, model or device: one line before anything is printed
     # Without --out the runs are kept all the same: a 25-run job is never lost.
     out, made = (
         (Path(args.out), None)
@@ -189,34 +193,41 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     # With --json, stdout carries only the summary object; progress goes to stderr.
     out_console = err_console if args.json else console
     err = err_console
-    err.print(
+    say = err.print if display else _silent  # --quiet: the summary and errors only
+    say(
         f"speedrun {args.recipe}: 1 warm-up run (not counted) + {args.runs} runs, seeds 0..{args.runs - 1}"
         if args.warmup_epochs != 0
         else f"speedrun {args.recipe}: {args.runs} runs (no warm-up)",
         highlight=False,
     )
 
-    err.print(f"runs: {out}", highlight=False)
-    out_console.print(run_line(None), highlight=False, style="bold")
+    say(f"runs: {out}", highlight=False)
+    if display:
+        out_console.print(run_line(None), highlight=False, style="bold")
 
     def show(run: SpeedrunRun) -> None:
         style = "red" if run.status in FAILED else ("dim" if run.warmup else None)
-        out_console.print(run_line(run), highlight=False, style=style)
+        if display:
+            out_console.print(run_line(run), highlight=False, style=style)
+            display.run_done(counted=not run.warmup)
         if run.status in FAILED and run.error:  # the traceback of a failed run: its result.json
             err.print(f"  seed {run.seed}: {run.error}", highlight=False, style="red")
 
     try:
-        summary = speedrun(
-            recipe,
-            args.runs,
-            peak_tflops=args.peak_tflops,
-            out_dir=out,
-            on_run=show,
-            target_accuracy=target,
-            warmup_epochs=args.warmup_epochs,
-            recipe_name=args.recipe,
-            stop=args.stop,
-        )
+        with display or contextlib.nullcontext():
+            if display:
+                display.start_runs(args.runs, warmup=args.warmup_epochs != 0)
+            summary = speedrun(
+                recipe,
+                args.runs,
+                peak_tflops=args.peak_tflops,
+                out_dir=out,
+                on_run=show,
+                target_accuracy=target,
+                warmup_epochs=args.warmup_epochs,
+                recipe_name=args.recipe,
+                stop=args.stop,
+            )
     except SpeedrunInterrupted as stop:  # the runs that finished are summarized all the same
         summary = stop.summary
         err.print(f"interrupted after {summary.n} of {summary.runs_planned} runs", highlight=False)
@@ -230,6 +241,10 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     if summary.interrupted:
         return INTERRUPTED_EXIT_CODE
     return 1 if summary.failed else 0
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    pass
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -275,5 +290,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--json", action="store_true", help="print the summary object as the last line of stdout"
+    )
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress and no per-run lines: the summary only"
     )
     p.set_defaults(func=cmd_speedrun)

@@ -34,6 +34,7 @@ import numpy as np
 
 from tricklab.errors import TrickLabError
 from tricklab.paths import first_missing, remove_empty_dirs
+from tricklab.progress import decoding
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +316,8 @@ def cached_splits(
     created = first_missing(folder)
     try:
         ensure_writable(folder)  # fail before a slow decode, not after
-        classes, splits = build()
+        with decoding(f"decoding {name}"):  # shown by the CLI's display, if any
+            classes, splits = build()
         log.info(
             "decoded %s in %.2f s; caching it in %s", name, time.perf_counter() - start, folder
         )

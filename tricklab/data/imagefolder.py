@@ -32,6 +32,7 @@ from tricklab.data.cache import cached_splits, fingerprint_tree, sha256_file
 from tricklab.data.dataset import LoadedSource, SourceRequest
 from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS, format_bytes
 from tricklab.errors import TrickLabError
+from tricklab.progress import decode_ticker
 
 log = logging.getLogger(__name__)
 
@@ -453,11 +454,13 @@ def decode_imagefolder(
     first: tuple[tuple[int, int], str] | None = None  # (width, height), display of the first image
     all_gray = True
     decoded = {}
+    decoded_one = decode_ticker(count)  # the CLI's decoding bar, if one is shown
     with _refuse_truncated_images():
         for split, listing in listings.items():
             out = None
             for i, entry in enumerate(listing.entries):
                 img = decode_image(entry.data, entry.display)
+                decoded_one()
                 if image_size is not None and img.size != (image_size, image_size):
                     img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
                 if first is None:

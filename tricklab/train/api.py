@@ -41,6 +41,7 @@ from tricklab.paths import (
     is_disk_full,
     remove_empty_dirs,
 )
+from tricklab.progress import current as current_progress
 from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.train import distributed, precision
 from tricklab.train.averaging import WeightAverage
@@ -478,6 +479,7 @@ def _train(
             loggers.open(result)  # run.loggers: metrics.jsonl, ...
             if needs_warm_up(recipe.tricks, device):
                 result.compile_seconds = warm_up(parts, recipe.tricks.tta)
+            parts.progress = current_progress()  # the CLI's display; None: silent
             outcome = run_loop(parts, recipe.run, record_epoch)
             _finish(result, parts, outcome, recipe)
             if recipe.run.checkpoint and out is not None and outcome.status != "diverged":

@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -16,6 +17,9 @@ from tricklab.train import distributed
 from tricklab.train.averaging import WeightAverage
 from tricklab.train.recipe import RunConfig
 from tricklab.train.tta import tta_logits
+
+if TYPE_CHECKING:
+    from tricklab.progress import ProgressDisplay
 
 # With run.time_budget_seconds, how often (in steps) the loop reads the time within an epoch: a
 # read synchronises with an accelerator, whose queue then drains. Without a budget the loop reads
@@ -43,6 +47,7 @@ class Parts:
     ema: WeightAverage | None = None
     loss_scale: float = 1.0  # loss_fn's gradients / a mean loss's (a summed loss: the batch size)
     freeze_after_epochs: dict[str, float] = field(default_factory=dict)  # param name -> epochs
+    progress: ProgressDisplay | None = None  # the CLI's display: counts batches on the host only
     accumulate_steps: int = 1  # micro-batches per optimizer step (optim.accumulate_steps)
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # DDP's
 
@@ -127,6 +132,10 @@ def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> O
             param.requires_grad_(False)
         parts.model.train()
         batches = iter(parts.train_loader)  # the epoch's order and draws, before the timer
+        if parts.progress:
+            batches = parts.progress.batches(
+                batches, epoch, num_epochs(parts), len(parts.train_loader), parts.total_steps
+            )
         sync(parts.device)
         start = time.perf_counter()
         budget = run.time_budget_seconds
@@ -145,6 +154,8 @@ def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> O
                 row["val_acc"], row["val_loss"] = evaluate(parts)  # ends with a read: synced
                 row["eval_seconds"] = time.perf_counter() - start
             out.epochs.append(row)
+            if parts.progress:
+                parts.progress.epoch_done(row)
             if on_epoch:
                 on_epoch(row)
         bad = totals.first_nonfinite
