@@ -41,7 +41,6 @@ from tricklab.paths import (
     remove_empty_dirs,
 )
 from tricklab.progress import ProgressDisplay
-from tricklab.progress import ProgressDisplay
 from tricklab.report import cli as report_cli
 from tricklab.stopping import stop_on_signals
 from tricklab.train.recipe import builtin_recipes, field_table, load_recipe
@@ -314,7 +313,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
-    tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
     tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
     tr.add_argument(
         "--nproc",
