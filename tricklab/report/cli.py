@@ -42,8 +42,9 @@ def register(subparsers: Any) -> None:
         action="extend",
         default=[],
         metavar="FILE",
-        help="saved `tricklab profile model|step|loader --json` output, shown as its tables "
-        "with the device, torch version and date it records (after the studies)",
+        help="saved `tricklab profile model|step|loader --json` output: a Profiles section of "
+        "its tables with the device, torch version and date each file records (name studies "
+        "before --profile)",
     )
     p.add_argument(
         "--storage",
