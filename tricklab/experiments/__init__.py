@@ -6,7 +6,8 @@
   their settings);
 - `runner.py`: `ablate`, `sweep`, `results` from Python, and the summary an experiment leaves;
 - `workers.py`: the worker loops that train the units; `claims.py`: how workers claim units, so
-  each (configuration, seed) runs exactly once across processes and reruns;
+  each (configuration, seed) runs exactly once across processes and reruns; `rundirs.py`: where
+  each run's folder goes;
 - `stats.py`: the results table (means, Student t intervals, Welch tests, speedups);
 - `cli.py`: `tricklab ablate | sweep | results`.
 
@@ -35,6 +36,7 @@ _EXPORTS = {
     "ablate": "runner",
     "results": "runner",
     "study_results": "runner",
+    "study_runs": "runner",
     "sweep": "runner",
 }
 

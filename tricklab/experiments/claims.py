@@ -79,6 +79,30 @@ def needs_try(tries: Sequence[FrozenTrial], session_start: datetime) -> bool:
     )
 
 
+def _wanted(tries: Sequence[FrozenTrial], session_start: datetime) -> bool:
+    """Whether a unit still wants a run from someone: it needs a try, or one waits or runs."""
+    return needs_try(tries, session_start) or any(t.state in ACTIVE for t in tries)
+
+
+def planned_runs_left(
+    trials: Iterable[FrozenTrial], units: Iterable[str], session_start: datetime
+) -> int:
+    """How many of the planned units still want a run (for progress): never tried, failed in an
+    earlier session, or waiting or running anywhere; a unit tried in this session is not."""
+    tries = attempts(trials)
+    return sum(_wanted(tries.get(unit, []), session_start) for unit in units)
+
+
+def sampled_units_left(
+    trials: Iterable[FrozenTrial], wanted: int, session_start: datetime, current: str
+) -> int:
+    """How many sampled units a random/TPE sweep of `wanted` trials still wants besides the
+    `current` one: those not drawn yet, and those that want a run as `planned_runs_left` says."""
+    tries = attempts(trials)
+    drawn = sum(_wanted(t, session_start) for unit, t in tries.items() if unit != current)
+    return max(wanted - len(tries), 0) + drawn
+
+
 def taken_by_other(study: optuna.Study, claimed: FrozenTrial) -> int | None:
     """The number of another trial that owns the claimed trial's unit, if any (step 4 above)."""
     unit = unit_of(claimed)

@@ -1,6 +1,8 @@
 """`tricklab ablate | sweep | results`: argument parsing and rich rendering of experiments.
 
 The main CLI calls `register(subparsers)`; each command's `func(args)` returns the exit code.
+While `ablate` and `sweep` run, each finished run prints one plain line: "run k/N", the run, and
+this process's elapsed time and ETA (`--quiet`: none; the summary still prints).
 User mistakes raise TrickLabError (the main CLI prints it as one line, exit 2); Ctrl-C (or
 SIGTERM) marks the running trial interrupted and exits 130 with one line on stderr.
 """
@@ -8,8 +10,10 @@ SIGTERM) marks the running trial interrupted and exits 130 with one line on stde
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -132,7 +136,12 @@ def register(subparsers: Any) -> None:
     )
     results_p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
     report_cli.add_results_args(results_p)  # --format table|md|latex|csv|json, --per-seed
-    results_p.set_defaults(func=report_cli.run_results)
+    results_p.add_argument(
+        "--runs",
+        action="store_true",
+        help="list the runs (config, seed, status, accuracy, train seconds, run folder)",
+    )
+    results_p.set_defaults(func=run_results)
 
 
 _STORAGE_HELP = (
@@ -182,6 +191,9 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the summary as one JSON object (last line)"
     )
     parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no line per finished run (the summary prints)"
+    )
+    parser.add_argument(
         "--heartbeat-seconds",
         type=float,
         default=DEFAULT_HEARTBEAT_SECONDS,
@@ -220,7 +232,13 @@ def _consoles(as_json: bool) -> tuple[Console, Console]:
     return (console(stderr=True) if as_json else out), out
 
 
-def _run_line(console: Console) -> Any:
+def _run_line(console: Console, quiet: bool) -> Any:
+    """What `on_run_end` prints: one line per finished run, none when `quiet`."""
+    from tricklab.progress import clock
+
+    if quiet:
+        return None
+
     def show(event: RunEvent) -> None:
         acc = f"{event.accuracy * 100:6.2f}%" if event.accuracy is not None else "     -"
         secs = f"{event.train_seconds:7.1f}s" if event.train_seconds is not None else ""
@@ -228,11 +246,13 @@ def _run_line(console: Console) -> Any:
             "green" if event.status in ("complete", "stopped-early", "reached-target") else "red"
         )
         error = f"  {event.error}" if event.error and colour == "red" else ""
+        progress = f"  {clock(event.elapsed_seconds)} elapsed, eta {clock(event.eta_seconds)}"
         console.print(
             Text.assemble(
+                f"run {event.runs_done}/{event.runs_total}  ",
                 f"trial {event.trial:>4}  {event.config_id}  seed {event.seed}  ",
                 (event.status, colour),
-                f"  {acc} {secs}",
+                f"  {acc} {secs}{progress}",
                 (error, "dim"),
             ),
             highlight=False,
@@ -276,7 +296,7 @@ def run_ablate(args: argparse.Namespace) -> int:
                 study=args.study,
                 storage=args.storage,
                 out_dir=args.out,
-                on_run_end=_run_line(progress),
+                on_run_end=_run_line(progress, args.quiet),
                 liveness=liveness,
                 stop=args.stop,
             )
@@ -338,7 +358,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 study=args.study,
                 storage=args.storage,
                 out_dir=args.out,
-                on_run_end=_run_line(progress),
+                on_run_end=_run_line(progress, args.quiet),
                 liveness=liveness,
                 stop=args.stop,
             )
@@ -346,6 +366,69 @@ def run_sweep(args: argparse.Namespace) -> int:
             return _interrupted()
     _print_summary(progress, out, summary, args.json)
     return 0
+
+
+def run_results(args: argparse.Namespace) -> int:
+    """`tricklab results`: the statistics (rendered by report/cli.py), or with --runs the runs."""
+    if not args.runs:
+        return report_cli.run_results(args)
+    if args.study is None:
+        raise TrickLabError("--runs lists the runs of one study: give its name")
+    if args.per_seed:
+        raise TrickLabError("--runs and --per-seed list the runs two ways: give one of them")
+    if args.csv is not None:
+        raise TrickLabError("--csv writes the statistics; for the runs use --format csv > FILE")
+    check_not_empty(args, "study", "--storage", "--out")
+    with quiet_optuna():
+        return _print_runs(args, "json" if args.json else args.format)
+
+
+RUN_FIELDS = ("config_id", "seed", "status", "accuracy", "train_seconds", "run_dir")
+
+
+def _print_runs(args: argparse.Namespace, output: str) -> int:
+    import tricklab.report.tables as tables
+    from tricklab.experiments.catalog import check_study
+    from tricklab.experiments.runner import study_runs
+    from tricklab.report.fmt import pct, seconds
+
+    check_study(args.study, args.storage, args.out)
+    meta, runs = study_runs(args.study, args.storage, out_dir=args.out)
+    if output == "json":
+        print(json.dumps({**meta, "runs": runs}))
+        return 0
+    if output == "csv":
+        print(tables.to_csv(RUN_FIELDS, [[r[k] for k in RUN_FIELDS] for r in runs]), end="")
+        return 0
+    if not runs:
+        report_cli.output_console().print(f"study {args.study} has no runs yet", highlight=False)
+        return 0
+    rows = [
+        [r["config_id"], str(r["seed"]), r["status"], pct(r["accuracy"]),
+         seconds(r["train_seconds"]), _shown_path(r["run_dir"])]
+        for r in runs
+    ]  # fmt: skip
+    header = ["config", "seed", "status", "acc %", "train s", "run folder"]
+    title = f"{meta['kind']} {meta['study']}: {len(runs)} runs"
+    table = tables.TableData(title, header, rows, ["l", "r", "l", "r", "r", "l"])
+    if output == "md":
+        print(tables.to_markdown(table))
+    elif output == "latex":
+        print(tables.to_latex(table))
+    else:
+        out = report_cli.output_console()
+        out.print(tables.to_rich(table, out.width))
+    return 0
+
+
+def _shown_path(folder: str | None) -> str:
+    """A run folder as a table shows it: relative to the current folder when inside it."""
+    if folder is None:
+        return "-"
+    path = Path(folder)
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
 
 
 def _interrupted() -> int:

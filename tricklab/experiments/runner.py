@@ -3,7 +3,8 @@
 Each call plans its units (plan.py, space.py), checks up front what every run would meet (bad data,
 an unknown model, ...), opens its Optuna study (storage.py) and runs the worker loop (workers.py;
 claims.py: each unit exactly once across workers and reruns) inside `stop_on_signals()` unless the
-caller gives its own stop request. Calling it again resumes the study.
+caller gives its own stop request. Calling it again resumes the study. Each run keeps its folder
+under the study folder (rundirs.py); `study_runs` lists them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tricklab.experiments.claims import done_count, final_statuses, status_count
 from tricklab.experiments.dashboard import ablation_params
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import (
+    BASELINE,
     PRUNERS,
     SAMPLERS,
     Config,
@@ -32,6 +34,7 @@ from tricklab.experiments.plan import (
     default_study_name,
     plan_units,
 )
+from tricklab.experiments.rundirs import RUN_DIR_ATTR, study_dir
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats
 from tricklab.experiments.storage import (
@@ -165,6 +168,7 @@ def ablate(
     `baseline` is a Recipe run as given (apply `plan.budget_overrides` for the fixed budget the CLI
     uses). `study` defaults to a name derived from the baseline and the plan, `storage` to an SQLite
     file in `out_dir` (default runs/experiments/<study>); see storage.py for the other storages.
+    Each run's folder goes to `<study folder>/runs/<config>/seed-<k>` (rundirs.py).
     Calling it again resumes; several processes calling it on one storage share the work.
     Ctrl-C or SIGTERM (or `stop`, see tricklab.stopping) marks the running trial interrupted and
     raises Interrupted.
@@ -200,6 +204,7 @@ def ablate(
             stop,
             liveness or Liveness(),
             on_run_end=on_run_end,
+            study_folder=study_dir(name, storage, out_dir),
         )
         space, params = ablation_params(baseline, configs, vary)  # for optuna-dashboard
         ran = run_units(
@@ -323,6 +328,7 @@ def sweep(
             liveness or Liveness(),
             prune=pruner != "none",
             on_run_end=on_run_end,
+            study_folder=study_dir(name, storage, out_dir),
         )
         if sampler == "grid":
             points = grid_configs(space, trials, sampler_seed)
@@ -379,3 +385,36 @@ def study_results(
     meta = {"study": study, "storage": url, "kind": kind, "reference": ref, "confidence": 0.95}
     meta.update(study_meta(opened.user_attrs, records, rows))  # provenance, busy_machine
     return meta, rows
+
+
+def study_runs(
+    study: str, storage: str | None = None, *, out_dir: str | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(meta, runs) of a stored study: one run per (configuration, seed), the try that stands (as
+    `results` counts it), with config_id, seed, status, accuracy, train_seconds, run_dir (its
+    folder; None for a run of an older tricklab that kept none), trial and error."""
+    url = storage_url(storage, experiment_dir(study, out_dir))
+    opened = load_study(open_storage(url, must_exist=True), study)
+    trials = {t.number: t for t in opened.get_trials(deepcopy=False)}
+    runs = []
+    for record in collect_runs(opened):
+        # A run that never stored its record (its worker died) has the folder its trial named.
+        folder = record.get(RUN_DIR_ATTR) or trials[record["trial"]].user_attrs.get(RUN_DIR_ATTR)
+        runs.append(
+            {
+                "config_id": record["config_id"],
+                "seed": int(record.get("seed", 0)),
+                "status": record["status"],
+                "accuracy": record.get("accuracy"),
+                "train_seconds": record.get("train_seconds"),
+                "run_dir": folder,
+                "trial": record["trial"],
+                "error": record.get("error"),
+            }
+        )
+    first = {}  # configurations as they first ran, the baseline first; each one's seeds in order
+    for run in runs:
+        first.setdefault(run["config_id"], (run["config_id"] != BASELINE, len(first)))
+    runs.sort(key=lambda r: (first[r["config_id"]], r["seed"]))
+    meta = {"study": study, "storage": url, "kind": opened.user_attrs.get("kind", "sweep")}
+    return meta, runs

@@ -20,6 +20,11 @@ than `trials` units exist, then counts the units created before its trial: if th
 exactly `trials` sampled units. Failed/oom/interrupted trials of an earlier session are enqueued
 again with their parameters (as Optuna's RetryFailedTrialCallback does), under the same unit.
 
+Each run trains in its own folder (rundirs.py), which the trial names before the run starts; a
+folder an interrupted try of the same run left is replaced. Each finished run is reported to
+`on_run_end` with this process's count of runs, the runs the study still wants and the time since
+this process started working (for "run k/N" and an ETA).
+
 A run's status is the one `train()` gave it (see tricklab.stopping and `api.run_end`). An
 interrupted run is stored, then the worker raises Interrupted; a SIGKILL leaves the trial RUNNING
 until the next worker sees its process gone (same host) or its heartbeat silent.
@@ -28,20 +33,19 @@ until the next worker sees its process gone (same host) or its heartbeat silent.
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
-import tricklab
 from tricklab.errors import TrickLabError
 from tricklab.experiments.claims import (
     ACTIVE,
@@ -50,6 +54,8 @@ from tricklab.experiments.claims import (
     claimed,
     finish_trial,
     needs_try,
+    planned_runs_left,
+    sampled_units_left,
     seed_owner,
     skip,
     taken_by_other,
@@ -57,8 +63,9 @@ from tricklab.experiments.claims import (
 )
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import Unit, unit_recipe
+from tricklab.experiments.rundirs import RUN_DIR_ATTR, fresh_run_dir, run_dir
+from tricklab.experiments.single_run import TrainFn, pruning_reporter, train_one
 from tricklab.experiments.space import SearchSpace, overrides_for
-from tricklab.experiments.stats import headline_accuracy
 from tricklab.experiments.storage import (
     COMPLETE_STATUSES,
     RETRY_STATUSES,
@@ -75,14 +82,15 @@ from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
 
 log = logging.getLogger(__name__)
 
-TrainFn = Callable[..., Any]  # train(recipe, *, on_epoch=..., stop=...) -> RunResult
 # A sampled point's seeded runs that a later draw of the point takes instead of training again.
 REUSED_STATUSES = (*COMPLETE_STATUSES, "diverged")
 
 
 @dataclass
 class RunEvent:
-    """One finished run, for progress display."""
+    """One finished run, for progress display: the run, then this process's progress (its
+    `runs_done` so far, the `runs_left` the study still wants from anyone, seconds since it
+    started working)."""
 
     trial: int
     config_id: str
@@ -91,13 +99,36 @@ class RunEvent:
     accuracy: float | None
     train_seconds: float | None
     error: str | None
+    runs_done: int = 1
+    runs_left: int = 0
+    elapsed_seconds: float = 0.0
+    run_dir: str | None = None
+
+    @property
+    def runs_total(self) -> int:
+        """N of "run k/N": this process's runs and those left."""
+        return self.runs_done + self.runs_left
+
+    @property
+    def eta_seconds(self) -> float:
+        """The runs left at this process's mean seconds per run (as if it ran them alone)."""
+        return self.elapsed_seconds / max(self.runs_done, 1) * self.runs_left
+
+
+@dataclass
+class RunCounter:
+    """A worker's finished runs and when it started working (perf_counter seconds)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    done: int = 0
 
 
 @dataclass(frozen=True)
 class Worker:
     """What a worker loop needs besides its plan: the study and its storage (`url` names the
     claim lock, see storage.claim_lock), the baseline recipe the units change, how to train, the
-    stop request, liveness, whether the study's pruner may stop runs, and who hears of each run."""
+    stop request, liveness, whether the study's pruner may stop runs, who hears of each run, and
+    the study folder its run folders go in (None: runs keep no folder)."""
 
     study: optuna.Study
     storage: optuna.storages.BaseStorage
@@ -108,8 +139,20 @@ class Worker:
     liveness: Liveness = Liveness()
     prune: bool = False
     on_run_end: Callable[[RunEvent], None] | None = None
+    study_folder: Path | None = None
+    counter: RunCounter = field(default_factory=RunCounter)
 
-    def report(self, trial_number: int, config_id: str, record: dict) -> None:
+    def run_folder(self, trial_id: int, config_id: str, seed: int) -> Path | None:
+        """The folder for a run this worker has claimed, cleared of a stale try and named in the
+        trial's `run_dir` attr before anything is written there."""
+        if self.study_folder is None:
+            return None
+        folder = fresh_run_dir(run_dir(self.study_folder, config_id, seed))
+        self.storage.set_trial_user_attr(trial_id, RUN_DIR_ATTR, str(folder))
+        return folder
+
+    def report(self, trial_number: int, config_id: str, record: dict, runs_left: int) -> None:
+        self.counter.done += 1
         if self.on_run_end is not None:
             self.on_run_end(
                 RunEvent(
@@ -120,92 +163,12 @@ class Worker:
                     accuracy=record.get("accuracy"),
                     train_seconds=record.get("train_seconds"),
                     error=record.get("error"),
+                    runs_done=self.counter.done,
+                    runs_left=runs_left,
+                    elapsed_seconds=time.perf_counter() - self.counter.started,
+                    run_dir=record.get(RUN_DIR_ATTR),
                 )
             )
-
-
-# ---------------------------------------------------------------- one run
-
-
-def train_one(
-    recipe: Any,
-    train_fn: TrainFn,
-    stop: StopRequest,
-    on_epoch: Callable[[dict, int], None] | None = None,
-) -> dict[str, Any]:
-    """Train one recipe and return its run record; never raises for a run that ended.
-
-    The record is the RunResult's dict plus `accuracy`; its status is the one `train()` gave
-    (see `api.run_end`), or `pruned` when `on_epoch` raised optuna.TrialPruned. An interrupted run
-    is recorded too (the caller stores it, then stops). `on_epoch(row, epoch_number)` sees each
-    epoch's metrics.
-    """
-    from tricklab.train.api import RunInterrupted, run_end  # torch, imported when a run starts
-
-    epochs: list[dict] = []
-
-    def record_epoch(row: dict) -> None:
-        epochs.append(dict(row))
-        if on_epoch is not None:
-            on_epoch(row, len(epochs))
-
-    start = time.perf_counter()
-    try:
-        record = train_fn(recipe, on_epoch=record_epoch, stop=stop).to_dict()
-    except RunInterrupted as stopped:
-        record = stopped.result.to_dict()
-    except optuna.TrialPruned as exc:
-        record = _unfinished_record(recipe, epochs, start, "pruned", str(exc) or None)
-    except (Exception, KeyboardInterrupt) as exc:  # a train_fn other than train() raised
-        record = _unfinished_record(recipe, epochs, start, *run_end(exc, stop))
-    record["accuracy"] = headline_accuracy(record)
-    record["target_accuracy"] = recipe.get("run.target_accuracy")
-    if record["status"] in COMPLETE_STATUSES and record["accuracy"] is None:
-        record.update(status="failed", error="the run finished without a validation accuracy")
-    return _jsonable(record)
-
-
-def _unfinished_record(
-    recipe: Any, epochs: list[dict], start: float, status: str, error: str | None
-) -> dict[str, Any]:
-    """The record of a run that left no RunResult: what the epochs it finished show."""
-    from tricklab.measure.hardware import hardware_fingerprint  # torch
-    from tricklab.train.api import resolve_device  # torch
-
-    return {
-        "status": status,
-        "error": error,
-        "recipe": recipe.to_dict(),
-        "epochs": epochs,
-        "wall_seconds": time.perf_counter() - start,
-        "train_seconds": epochs[-1].get("train_seconds", 0.0) if epochs else 0.0,
-        "tricklab_version": tricklab.__version__,
-        "hardware": hardware_fingerprint(resolve_device(recipe.run.device)),
-    }
-
-
-def _jsonable(data: Any) -> Any:
-    def default(value: Any) -> Any:
-        item = getattr(value, "item", None)  # numpy / torch scalars
-        return item() if callable(item) else str(value)
-
-    return json.loads(json.dumps(data, default=default))
-
-
-def _pruning_reporter(trial: optuna.Trial, recipe: Any) -> Callable[[dict, int], None]:
-    """Report each epoch's val_acc to the study's pruner; raise TrialPruned when it says so,
-    except after the last epoch: a run that has finished is kept, not thrown away."""
-    last_epoch = math.ceil(recipe.run.epochs)
-
-    def on_epoch(row: dict, epoch: int) -> None:
-        accuracy = row.get("val_acc")
-        if accuracy is None:
-            return
-        trial.report(float(accuracy), epoch)
-        if epoch < last_epoch and trial.should_prune():
-            raise optuna.TrialPruned(f"pruned after epoch {epoch} (val_acc {accuracy:.4f})")
-
-    return on_epoch
 
 
 # ---------------------------------------------------------------- planned units
@@ -264,12 +227,14 @@ def run_units(
                 space.suggest(trial)
             with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
                 recipe = unit_recipe(worker.base, unit)
-                reporter = _pruning_reporter(trial, recipe) if worker.prune else None
-                record = train_one(recipe, worker.train_fn, worker.stop, reporter)
+                reporter = pruning_reporter(trial, recipe) if worker.prune else None
+                folder = worker.run_folder(trial_id, unit.config.config_id, unit.seed)
+                record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
             record["seed"] = unit.seed
             stored = finish_trial(study, trial, [record], record["status"], record["error"])
         ran += stored  # a run another worker took for dead is lost, not counted
-        worker.report(frozen.number, unit.config.config_id, record)
+        left = planned_runs_left(study.get_trials(deepcopy=False), by_key, session_start)
+        worker.report(frozen.number, unit.config.config_id, record, left)
         if record["status"] == "interrupted":
             raise Interrupted(INTERRUPTED_ERROR)
 
@@ -324,8 +289,12 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
                     continue
             if trial is None:
                 trial = optuna.Trial(study, trial_id)
+            unit = unit_of(storage.get_trial(trial_id))  # tagged above, or when enqueued
+            runs_left = functools.partial(
+                _sampled_runs_left, study, trials, seeds, session_start, unit
+            )
             with heartbeat(storage, trial_id, liveness.heartbeat_seconds):
-                records = _run_sampled_trial(worker, trial, space, seeds)
+                records = _run_sampled_trial(worker, trial, space, seeds, runs_left)
             failed = [r for r in records if r["status"] not in COMPLETE_STATUSES]
             status, error = (
                 (failed[0]["status"], failed[0].get("error")) if failed else ("complete", None)
@@ -336,11 +305,30 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
             raise Interrupted(INTERRUPTED_ERROR)
 
 
+def _sampled_runs_left(
+    study: optuna.Study,
+    trials: int,
+    seeds: int,
+    session_start: datetime,
+    unit: str,
+    seeds_left_here: int,
+) -> int:
+    """Runs a random/TPE sweep still wants: the seeds left in `unit`'s trial, then every seed of
+    the other units it wants (claims.sampled_units_left)."""
+    now = study.get_trials(deepcopy=False)
+    return seeds_left_here + seeds * sampled_units_left(now, trials, session_start, unit)
+
+
 def _run_sampled_trial(
-    worker: Worker, trial: optuna.Trial, space: SearchSpace, seeds: int
+    worker: Worker,
+    trial: optuna.Trial,
+    space: SearchSpace,
+    seeds: int,
+    runs_left: Callable[[int], int],
 ) -> list[dict]:
     """Train the trial's sampled configuration with seeds 0..seeds-1 (reusing seeds that ran
-    before), storing each complete seed as it ends; stops at the first seed that does not complete."""
+    before), storing each complete seed as it ends; stops at the first seed that does not complete.
+    `runs_left(seeds left in this trial)` counts the runs the study still wants, for the report."""
     values = space.suggest(trial)
     overrides = overrides_for(values)
     config_id = " ".join(overrides)
@@ -365,16 +353,20 @@ def _run_sampled_trial(
         except TrickLabError as exc:  # a sampled combination the recipe rejects
             records.append({"seed": seed, "status": "failed", "error": str(exc), "accuracy": None})
             break
-        reporter = _pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
-        record = train_one(recipe, worker.train_fn, worker.stop, reporter)
+        reporter = pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
+        folder = worker.run_folder(trial._trial_id, config_id, seed)
+        record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
         record["seed"] = seed
         records.append(record)
         # Stored as it ends, kept if the worker dies before the last seed (and before tell).
         if record["status"] in COMPLETE_STATUSES:
             with contextlib.suppress(UpdateFinishedTrialError):  # taken for dead: finish_trial
                 trial.set_user_attr(f"run-{seed}", record)
-        worker.report(trial.number, config_id, record)
-        if record["status"] not in COMPLETE_STATUSES:
+        complete = record["status"] in COMPLETE_STATUSES
+        worker.report(
+            trial.number, config_id, record, runs_left(seeds - seed - 1 if complete else 0)
+        )
+        if not complete:
             break
     return records
 
@@ -426,6 +418,7 @@ def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
                         "train_seconds": run.get("train_seconds"),
                         "record_seconds": run.get("record_seconds"),
                         "reused_from_trial": t.number,
+                        RUN_DIR_ATTR: run.get(RUN_DIR_ATTR),
                         "val_accs": [row.get("val_acc") for row in run.get("epochs") or []],
                     },
                 )

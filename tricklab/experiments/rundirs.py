@@ -1,0 +1,100 @@
+"""Run folders of an experiment: every run of `ablate` and `sweep` keeps what `train(out_dir=...)`
+writes (recipe.yaml, metrics.jsonl, result.json) in `<study folder>/runs/<config>/seed-<k>`.
+
+The study folder is the one the user named or would look in first: `--out DIR`; else, for a
+`--storage` file (journal or SQLite), a folder named after the study beside that file (the file's
+own folder when it already bears the study's name); else the default `runs/experiments/<study>`,
+where the study's SQLite file lives (a database server has no folder: the default then too, on
+each machine that runs). `<config>` is the configuration id made safe for any file system.
+
+A trial names its run's folder in its `run_dir` user attr (a sampled trial: the folder of the
+seed it trains or trained last) and each run record in its `run_dir` field, which `tricklab
+results --runs` lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+from tricklab.experiments.storage import experiment_dir, storage_url
+from tricklab.paths import claim_folder
+
+RUN_DIR_ATTR = "run_dir"
+RUNS_FOLDER = "runs"
+MAX_NAME_CHARS = 100  # well under the 255 bytes most file systems allow in a name
+_PLAIN = re.compile(r"[A-Za-z0-9._=,-]+")  # config id characters kept as they are (space: '+')
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+
+
+def study_dir(study: str, storage: str | None = None, out_dir: str | Path | None = None) -> Path:
+    """The folder where a study's run folders go (see the module doc)."""
+    if out_dir is not None:
+        return Path(out_dir)
+    if storage is not None:
+        url = storage_url(storage, experiment_dir(study))
+        for prefix in ("journal:", "sqlite:///"):
+            if url.startswith(prefix):
+                folder = Path(url[len(prefix) :]).parent
+                return folder if folder.name == study else folder / study
+    return experiment_dir(study)
+
+
+def config_folder_name(config_id: str) -> str:
+    """A configuration id as a folder name: spaces as '+' when nothing else needs changing
+    (`aug.flip=random+optim.lr=0.1`); otherwise other characters as '_', cut to length, and a hash
+    of the id appended, so two configurations never share a folder."""
+    plain = config_id.replace(" ", "+")
+    if (
+        _PLAIN.fullmatch(config_id.replace(" ", "x"))
+        and len(plain) <= MAX_NAME_CHARS
+        and not plain.startswith((".", "-"))
+    ):
+        return plain
+    digest = hashlib.sha1(config_id.encode()).hexdigest()[:8]
+    safe = _UNSAFE.sub("_", plain)[: MAX_NAME_CHARS - 9].strip("._-") or "config"
+    return f"{safe}-{digest}"
+
+
+def run_dir(study_folder: Path, config_id: str, seed: int) -> Path:
+    """`<study folder>/runs/<config>/seed-<seed>`, absolute so a result read elsewhere finds it."""
+    return (study_folder / RUNS_FOLDER / config_folder_name(config_id) / f"seed-{seed}").absolute()
+
+
+def fresh_run_dir(path: Path) -> Path:
+    """A folder `train()` accepts for a run the caller has claimed (claims.py: its unit, or its
+    sampled seed): `path` itself, after removing what an earlier, interrupted try of the run left
+    there, unless a live process still writes there (it holds the folder's claim, paths.py: a worker
+    taken for dead that goes on); that folder is left alone and the run goes to `path-2`, `-3`, ...
+    """
+    candidate = path
+    for number in range(2, 1000):
+        if not candidate.exists() and not candidate.is_symlink():
+            return candidate
+        if _remove_unclaimed(candidate):
+            return candidate
+        candidate = path.with_name(f"{path.name}-{number}")
+    raise RuntimeError(f"{path} and 998 numbered variants are held by live runs")
+
+
+def _remove_unclaimed(folder: Path) -> bool:
+    """Remove `folder` unless a live writer holds its claim; True when it is gone. The folder is
+    renamed away first (under its claim), so a half-removed run never sits at its path."""
+    if not folder.is_dir() or folder.is_symlink():
+        folder.unlink()
+        return True
+    claim = claim_folder(folder)
+    if claim is None:
+        return False
+    trash = folder.with_name(f".{folder.name}.stale-{os.getpid()}")
+    try:
+        if trash.exists():
+            shutil.rmtree(trash)
+        folder.rename(trash)
+    finally:
+        claim.release()
+    shutil.rmtree(trash, ignore_errors=True)
+    return True
