@@ -7,7 +7,7 @@ compared. The model is tiny on purpose: the loop's own cost per step shows only 
 short (as on a GPU).
 
     python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
-                                       [--same-metrics] [--device cpu|cuda]
+                                       [--same-metrics] [--device cpu|cuda] [--progress]
 
 On CUDA each contender's clock starts and stops after `torch.cuda.synchronize()`.
 
@@ -19,17 +19,22 @@ Lightning logs both with `self.log(..., on_epoch=True)`, as its users do.
 Lightning sets torch's thread count when it starts a Trainer; the thread count is set again before
 every timed run, so all three run with --threads.
 
+--progress adds a fourth contender: tricklab with the CLI's progress bars drawn as on a terminal
+(into a string), compared with tricklab without them.
+
 Needs `pip install -e ".[bench]"` for Lightning. Goal: tricklab <= 1.03x bare and <= 0.9x Lightning.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import statistics
 import time
 
 import torch
+from rich.console import Console
 from torch import nn
 
 from tricklab.data.augment import channel_stats, normalize
@@ -37,6 +42,7 @@ from tricklab.data.loaders import DeviceLoader
 from tricklab.data.sources import load_dataset
 from tricklab.measure.intervals import mean_interval
 from tricklab.models import build_model
+from tricklab.progress import ProgressDisplay
 from tricklab.train.api import init_sample, train
 from tricklab.train.recipe import load_recipe
 
@@ -101,6 +107,14 @@ def parts(batch: int):
 def time_tricklab(epochs: int, batch: int, metrics: bool) -> float:
     # The loop always keeps each epoch's train loss and accuracy (and checks each loss for NaN).
     return train(recipe(epochs, batch)).train_seconds
+
+
+def time_tricklab_progress(epochs: int, batch: int, metrics: bool) -> float:
+    # --progress: the CLI's display drawn as on a terminal (bars, redrawn by rich's thread), into
+    # a string; the loop counts each batch for it on the host.
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    with ProgressDisplay(console, animate=True):
+        return train(recipe(epochs, batch)).train_seconds
 
 
 def time_bare(epochs: int, batch: int, metrics: bool) -> float:
@@ -211,6 +225,11 @@ def main() -> None:
         help="bare and Lightning also keep each epoch's train loss and accuracy, as tricklab does",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="also time tricklab with the CLI's progress bars drawn (tricklab.progress)",
+    )
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -219,6 +238,8 @@ def main() -> None:
         "tricklab": time_tricklab,
         "Lightning Trainer": time_lightning,
     }
+    if args.progress:
+        runners["tricklab + progress bars"] = time_tricklab_progress
     times = {name: [] for name in runners}
     names = list(runners)
     for repeat in range(args.repeats):
@@ -254,6 +275,13 @@ def main() -> None:
             ratios = [v / r for v, r in zip(values, reference)]
             cells += [f"{statistics.median(ratios):.3f}x", ratio_interval(ratios)]
         print(f"| {name} | {med:.3f} | {1000 * med / steps:.2f} | " + " | ".join(cells) + " |")
+    if args.progress:
+        ratios = [p / t for p, t in zip(times["tricklab + progress bars"], times["tricklab"])]
+        print()
+        print(
+            f"tricklab + progress bars vs tricklab: {statistics.median(ratios):.3f}x "
+            f"(median of paired ratios; 95% CI {ratio_interval(ratios)})"
+        )
     print()
     for name, values in times.items():
         print(f"{name}: " + ", ".join(f"{v:.2f}" for v in values) + " s")
