@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.errors import TrickLabError
+from tricklab.experiments.outcomes import COMPLETE_STATUSES
 from tricklab.report.fmt import config_name
 
 SPEEDRUN_FILE = "summary.json"
 RUN_FILE = "result.json"
 STUDY_FILE = "study.db"
-COMPLETE = ("complete", "stopped-early", "reached-target")
+COMPLETE = COMPLETE_STATUSES  # experiments/outcomes.py
 
 
 @dataclass
