@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import optuna
 import pytest
@@ -175,6 +176,12 @@ def test_a_worker_killed_with_sigkill_mid_study_then_rerun_completes_each_unit_e
     assert complete_per_unit(trials) == {unit: 1 for unit in units}
     assert trial_status(trials[lost.number]) == "interrupted"
     assert sorted(trial_status(t) for t in trials) == ["complete"] * 4 + ["interrupted"]
+    # The killed run's folder was replaced: it holds the rerun's whole run, nothing of the first.
+    folder = Path(lost.user_attrs["run_dir"])
+    (redone,) = [t for t in trials if t.user_attrs["unit"] == lost.user_attrs["unit"]][1:]
+    assert redone.user_attrs["run_dir"] == str(folder)
+    assert json.loads((folder / "result.json").read_text())["status"] == "complete"
+    assert len((folder / "metrics.jsonl").read_text().splitlines()) == EPOCHS
 
 
 @pytest.mark.parametrize("kind", ["journal", "postgresql"])
