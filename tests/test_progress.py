@@ -132,6 +132,22 @@ def test_the_bar_shows_epoch_batches_images_per_second_and_the_runs_eta():
     run = display._training
     assert (run.steps, run.epoch_images) == (4, 32)
     assert run.eta_seconds(run.start + 2.0) == pytest.approx(4.0)  # 4 steps in 2 s, 8 to go
+    display.epoch_done({"step": 4, "images_per_second": 1234.0})  # the row's synced rate stays
+    console.print(display)
+    assert "1,234 img/s" in sink.getvalue()
+
+
+def test_the_runs_bar_counts_runs_done_after_the_warm_up():
+    console, sink = terminal()
+    display = ProgressDisplay(console, animate=True)
+    display.start_runs(2, warmup=True)
+    labels = [display._runs.label()]
+    for counted in (False, True, True):
+        display.run_done(counted)
+        labels.append(display._runs.label())
+    assert labels == ["warm-up run (not counted)", "run 1/2", "run 2/2", "runs done"]
+    console.print(display)
+    assert "runs done" in sink.getvalue() and "2/2" in sink.getvalue()
 
 
 def test_decoding_a_dataset_shows_plain_start_and_end_lines(tmp_path):

@@ -92,6 +92,7 @@ class _Training:
     epoch_steps: int = 0
     epoch_images: int = 0
     steps_in_epoch: int = 0
+    epoch_rate: float | None = None  # the finished epoch's images/s (its row's, synced)
 
     def eta_seconds(self, now: float) -> float | None:
         """The run's remaining time at its pace so far (evaluations included)."""
@@ -111,7 +112,9 @@ class _Runs:
     done: int = 0
 
     def label(self) -> str:
-        return "warm-up run (not counted)" if self.warmup else f"run {self.done + 1}/{self.total}"
+        if self.warmup:
+            return "warm-up run (not counted)"
+        return f"run {self.done + 1}/{self.total}" if self.done < self.total else "runs done"
 
     def eta_seconds(self, now: float) -> float | None:
         if self.done == 0:
@@ -192,6 +195,7 @@ class ProgressDisplay:
             self._training = _Training(total_steps=total_steps, epochs=epochs, start=now)
         run = self._training
         run.epoch, run.epoch_start, run.epoch_steps, run.epoch_images = epoch + 1, now, 0, 0
+        run.epoch_rate = None
         run.steps_in_epoch = max(0, min(per_epoch, total_steps - run.steps))
         return self._counted(batches, run)
 
@@ -209,6 +213,7 @@ class ProgressDisplay:
         if run is None:
             return
         run.steps = row["step"]  # exact, whatever the loader handed out beyond the last step
+        run.epoch_rate = row.get("images_per_second")
         if self.animate:
             return
         now = time.perf_counter()
@@ -313,6 +318,8 @@ class ProgressDisplay:
     def _epoch_fields(run: _Training, now: float) -> dict:
         seconds = now - run.epoch_start
         rate = run.epoch_images / seconds if seconds > 0 and run.epoch_images else None
+        if run.epoch_rate is not None:  # the epoch has ended (its evaluation may still run)
+            rate = run.epoch_rate
         return dict(
             description=f"epoch {run.epoch}/{run.epochs}",
             completed=min(run.epoch_steps, run.steps_in_epoch),
