@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from tricklab.experiments.outcomes import COMPLETE_STATUSES
+
 # The distributions whose versions are recorded, by the names the record gives them.
 PACKAGES = ("torch", "torchvision", "numpy", "optuna", "tricklab")
 GIT_TIMEOUT_SECONDS = 3.0
@@ -237,7 +239,7 @@ def comparison_timings(records: Iterable[Mapping[str, Any]], rows: Sequence[Any]
     run records (`stats.collect_runs`); rows are `stats.config_stats` rows."""
     seconds: dict[str, list[float]] = {}
     for record in records:
-        if record.get("status") in ("complete", "stopped-early", "reached-target"):
+        if record.get("status") in COMPLETE_STATUSES:
             if record.get("accuracy") is not None and record.get("train_seconds") is not None:
                 seconds.setdefault(record["config_id"], []).append(float(record["train_seconds"]))
     reference = next((r.config_id for r in rows if r.is_reference), None)
@@ -267,7 +269,7 @@ def results_busy(
     if speedrun:
         by_config: dict[str, list[float]] = {}
         for record in records:
-            if record.get("status") in ("complete", "stopped-early", "reached-target"):
+            if record.get("status") in COMPLETE_STATUSES:
                 if record.get("train_seconds") is not None:
                     by_config.setdefault(record["config_id"], []).append(record["train_seconds"])
         limit, what = math.log1p(SPREAD_LIMIT), f"the {SPREAD_LIMIT:.0%} an idle machine allows"
