@@ -89,6 +89,10 @@ def process_group(device: torch.device, timeout_seconds: float) -> Iterator[Worl
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_seconds))
     try:
         yield world()
+        # Every rank done with its collectives before any closes its connections; a rank that
+        # died has failed this one's run already (recorded): its barrier error adds nothing.
+        with contextlib.suppress(RuntimeError):
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -163,9 +167,9 @@ def data_parallel(parts, sync_batchnorm: bool, compile_mode: str):
 class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     """What nn.SyncBatchNorm does, for CPU tensors (torch's kernels for it, and DDP, take GPU
     modules only): in training, the batch mean and variance over every rank's batch from two
-    differentiable all_reduce sums (torch.distributed.nn), so the gradients flow across ranks as
-    torch's SyncBatchNorm sends them; running statistics updated as BatchNorm updates them.
-    Elsewhere (eval, one process) it is BatchNorm. Any BatchNorm layer becomes one in place."""
+    all_reduce sums that carry gradients (`_SummedOverRanks`), so the gradients flow across
+    ranks as torch's SyncBatchNorm sends them; running statistics updated as BatchNorm updates
+    them. Elsewhere (eval, one process) it is BatchNorm. Any BatchNorm layer becomes one in place."""
 
     def _check_input_dim(self, x: torch.Tensor) -> None:
         if x.dim() < 2:
@@ -174,15 +178,13 @@ class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or not dist.is_initialized():
             return super().forward(x)
-        from torch.distributed.nn import functional as dist_nn
-
         dims, shape = [0, *range(2, x.dim())], [1, -1, *[1] * (x.dim() - 2)]
         count = x.new_tensor([x.numel() // x.shape[1]])
-        sums = dist_nn.all_reduce(torch.cat([x.sum(dims), count]))
+        sums = _SummedOverRanks.apply(torch.cat([x.sum(dims), count]))
         count = sums[-1].detach()
         mean = sums[:-1] / count
         centred = x - mean.view(shape)
-        var = dist_nn.all_reduce(centred.square().sum(dims)) / count
+        var = _SummedOverRanks.apply(centred.square().sum(dims)) / count
         if self.track_running_stats:
             with torch.no_grad():
                 self.num_batches_tracked.add_(1)
@@ -215,6 +217,23 @@ def accumulate_gradients(parts, images: torch.Tensor, labels: torch.Tensor):
             parts.scaler.scale(part_loss).backward()
         loss = loss + part_loss.detach()
     return loss, torch.cat(logits)
+
+
+class _SummedOverRanks(torch.autograd.Function):
+    """all_reduce (sum) with a gradient: every rank's output is the sum, so the gradient of each
+    rank's input is the sum of the output gradients of all ranks."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        summed = tensor.clone()
+        dist.all_reduce(summed)
+        return summed
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        summed = grad.clone()
+        dist.all_reduce(summed)
+        return summed
 
 
 # ---------------------------------------------------------------- reductions the loop makes

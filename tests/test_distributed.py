@@ -1,0 +1,227 @@
+"""Data-parallel training (train/distributed.py) on the CPU: two gloo processes train as one.
+
+Each multi-process test starts its ranks as torchrun would describe them (RANK, WORLD_SIZE,
+MASTER_ADDR/PORT in the environment), on tiny synthetic data, and compares with one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from tricklab.train import api, distributed, loop
+from tricklab.train.recipe import load_recipe
+
+TESTS = Path(__file__).resolve().parent
+BASE = [
+    "data.name=synthetic", "data.train_size=128", "data.test_size=64", "data.image_size=16",
+    "loader.kind=device", "loader.batch_size=32", "loader.eval_batch_size=32", "run.device=cpu",
+    "run.epochs=2", "aug.flip=random", "aug.translate=2", "aug.cutout=4", "optim.lr=0.2",
+    "optim.momentum=0.9", "optim.nesterov=true", "run.dist_timeout_seconds=60",
+]  # fmt: skip
+NO_BATCHNORM = ["model.name=test_distributed:conv_net"]
+# airbench (BatchNorm, its whitening bias frozen after epoch 1) with lookahead EMA every 2 steps
+SYNC_BATCHNORM = [
+    "model.name=airbench", "model.widths=[8,16,16]", "model.whiten_bias_epochs=1",
+    "tricks.sync_batchnorm=true", "tricks.ema_decay=0.8", "tricks.ema_every=2",
+    "tricks.lookahead=true",
+]  # fmt: skip
+ACCUMULATING = [*NO_BATCHNORM, "optim.accumulate_steps=2"]
+CONFIGS = {
+    "no-batchnorm": NO_BATCHNORM,
+    "sync-batchnorm": SYNC_BATCHNORM,
+    "accumulate": ACCUMULATING,
+}
+
+
+def conv_net(num_classes: int, in_channels: int) -> nn.Module:
+    """A net without BatchNorm, whose gradients do not depend on how the batch is split."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, stride=2),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, num_classes),
+    )
+
+
+def trained(overrides: list[str]) -> dict:
+    """Train as `train()` sets up (prepare, then the DDP wrap) through the loop's own
+    train_epoch; the per-step losses of the global batch (mean over ranks), the final weights
+    and the EMA's average."""
+    recipe = load_recipe(None, [*BASE, *overrides])
+    device = api.resolve_device("cpu")
+    parts, _ = api.prepare(recipe, api.load_data(recipe), device)
+    parts = distributed.data_parallel(parts, recipe.tricks.sync_batchnorm, "off")
+    losses, step = [], 0
+    for _ in range(loop.num_epochs(parts)):
+        parts.model.train()
+        steps = loop.train_epoch(parts, iter(parts.train_loader), step)
+        step += len(steps.losses)
+        (summed,) = distributed.sum_over_ranks(torch.stack(steps.losses))
+        losses.append(summed / distributed.world().world_size)
+    return {
+        "losses": torch.cat(losses),
+        "weights": {k: v.detach().clone() for k, v in parts.model.state_dict().items()},
+        "ema": [t.clone() for t in parts.ema.average] if parts.ema else None,
+    }
+
+
+def worker(out: str) -> None:
+    """One rank (started by `start_ranks`): every config of CONFIGS, saved to out/rank<r>.pt."""
+    torch.set_num_threads(1)
+    with distributed.process_group(torch.device("cpu"), 60) as world:
+        results = {name: trained(overrides) for name, overrides in CONFIGS.items()}
+        results["world"] = (world.rank, world.world_size, world.backend)
+        torch.save(results, Path(out) / f"rank{world.rank}.pt")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_ranks(argv: list[str], world_size: int = 2, **popen) -> list[subprocess.Popen]:
+    """`python ARGV` as each rank of a process group, in torchrun's environment."""
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {
+            **os.environ,
+            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        }  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, *argv], env=env, **popen))
+    return procs
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    """Every config trained by 2 gloo processes, each process's results."""
+    out = tmp_path_factory.mktemp("ranks")
+    code = f"import test_distributed; test_distributed.worker({str(out)!r})"
+    procs = start_ranks(["-c", code])
+    codes = [proc.wait(timeout=300) for proc in procs]
+    assert codes == [0, 0]
+    return [torch.load(out / f"rank{r}.pt") for r in range(2)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def importable_factory():
+    """model.name=test_distributed:conv_net, in this process as in the ranks."""
+    sys.path.insert(0, str(TESTS))
+    yield
+    sys.path.remove(str(TESTS))
+
+
+@pytest.mark.parametrize("config", ["no-batchnorm", "sync-batchnorm"])
+def test_two_processes_with_the_global_batch_train_as_one_process(two_ranks, config):
+    one = trained(CONFIGS[config])
+    for rank in two_ranks:
+        assert rank["world"][1:] == (2, "gloo")
+        assert len(rank[config]["losses"]) == len(one["losses"]) == 8  # 4 steps of 32, 2 epochs
+        torch.testing.assert_close(rank[config]["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+        for name, weights in one["weights"].items():
+            torch.testing.assert_close(rank[config]["weights"][name], weights, rtol=1e-4, atol=1e-5)
+
+
+def test_ranks_end_with_the_same_weights_and_the_same_ema(two_ranks):
+    first, second = two_ranks
+    for config in CONFIGS:
+        for name, weights in first[config]["weights"].items():
+            assert torch.equal(weights, second[config]["weights"][name]), (config, name)
+    assert first["sync-batchnorm"]["ema"] is not None
+    for mine, theirs in zip(first["sync-batchnorm"]["ema"], second["sync-batchnorm"]["ema"]):
+        assert torch.equal(mine, theirs)
+
+
+def test_accumulating_two_processes_train_as_one_process_with_the_whole_batch(two_ranks):
+    one = trained(NO_BATCHNORM)
+    for rank in two_ranks:  # each rank: 2 micro-batches of 8 (DDP's no_sync on the first)
+        torch.testing.assert_close(
+            rank["accumulate"]["losses"], one["losses"], rtol=1e-5, atol=1e-6
+        )
+
+
+def test_accumulating_two_half_batches_is_one_step_of_the_whole_batch():
+    whole, halves = trained(NO_BATCHNORM), trained(ACCUMULATING)
+    torch.testing.assert_close(halves["losses"], whole["losses"], rtol=1e-5, atol=1e-6)
+    for name, weights in whole["weights"].items():
+        torch.testing.assert_close(halves["weights"][name], weights, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def tricklab(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "tricklab", *args], capture_output=True, text=True, env=env, **kwargs
+    )
+
+
+def test_train_nproc_runs_data_parallel_and_records_world_size_and_backend(tmp_path):
+    run = tricklab("train", *BASE, *SYNC_BATCHNORM, "--nproc", "2", "--out", str(tmp_path / "run"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("run complete") == 1  # rank 0 alone prints
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (result["world_size"], result["dist_backend"]) == (2, "gloo")
+    assert [row["epoch"] for row in result["epochs"]] == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no folder from rank 1
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--nproc", "2", "loader.batch_size=33"], "global batch"),
+        (["--nproc", "2", "optim.accumulate_steps=4", "loader.batch_size=36"], "multiple of 8"),
+        (["--nproc", str(len(os.sched_getaffinity(0)) + 1)], "CPU cores"),
+        (["--nproc", "0"], "at least 1"),
+    ],
+)
+def test_bad_data_parallel_input_is_one_line_and_exit_2(tmp_path, args, says):
+    run = tricklab("train", *BASE, *NO_BATCHNORM, *args, "--out", str(tmp_path / "run"))
+    assert run.returncode == 2
+    assert len(run.stderr.strip().splitlines()) == 1 and says in run.stderr, run.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["dead", "hung"])
+def test_a_dead_or_hung_rank_makes_the_other_exit_instead_of_hanging(tmp_path, how):
+    """Killed: its connections close; stopped: run.dist_timeout_seconds (5) runs out."""
+    out = tmp_path / "run"
+    argv = ["-m", "tricklab", "train", *BASE, *NO_BATCHNORM, "run.epochs=10000"]
+    argv += ["run.dist_timeout_seconds=5", "--quiet", "--out", str(out)]
+    with open(tmp_path / "ranks.log", "w") as log:  # a file: a full pipe would block a rank
+        ranks = start_ranks(argv, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text():
+            assert time.monotonic() < deadline and ranks[0].poll() is None, "no epoch trained"
+            time.sleep(0.2)
+        ranks[1].send_signal(how)
+        stopped = time.monotonic()
+        code = ranks[0].wait(timeout=60)
+        assert code == 1 and time.monotonic() - stopped < 60  # 1: a failed run, recorded
+        result = json.loads((out / "result.json").read_text())
+        assert result["status"] == "failed" and result["world_size"] == 2
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
