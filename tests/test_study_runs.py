@@ -136,7 +136,7 @@ def test_a_half_written_folder_nobody_holds_is_replaced(tmp_path):
     (folder / "recipe.yaml").write_text("half")
     (folder / "metrics.jsonl").write_text('{"epoch": 1}\n')
     (folder / ".tricklab-claim").write_text("12345\n")  # left by a killed worker: no lock held
-    assert fresh_run_dir(folder) == folder
+    assert fresh_run_dir(folder, {str(folder)}) == folder  # named by an earlier try of the run
     assert not folder.exists()
     assert not list(folder.parent.iterdir())
 
@@ -147,10 +147,34 @@ def test_a_folder_a_live_run_holds_is_left_alone_and_the_run_goes_beside_it(tmp_
     (folder / "metrics.jsonl").write_text('{"epoch": 1}\n')
     claim = claim_folder(folder)  # a worker taken for dead that still writes there
     try:
-        assert fresh_run_dir(folder) == tmp_path / "seed-0-2"
+        assert fresh_run_dir(folder, {str(folder)}) == tmp_path / "seed-0-2"
         assert (folder / "metrics.jsonl").read_text() == '{"epoch": 1}\n'
     finally:
         claim.release()
+
+
+def test_a_folder_the_study_never_named_is_left_alone(tmp_path):
+    folder = tmp_path / "seed-0"
+    folder.mkdir()
+    (folder / "result.json").write_text("{}")
+    assert fresh_run_dir(folder, {str(tmp_path / "other")}) == tmp_path / "seed-0-2"
+    assert (folder / "result.json").read_text() == "{}"
+
+
+def test_two_studies_sharing_an_out_folder_keep_each_others_runs(tmp_path):
+    baseline = load_recipe(None, TINY)
+    first = ablate(baseline, {"aug.flip": ["random"]}, 1, study="a", out_dir=tmp_path,
+                   liveness=FAST)  # fmt: skip
+    second = ablate(baseline, {"optim.lr": [0.1]}, 1, study="b", out_dir=tmp_path, liveness=FAST)
+    assert first.status_counts == second.status_counts == {"complete": 2}
+    folders = {}
+    for study in ("a", "b"):
+        for trial in trials_of(study, tmp_path):
+            folder = Path(trial.user_attrs["run_dir"])
+            assert_run_folder(folder, trial.user_attrs["config_id"], 0)
+            folders[study, trial.user_attrs["config_id"]] = folder
+    assert folders["a", "baseline"] == tmp_path / "runs" / "baseline" / "seed-0"
+    assert folders["b", "baseline"] == tmp_path / "runs" / "baseline" / "seed-0-2"
 
 
 def test_config_folder_names_are_safe_and_unique():

@@ -8,8 +8,11 @@ where the study's SQLite file lives (a database server has no folder: the defaul
 each machine that runs). `<config>` is the configuration id made safe for any file system.
 
 A trial names its run's folder in its `run_dir` user attr (a sampled trial: the folder of the
-seed it trains or trained last) and each run record in its `run_dir` field, which `tricklab
-results --runs` lists.
+seed it trains or trained last) before the run starts, and each run record in its `run_dir` field,
+which `tricklab results --runs` lists. A folder the study named before and nobody writes now is the
+rest of an interrupted try: a new try of the run replaces it. Any other folder at a run's path (a
+run of another study sharing the --out folder, a worker taken for dead that still writes) is left
+alone, and the run goes beside it (`seed-<k>-2`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
-from tricklab.experiments.storage import experiment_dir, storage_url
+from optuna.trial import FrozenTrial
+
+from tricklab.errors import TrickLabError
+from tricklab.experiments.storage import experiment_dir, storage_url, stored_runs
 from tricklab.paths import claim_folder
 
 RUN_DIR_ATTR = "run_dir"
@@ -64,29 +71,43 @@ def run_dir(study_folder: Path, config_id: str, seed: int) -> Path:
     return (study_folder / RUNS_FOLDER / config_folder_name(config_id) / f"seed-{seed}").absolute()
 
 
-def fresh_run_dir(path: Path) -> Path:
+def recorded_run_dirs(trials: Iterable[FrozenTrial]) -> set[str]:
+    """The run folders a study's trials have named (in their attrs and their run records)."""
+    named = set()
+    for trial in trials:
+        named.add(trial.user_attrs.get(RUN_DIR_ATTR))
+        named.update(run.get(RUN_DIR_ATTR) for run in stored_runs(trial))
+    return named - {None}
+
+
+def fresh_run_dir(path: Path, ours: set[str]) -> Path:
     """A folder `train()` accepts for a run the caller has claimed (claims.py: its unit, or its
     sampled seed): `path` itself, after removing what an earlier, interrupted try of the run left
-    there, unless a live process still writes there (it holds the folder's claim, paths.py: a worker
-    taken for dead that goes on); that folder is left alone and the run goes to `path-2`, `-3`, ...
-    """
+    there. A folder is removed only when it is one of `ours` (named by a trial of this study, see
+    `recorded_run_dirs`) and no live process writes there (none holds its claim, paths.py: a
+    worker taken for dead that goes on): otherwise it is left alone (another study's run in a
+    shared --out folder, or a live one) and the run goes to `path-2`, `-3`, ..."""
     candidate = path
     for number in range(2, 1000):
         if not candidate.exists() and not candidate.is_symlink():
             return candidate
-        if _remove_unclaimed(candidate):
+        if str(candidate) in ours and _remove_unclaimed(candidate):
             return candidate
         candidate = path.with_name(f"{path.name}-{number}")
-    raise RuntimeError(f"{path} and 998 numbered variants are held by live runs")
+    raise TrickLabError(f"{path} and 998 numbered folders beside it are taken; give another --out")
 
 
 def _remove_unclaimed(folder: Path) -> bool:
-    """Remove `folder` unless a live writer holds its claim; True when it is gone. The folder is
-    renamed away first (under its claim), so a half-removed run never sits at its path."""
-    if not folder.is_dir() or folder.is_symlink():
-        folder.unlink()
-        return True
-    claim = claim_folder(folder)
+    """Remove `folder` unless a live writer holds its claim; True when it is gone, False when it
+    stays (held, or it cannot be removed: the run then goes beside it). The folder is renamed away
+    first (under its claim), so a half-removed run never sits at its path."""
+    try:
+        if not folder.is_dir() or folder.is_symlink():
+            folder.unlink()
+            return True
+        claim = claim_folder(folder)
+    except OSError:
+        return False
     if claim is None:
         return False
     trash = folder.with_name(f".{folder.name}.stale-{os.getpid()}")
@@ -94,6 +115,8 @@ def _remove_unclaimed(folder: Path) -> bool:
         if trash.exists():
             shutil.rmtree(trash)
         folder.rename(trash)
+    except OSError:  # no rights, or (Windows) a folder with an open file cannot be renamed
+        return False
     finally:
         claim.release()
     shutil.rmtree(trash, ignore_errors=True)

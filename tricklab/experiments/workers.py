@@ -63,7 +63,12 @@ from tricklab.experiments.claims import (
 )
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import Unit, unit_recipe
-from tricklab.experiments.rundirs import RUN_DIR_ATTR, fresh_run_dir, run_dir
+from tricklab.experiments.rundirs import (
+    RUN_DIR_ATTR,
+    fresh_run_dir,
+    recorded_run_dirs,
+    run_dir,
+)
 from tricklab.experiments.single_run import TrainFn, pruning_reporter, train_one
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.storage import (
@@ -143,11 +148,13 @@ class Worker:
     counter: RunCounter = field(default_factory=RunCounter)
 
     def run_folder(self, trial_id: int, config_id: str, seed: int) -> Path | None:
-        """The folder for a run this worker has claimed, cleared of a stale try and named in the
-        trial's `run_dir` attr before anything is written there."""
+        """The folder for a run this worker has claimed, cleared of what an interrupted try of it
+        left (rundirs.fresh_run_dir), named in the trial's `run_dir` attr before anything is
+        written there."""
         if self.study_folder is None:
             return None
-        folder = fresh_run_dir(run_dir(self.study_folder, config_id, seed))
+        ours = recorded_run_dirs(self.study.get_trials(deepcopy=False))
+        folder = fresh_run_dir(run_dir(self.study_folder, config_id, seed), ours)
         self.storage.set_trial_user_attr(trial_id, RUN_DIR_ATTR, str(folder))
         return folder
 
