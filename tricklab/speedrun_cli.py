@@ -181,6 +181,37 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     target = normalize_target(args.target) if args.target is not None else None
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
+    from tricklab.train import distributed
+    from tricklab.train.api import resolve_device
+
+    device = resolve_device(recipe.run.device)
+    if args.nproc is not None:  # torchrun for you: this command in --nproc processes
+        distributed.check_launch(args.nproc, device, recipe)
+        check_setup([recipe])  # bad data or model: one line here, not one per process
+        return distributed.launch(args.nproc, _speedrun_argv(args))
+    with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
+        return _speedrun_here(args, recipe, target, world.is_main)
+
+
+def _speedrun_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of `args` without --nproc (what each process of --nproc runs)."""
+    argv = ["speedrun", *args.overrides, "--recipe", args.recipe, "--runs", str(args.runs)]
+    for flag in ("--target", "--peak-tflops", "--warmup-epochs", "--out"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        argv += [flag, str(value)] if value is not None else []
+    return argv + [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
+
+
+def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main: bool) -> int:
+    """`tricklab speedrun` in this process (under torchrun: one rank; rank 0 shows and writes)."""
+    from tricklab.train.api import check_setup
+
+    if not main:
+        summary = speedrun(
+            recipe, args.runs, target_accuracy=target, warmup_epochs=args.warmup_epochs,
+            recipe_name=args.recipe, stop=args.stop,
+        )  # fmt: skip
+        return 1 if summary.failed else 0
     display = None if args.quiet else ProgressDisplay(err_console)  # bars or plain lines
     with display or contextlib.nullcontext():  # a bar while the data is decoded
         check_setup([recipe])  # bad data, model or device: one line before anything is printed
@@ -293,5 +324,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--quiet", action="store_true", help="no progress and no per-run lines: the summary only"
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="data-parallel runs in N processes, one per GPU (CPU: per core), under torchrun",
     )
     p.set_defaults(func=cmd_speedrun)

@@ -20,6 +20,9 @@ from collections.abc import Iterator, Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from tricklab.errors import TrickLabError
 
@@ -284,10 +287,6 @@ def launch(nproc: int, argv: list[str]) -> int:
     """`python -m tricklab ARGV` in `nproc` processes under torchrun (torch.distributed.run, on a
     free local port), each rank printing only as rank 0 does; returns the exit code of the first
     process that failed (its one-line error already printed), else 0."""
-    from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-
     # torchrun's default is one OpenMP thread per process; the cores, shared out, do better.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // nproc)))
     args = torchrun.parse_args(
