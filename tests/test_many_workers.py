@@ -60,8 +60,13 @@ def run_workers(count, out_dir):
     workers = []
     try:
         for name in names:
+            # A session per worker, as if started from its own terminal or machine: Linux's
+            # autogroup scheduler shares the CPU between sessions, so workers in one session
+            # share its one slice whenever other jobs keep the machine busy.
             with open(f"{name}.out", "w") as out, open(f"{name}.log", "w") as log:
-                workers.append(subprocess.Popen(cmd, stdout=out, stderr=log, env=ENV))
+                workers.append(
+                    subprocess.Popen(cmd, stdout=out, stderr=log, env=ENV, start_new_session=True)
+                )
         deadline = start + TIMEOUT
         for worker, name in zip(workers, names):
             try:
