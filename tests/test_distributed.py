@@ -190,7 +190,7 @@ def test_train_nproc_runs_data_parallel_and_records_world_size_and_backend(tmp_p
     [
         (["--nproc", "2", "loader.batch_size=33"], "global batch"),
         (["--nproc", "2", "optim.accumulate_steps=4", "loader.batch_size=36"], "multiple of 8"),
-        (["--nproc", str(len(os.sched_getaffinity(0)) + 1)], "CPU cores"),
+        (["--nproc", str(distributed.usable_cores() + 1)], "CPU cores"),
         (["--nproc", "0"], "at least 1"),
     ],
 )

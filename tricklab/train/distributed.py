@@ -26,10 +26,6 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from tricklab.errors import TrickLabError
 
-# Seconds a collective waits for the other ranks before this rank gives up (run.dist_timeout_seconds
-# is the recipe's); a dead rank's closed connection usually ends the wait much sooner.
-DEFAULT_TIMEOUT_SECONDS = 600.0
-
 
 @dataclasses.dataclass(frozen=True)
 class World:
@@ -52,12 +48,15 @@ def world() -> World:
 
 
 def launched_by_torchrun() -> bool:
+    """Whether torchrun (or a launcher like it) described a process group in the environment."""
     return "WORLD_SIZE" in os.environ and "RANK" in os.environ
 
 
-def is_main_process() -> bool:
-    """Rank 0 (or no torchrun): the process that prints and writes; readable before the group opens."""
-    return int(os.environ.get("RANK", "0")) == 0
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):  # Linux: what the scheduler lets it use
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -126,7 +125,7 @@ def check_launch(nproc: int, device: torch.device, recipe) -> None:
     if device.type == "cuda":
         have, what = torch.cuda.device_count(), "CUDA GPUs"
     elif device.type == "cpu":
-        have, what = len(os.sched_getaffinity(0)), "CPU cores"
+        have, what = usable_cores(), "CPU cores"
     else:
         raise TrickLabError(
             f"data-parallel training runs on cuda or cpu, not {device.type}; set run.device=cpu"
@@ -288,7 +287,7 @@ def launch(nproc: int, argv: list[str]) -> int:
     free local port), each rank printing only as rank 0 does; returns the exit code of the first
     process that failed (its one-line error already printed), else 0."""
     # torchrun's default is one OpenMP thread per process; the cores, shared out, do better.
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // nproc)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nproc)))
     args = torchrun.parse_args(
         ["--standalone", f"--nproc-per-node={nproc}", "-m", "tricklab", *argv]
     )
