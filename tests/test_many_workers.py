@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import optuna
 import pytest
@@ -107,6 +108,36 @@ def runs_per_pair(trials):
     )
 
 
+def run_span_seconds(trials):
+    """From the first run's start to the last run's end, as the storage has them."""
+    runs = [t for t in trials if trial_status(t) != "skipped"]
+    end = max(t.datetime_complete for t in runs)
+    return (end - min(t.datetime_start for t in runs)).total_seconds()
+
+
+@dataclass
+class Timing:
+    one_seconds: float
+    three_seconds: float
+    one_runs_seconds: float
+    three_runs_seconds: float
+
+    def fell(self):
+        """Three workers finished the study sooner than one, start-up included (about 6 s of
+        CPU per worker on this VM, which weighs with 2 cores), and its runs, from the first
+        one's start to the last one's end, in under 0.85 of one worker's time."""
+        return (
+            self.three_seconds < self.one_seconds
+            and self.three_runs_seconds < 0.85 * self.one_runs_seconds
+        )
+
+    def __str__(self):
+        return (
+            f"1 worker {self.one_seconds:.1f} s (runs {self.one_runs_seconds:.1f} s), "
+            f"3 workers {self.three_seconds:.1f} s (runs {self.three_runs_seconds:.1f} s)"
+        )
+
+
 @pytest.mark.slow
 def test_three_workers_on_one_journal_run_each_config_seed_once_and_finish_sooner(tmp_path):
     pairs = planned_pairs()
@@ -119,7 +150,8 @@ def test_three_workers_on_one_journal_run_each_config_seed_once_and_finish_soone
         three_seconds, three_summaries = run_workers(3, three_dir)
 
         assert one_summaries[0]["ran"] == len(pairs)
-        assert runs_per_pair(stored_trials(one_dir)) == {pair: 1 for pair in pairs}
+        one_trials = stored_trials(one_dir)
+        assert runs_per_pair(one_trials) == {pair: 1 for pair in pairs}
         trials = stored_trials(three_dir)
         assert runs_per_pair(trials) == {pair: 1 for pair in pairs}  # each once, none twice
         assert all(trial_status(t) in ("complete", "skipped") for t in trials)
@@ -129,10 +161,12 @@ def test_three_workers_on_one_journal_run_each_config_seed_once_and_finish_soone
         pids = {t.system_attrs[WORKER_ATTR]["pid"] for t in trials if trial_status(t) == "complete"}
         assert len(pids) >= 2, "the runs were not shared out"
 
-        timings.append((one_seconds, three_seconds))
-        if three_seconds < 0.9 * one_seconds:
+        timing = Timing(
+            one_seconds, three_seconds, run_span_seconds(one_trials), run_span_seconds(trials)
+        )
+        timings.append(timing)
+        if timing.fell():
             break
-    # 2 cores, ~6 s of start-up per worker: about 0.6x on an idle machine. Other jobs' load
-    # changing between the two timings can hide that, so a failed comparison is timed again.
-    shown = ", ".join(f"1 worker {one:.1f} s, 3 workers {three:.1f} s" for one, three in timings)
-    assert timings[-1][1] < 0.9 * timings[-1][0], shown
+    # Other jobs' load changing between the two timings can hide the gain: a failed comparison
+    # is timed again. On the 2-core VM, 2-3 load from other jobs: 0.77-0.91x, runs 0.64-0.77x.
+    assert timings[-1].fell(), "; ".join(map(str, timings))
