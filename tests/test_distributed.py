@@ -116,8 +116,12 @@ def two_ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("ranks")
     code = f"import test_distributed; test_distributed.worker({str(out)!r})"
     procs = start_ranks(["-c", code])
-    codes = [proc.wait(timeout=300) for proc in procs]
-    assert codes == [0, 0]
+    try:
+        assert [proc.wait(timeout=300) for proc in procs] == [0, 0]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 
