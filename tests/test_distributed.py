@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+from tricklab.data.loaders import AugmentSpec, DeviceLoader
 from tricklab.train import api, distributed, loop
 from tricklab.train.recipe import load_recipe
 
@@ -74,6 +75,7 @@ def trained(overrides: list[str]) -> dict:
         losses.append(summed / distributed.world().world_size)
     return {
         "losses": torch.cat(losses),
+        "evaluation": torch.tensor(loop.evaluate(parts)),  # each rank scores its share
         "weights": {k: v.detach().clone() for k, v in parts.model.state_dict().items()},
         "ema": [t.clone() for t in parts.ema.average] if parts.ema else None,
     }
@@ -142,6 +144,22 @@ def test_two_processes_with_the_global_batch_train_as_one_process(two_ranks, con
         torch.testing.assert_close(rank[config]["losses"], one["losses"], rtol=1e-5, atol=1e-6)
         for name, weights in one["weights"].items():
             torch.testing.assert_close(rank[config]["weights"][name], weights, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(rank[config]["evaluation"], one["evaluation"], rtol=1e-4, atol=0)
+
+
+def test_the_ranks_batches_make_one_process_batch_with_its_augmentations():
+    images = torch.randint(0, 256, (70, 3, 8, 8), dtype=torch.uint8)
+    spec = AugmentSpec(flip="random", translate=2, cutout=3)
+    one = DeviceLoader(images, torch.arange(70), 16, augment=spec, seed=5)
+    ranks = [
+        DeviceLoader(images, torch.arange(70), 8, augment=spec, seed=5, rank=r, world_size=2)
+        for r in range(2)
+    ]
+    for _ in range(2):  # epochs: 5 global batches, the last of 6 images (3 per rank)
+        for (images_one, labels_one), *shares in zip(one, *ranks, strict=True):
+            for rank, (images_rank, labels_rank) in enumerate(shares):
+                assert torch.equal(labels_rank, labels_one[rank::2])  # rank r: rows r, r+2, ...
+                assert torch.equal(images_rank, images_one[rank::2])  # augmented alike
 
 
 def test_ranks_end_with_the_same_weights_and_the_same_ema(two_ranks):
