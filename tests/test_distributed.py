@@ -214,6 +214,8 @@ def test_train_nproc_runs_data_parallel_and_records_world_size_and_backend(tmp_p
         (["--nproc", "2", "optim.accumulate_steps=4", "loader.batch_size=36"], "multiple of 8"),
         (["--nproc", str(distributed.usable_cores() + 1)], "CPU cores"),
         (["--nproc", "0"], "at least 1"),
+        (["optim.accumulate_steps=3"], "must divide loader.batch_size=32"),
+        (["optim.accumulate_steps=0"], "optim.accumulate_steps"),
     ],
 )
 def test_bad_data_parallel_input_is_one_line_and_exit_2(tmp_path, args, says):
