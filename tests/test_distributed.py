@@ -207,6 +207,19 @@ def test_train_nproc_runs_data_parallel_and_records_world_size_and_backend(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no folder from rank 1
 
 
+def test_a_time_budget_stops_every_rank_alike(tmp_path):
+    """The time is read every 25 steps on each rank; all stop when the slowest is past it (a rank
+    stopping alone would leave the other waiting in its next all-reduce)."""
+    budget = ["run.time_budget_seconds=2", "run.epochs=1000", "loader.batch_size=8"]
+    run = tricklab(
+        "train", *BASE, *NO_BATCHNORM, *budget, "--nproc", "2", "--out", str(tmp_path / "run"),
+        timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["time_budget_reached"] and result["epochs_completed"] < 1000
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
