@@ -188,10 +188,10 @@ class TensorBoardLogger:
     recipe as text at the start, and at the end hparams with the final numbers (final/...)."""
 
     def __init__(self, out: Path, recipe: Recipe) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
+        # optional packages load by name when a logger is made (check_packages has seen them)
+        tensorboard = importlib.import_module("torch.utils.tensorboard")
         self.recipe = recipe
-        self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
+        self.writer = tensorboard.SummaryWriter(log_dir=str(out / "tensorboard"))
         self.last_epoch = 0
         recipe_text = "".join(f"    {line}\n" for line in recipe.to_yaml().splitlines())
         self.writer.add_text("recipe", recipe_text)  # indented: a code block in Markdown
@@ -221,8 +221,7 @@ class WandbLogger:
     W&B's own (WANDB_MODE: online, offline, disabled)."""
 
     def __init__(self, out: Path, recipe: Recipe) -> None:
-        import wandb
-
+        wandb = importlib.import_module("wandb")
         project = recipe.run.wandb_project or os.environ.get("WANDB_PROJECT") or "tricklab"
         try:
             self.run = wandb.init(project=project, dir=str(out), config=recipe.to_dict())
