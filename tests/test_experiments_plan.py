@@ -224,17 +224,17 @@ def test_the_setup_check_builds_each_data_source_model_and_loader_once(monkeypat
     from tiny_recipe import TINY_SYNTHETIC
 
     from tricklab.experiments.runner import plan_ablation
-    from tricklab.train import api
+    from tricklab.train import setup
 
     built = Counter()
     for name in ("load_data", "build_model", "build_loaders", "build_optimizer"):
-        real = getattr(api, name)
+        real = getattr(setup, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):
             built[_name] += 1
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(api, name, counted)
+        monkeypatch.setattr(setup, name, counted)
     base = load_recipe(None, TINY_SYNTHETIC)
     lrs = [0.01 * (i + 1) for i in range(values)]
     vary = {"data.train_size": [128, 256], "optim.lr": lrs, "optim.weight_decay": lrs}

@@ -13,7 +13,7 @@ import pytest
 
 from tricklab.models.airbench import AirbenchNet
 from tricklab.speedrun import WARMUP_SEED, speedrun
-from tricklab.train import api, loop, warmup
+from tricklab.train import api, loop, setup, warmup
 from tricklab.train.api import RunResult, train
 from tricklab.train.recipe import load_recipe
 
@@ -46,7 +46,7 @@ class FakeClock:
 def clock(monkeypatch):
     """Each phase of a run costs a known number of fake seconds."""
     fake = FakeClock()
-    for module in (api, loop, warmup):
+    for module in (api, setup, loop, warmup):
         monkeypatch.setattr(module, "time", fake)
 
     fit, step, tta_logits = AirbenchNet.init_from_data, loop.train_step, loop.tta_logits

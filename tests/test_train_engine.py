@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tricklab.errors import TrickLabError
-from tricklab.train import api
+from tricklab.train import api, setup
 from tricklab.train.api import RunResult, load_checkpoint, train
 from tricklab.train.loop import Outcome, Parts, end_of_epoch, evaluate, train_step
 from tricklab.train.recipe import RunConfig, load_recipe
@@ -241,7 +241,7 @@ def prepared(*overrides: str) -> Parts:
 def hook_training_forward(monkeypatch, module_type, hook) -> None:
     """Make the models `train` builds call hook(module, output) in the training forward passes
     (not in the MAC count or the evaluation) of every module of `module_type`."""
-    original = api.build_model
+    original = setup.build_model
 
     def build_with_hook(*args, **kwargs):
         model = original(*args, **kwargs)
@@ -250,7 +250,7 @@ def hook_training_forward(monkeypatch, module_type, hook) -> None:
                 module.register_forward_hook(lambda m, i, o: hook(m, o) if m.training else None)
         return model
 
-    monkeypatch.setattr(api, "build_model", build_with_hook)
+    monkeypatch.setattr(setup, "build_model", build_with_hook)
 
 
 def test_channels_last_reaches_the_activations(monkeypatch):
@@ -546,7 +546,7 @@ def test_runs_of_every_seed_see_the_same_images_and_data_seed_draws_others():
 def test_steps_the_grad_scaler_skips_raise_no_scheduler_warning(monkeypatch):
     # A huge initial scale: the first fp16 gradients overflow, GradScaler skips those steps.
     monkeypatch.setattr(
-        api.precision,
+        setup.precision,
         "grad_scaler_for",
         lambda precision, device: torch.amp.GradScaler(device, init_scale=2.0**100),
     )
@@ -683,7 +683,7 @@ def test_a_model_whose_weights_cannot_fit_the_device_is_refused_before_it_is_bui
 
     monkeypatch.setattr(model_memory, "device_memory_bytes", lambda device: 64 * 2**20)
     built = []
-    monkeypatch.setattr(api, "build_model", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(setup, "build_model", lambda *a, **k: built.append(1))
     with pytest.raises(TrickLabError) as error:
         train(tiny("model.widths=[512, 512, 512]"), out_dir=tmp_path / "run")
     message = str(error.value)
@@ -717,7 +717,7 @@ def test_out_of_memory_while_building_the_model_is_an_oom_run_like_one_in_traini
     def no_memory(*args, **kwargs):
         raise RuntimeError(message)
 
-    monkeypatch.setattr(api, "build_model", no_memory)
+    monkeypatch.setattr(setup, "build_model", no_memory)
     assert main(["train", *TINY, "--out", str(tmp_path / "run"), "--json"]) == 1
     out, err = capsys.readouterr()
     assert "Traceback" not in err

@@ -139,7 +139,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
     from tricklab.train import distributed
-    from tricklab.train.api import check_setup, resolve_device
+    from tricklab.train.setup import check_setup, resolve_device
 
     device = resolve_device(recipe.run.device)
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes

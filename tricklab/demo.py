@@ -158,8 +158,8 @@ def run_demo(
     """
     from tricklab.experiments.runner import ablate
     from tricklab.report import write_report
-    from tricklab.train.api import resolve_device
     from tricklab.train.recipe import load_recipe
+    from tricklab.train.setup import resolve_device
 
     plan = plan or DemoPlan()
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
@@ -230,7 +230,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, quiet_optuna
     from tricklab.progress import ProgressDisplay
-    from tricklab.train.api import resolve_device
+    from tricklab.train.setup import resolve_device
 
     check_not_empty(args, "--out")
     plan = DemoPlan()

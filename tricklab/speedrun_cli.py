@@ -170,7 +170,7 @@ def _airbench_rows(summary: SpeedrunSummary) -> list[tuple[str, str]]:
 
 
 def cmd_speedrun(args: argparse.Namespace) -> int:
-    from tricklab.train.api import check_setup
+    from tricklab.train.setup import check_setup
 
     bad = [w for w in args.overrides if "=" not in w]
     if bad:
@@ -182,7 +182,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
     recipe = load_recipe(args.recipe, args.overrides)
     from tricklab.train import distributed
-    from tricklab.train.api import resolve_device
+    from tricklab.train.setup import resolve_device
 
     device = resolve_device(recipe.run.device)
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes
@@ -204,7 +204,7 @@ def _speedrun_argv(args: argparse.Namespace) -> list[str]:
 
 def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main: bool) -> int:
     """`tricklab speedrun` in this process (under torchrun: one rank; rank 0 shows and writes)."""
-    from tricklab.train.api import check_setup
+    from tricklab.train.setup import check_setup
 
     if not main:
         summary = speedrun(

@@ -143,7 +143,7 @@ def plan_ablation(
     plan = ablation_plan(baseline, vary, grid)
     units = plan_units(plan.configs, seeds)
     if check_runs:
-        from tricklab.train.api import check_setup  # torch
+        from tricklab.train.setup import check_setup  # torch
 
         check_setup(plan.checked)
     return plan.configs, units
@@ -259,7 +259,7 @@ def check_sweep(
     if sampler == "grid":
         space.grid_size()  # too large a grid is refused before any setup is built
     if check_runs:
-        from tricklab.train.api import check_setup
+        from tricklab.train.setup import check_setup
 
         check_setup([base, *recipes])
 

@@ -69,7 +69,7 @@ def _unfinished_record(
 ) -> dict[str, Any]:
     """The record of a run that left no RunResult: what the epochs it finished show."""
     from tricklab.measure.hardware import hardware_fingerprint  # torch
-    from tricklab.train.api import resolve_device  # torch
+    from tricklab.train.setup import resolve_device  # torch
 
     return {
         "status": status,

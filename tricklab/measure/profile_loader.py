@@ -140,7 +140,7 @@ def profile_loader(
     `batch_size` overrides the recipe's loader.batch_size (for the step too); `batches` is the
     batches per measurement (default: one epoch)."""
     from tricklab.data.augment import channel_stats
-    from tricklab.train.api import build_loaders, load_data, resolve_device
+    from tricklab.train.setup import build_loaders, load_data, resolve_device
 
     check_options(kinds, num_workers, pin_memory, batch_size, batches, repeats)
     if batch_size is not None:

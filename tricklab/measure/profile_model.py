@@ -247,7 +247,7 @@ def profile_models(
 
     `width`/`widths` apply to every model (one that does not take them is an error). A compiled
     combination's warm-up (compilation) is timed apart as `compile_seconds`."""
-    from tricklab.train.api import resolve_device
+    from tricklab.train.setup import resolve_device
 
     check_options(
         models, batch_sizes, precisions, compile_modes, channels_last, repeats, peak_tflops_override

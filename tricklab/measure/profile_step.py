@@ -134,8 +134,9 @@ class StepBench:
             raise
 
     def _build(self) -> StepBench:
-        from tricklab.train.api import load_data, needs_warm_up, prepare, resolve_device, warm_up
         from tricklab.train.backend import backend_settings
+        from tricklab.train.setup import load_data, prepare, resolve_device
+        from tricklab.train.warmup import needs_warm_up, warm_up
 
         recipe = self.recipe
         self.device = resolve_device(recipe.run.device)

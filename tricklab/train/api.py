@@ -1,41 +1,31 @@
-"""`train(recipe) -> RunResult`: build data, model and tricks from a recipe, run the loop, measure."""
+"""`train(recipe) -> RunResult`: build data, model and tricks from a recipe, run the loop, measure.
+
+The setup lives in train/setup.py and the run folder's files in train/runfiles.py; their public
+names are re-exported here."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
-import io
-import json
-import math
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 import tricklab
-from tricklab.data.augment import channel_stats, normalize
-from tricklab.data.loaders import AugmentSpec, DeviceLoader, TorchLoader, batch_dtypes
-from tricklab.data.sources import Dataset, load_dataset
 from tricklab.errors import TrickLabError
-from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.memory import peak_memory, reset_peak_memory
 from tricklab.measure.provenance import finish_record, start_record
 from tricklab.measure.timing import synchronize
-from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.paths import (
-    FolderClaim,
     atomic_write,
-    claim_folder,
-    claim_holder,
     disk_full_error,
     first_missing,
     is_disk_full,
@@ -43,22 +33,52 @@ from tricklab.paths import (
 )
 from tricklab.progress import current as current_progress
 from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
-from tricklab.train import distributed, precision
-from tricklab.train.averaging import WeightAverage
+from tricklab.train import distributed
 from tricklab.train.backend import backend_settings
-from tricklab.train.loggers import RunLoggers, require_packages
+from tricklab.train.loggers import RunLoggers
 from tricklab.train.loop import Outcome, Parts, evaluate, run_loop
-from tricklab.train.model_memory import check_model_fits
-from tricklab.train.optim import build_optimizer
 from tricklab.train.recipe import Recipe
-from tricklab.train.resolve import for_device
-from tricklab.train.schedule import build_scheduler
+from tricklab.train.runfiles import (
+    RUN_FILES,
+    json_safe,
+    load_checkpoint,
+    make_run_dir,
+    save_checkpoint,
+    write_json_atomic,
+)
+from tricklab.train.setup import (
+    INIT_FROM_DATA_IMAGES,
+    SetupCache,
+    build_loaders,
+    build_run_model,
+    check_setup,
+    init_sample,
+    load_data,
+    prepare,
+    resolve_device,
+)
 from tricklab.train.warmup import needs_warm_up, warm_up
 
-# Images used to compute data-dependent initialisations (airbench's whitening layer).
-INIT_FROM_DATA_IMAGES = 5000
-# What a run writes in its directory; a directory holding any of them is not reused.
-RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
+__all__ = [  # with the moved names, so that `from tricklab.train.api import X` keeps working
+    "INIT_FROM_DATA_IMAGES",
+    "RUN_FILES",
+    "RunInterrupted",
+    "RunResult",
+    "SetupCache",
+    "build_loaders",
+    "build_run_model",
+    "check_setup",
+    "init_sample",
+    "json_safe",
+    "load_checkpoint",
+    "load_data",
+    "out_of_memory_error",
+    "prepare",
+    "resolve_device",
+    "run_end",
+    "save_checkpoint",
+    "train",
+]
 
 
 @dataclass
@@ -109,267 +129,6 @@ class RunResult:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def resolve_device(name: str) -> torch.device:
-    """auto picks cuda, then mps, then cpu; asking for a missing device is an error."""
-    has = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
-    if name == "auto":
-        name = next(d for d in ("cuda", "mps", "cpu") if has[d])
-    if not has[name]:
-        raise TrickLabError(
-            f"run.device={name} but no {name} device is available; use run.device=auto"
-        )
-    return distributed.rank_device(torch.device(name))  # under torchrun: cuda:LOCAL_RANK
-
-
-def load_data(recipe: Recipe) -> Dataset:
-    d = recipe.data
-    return load_dataset(
-        d.name,
-        d.dir,
-        train_size=d.train_size,
-        test_size=d.test_size,
-        image_size=d.image_size,
-        val_fraction=d.val_fraction,
-        seed=d.seed,
-        cache_dir=d.cache_dir,
-    )
-
-
-def build_loaders(
-    recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
-) -> tuple[Any, Any]:
-    """Train and eval loaders of the recipe's kind, normalized with the given channel statistics."""
-    lc, a, p = recipe.loader, recipe.aug, recipe.tricks.precision
-    autocast = precision.AUTOCAST_DTYPES.get(p)  # batches in the dtype the model computes in
-    dtype, storage = batch_dtypes(
-        lc.storage_dtype if lc.kind == "device" else "auto",
-        autocast or precision.input_dtype(p),
-        autocast=autocast is not None,
-    )
-    common = dict(
-        mean=mean,
-        std=std,
-        device=device,
-        dtype=dtype,
-        channels_last=recipe.tricks.channels_last,
-        seed=recipe.run.seed,
-    )
-    if lc.kind == "device":
-        cls = functools.partial(DeviceLoader, storage_dtype=storage)
-    else:
-        cls = functools.partial(
-            TorchLoader,
-            num_workers=lc.num_workers,
-            pin_memory=lc.pin_memory,
-            persistent_workers=lc.persistent_workers and lc.num_workers > 0,
-            prefetch_factor=lc.prefetch_factor if lc.num_workers > 0 else None,
-        )
-    spec = AugmentSpec(
-        flip=a.flip,
-        translate=a.translate,
-        pad_mode=a.pad_mode,
-        cutout=a.cutout,
-        cutout_inside=a.cutout_inside,
-    )
-    world = distributed.world()  # each rank: its share of every global batch, of the eval split
-    train = cls(
-        dataset.train.images,
-        dataset.train.labels,
-        distributed.local_batch_size(lc.batch_size, recipe.optim.accumulate_steps),
-        train=True,
-        augment=spec,
-        drop_last=lc.drop_last,
-        rank=world.rank,
-        world_size=world.world_size,
-        **common,
-    )
-    shard = slice(world.rank, None, world.world_size)
-    evaluation = cls(
-        dataset.test.images[shard],
-        dataset.test.labels[shard],
-        lc.eval_batch_size,
-        train=False,
-        **common,
-    )
-    return train, evaluation
-
-
-def init_sample(images: torch.Tensor, seed: int) -> torch.Tensor:
-    """A seeded random sample of the train split for data-dependent init (the whitening conv).
-
-    Random, not the first images: an image folder's split is sorted by class, so its first 5,000
-    images would all be one class and the whitening fitted to airplanes alone."""
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(images), generator=generator)[:INIT_FROM_DATA_IMAGES]
-    return images[order]
-
-
-class SetupCache:
-    """What `prepare` built, by what it read: recipes that build a part alike share it (a part
-    that failed fails again without being rebuilt)."""
-
-    def __init__(self) -> None:
-        self._built: dict[str, Any] = {}
-
-    def get(self, part: str, *reads: Any, make: Callable[[], Any]) -> Any:
-        key = json.dumps([part, *reads], sort_keys=True, default=str)
-        if key not in self._built:
-            try:
-                self._built[key] = make()
-            except Exception as exc:
-                self._built[key] = exc
-        if isinstance(self._built[key], Exception):
-            raise self._built[key]
-        return self._built[key]
-
-
-def prepare(
-    recipe: Recipe, dataset: Dataset, device: torch.device, reuse: SetupCache | None = None
-) -> tuple[Parts, dict]:
-    """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`; info holds
-    the model's size and what the device decided (`resolved`).
-
-    With `reuse` (check_setup's), the model and loaders of an earlier recipe that builds them alike
-    are taken again instead of being built."""
-    recipe, resolved = for_device(recipe, device)
-    t, m = recipe.tricks, recipe.model
-    reuse = reuse if reuse is not None else SetupCache()  # a run builds everything anew
-    reuse.get(
-        "fits",  # what check_model_fits reads
-        m, recipe.data, t.precision, t.ema_decay, recipe.optim.name, recipe.optim.momentum, device,
-        make=lambda: check_model_fits(recipe, dataset.num_classes, dataset.image_shape, device),
-    )  # fmt: skip
-    mean, std = reuse.get("stats", recipe.data, make=lambda: channel_stats(dataset.train.images))
-    built_with = (recipe.data, recipe.run.seed, t.precision, t.channels_last, device)
-    model, info = reuse.get(
-        "model", m, *built_with, make=lambda: build_run_model(recipe, dataset, device, mean, std)
-    )
-    info = {**info, "resolved": resolved}
-    train_loader, eval_loader = reuse.get(
-        "loaders",
-        recipe.loader,
-        recipe.aug,
-        *built_with,
-        make=lambda: build_loaders(recipe, dataset, device, mean, std),
-    )
-    freeze = {}
-    if m.whiten_bias_epochs > 0:
-        if "whiten.bias" not in dict(model.named_parameters()):  # what the loop freezes
-            raise TrickLabError(
-                f"model.whiten_bias_epochs={m.whiten_bias_epochs:g} trains the bias of a whitening "
-                f"layer `whiten` (airbench's), and {m.name} has none; set model.whiten_bias_epochs=0"
-            )
-        freeze["whiten.bias"] = m.whiten_bias_epochs
-    total_steps = math.ceil(recipe.run.epochs * len(train_loader))
-    if total_steps < 1:
-        raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
-    loss_scale = precision.loss_scale_for(t.precision, train_loader.batch_size)  # a rank's
-    optimizer = build_optimizer(
-        model,
-        recipe.optim,
-        recipe.loader.batch_size,
-        loss_scale=loss_scale,
-        grad_scaler=t.precision == "16-mixed",
-        compile_mode=t.compile,
-    )
-    forward = model if t.compile == "off" else torch.compile(model, mode=t.compile)
-    ema = None
-    if t.ema_decay > 0:
-        # In epochs, not steps, so the start moves with the data size and batch (a subset, a CPU run).
-        warmup_steps = math.ceil(t.ema_warmup_epochs * len(train_loader))
-        ema = WeightAverage(
-            model,
-            t.ema_decay,
-            t.ema_every,
-            warmup_steps,
-            t.lookahead,
-            t.ema_decay_power,
-            total_steps,
-        )
-    parts = Parts(
-        model=model,
-        forward=forward,
-        optimizer=optimizer,
-        scheduler=build_scheduler(optimizer, recipe.schedule, total_steps),
-        scaler=precision.grad_scaler_for(t.precision, device.type),
-        autocast=functools.partial(precision.autocast_for, t.precision, device.type),
-        loss_fn=precision.loss_for(t.precision, t.label_smoothing),
-        train_loader=train_loader,
-        eval_loader=eval_loader,
-        device=device,
-        total_steps=total_steps,
-        ema=ema,
-        loss_scale=loss_scale,
-        freeze_after_epochs=freeze,
-        accumulate_steps=recipe.optim.accumulate_steps,
-    )
-    return parts, info
-
-
-def build_run_model(
-    recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
-) -> tuple[nn.Module, dict]:
-    """The recipe's model on `device` as a run starts it (seeded weights, the whitening fitted to
-    the data, BatchNorm momentum, precision, memory format), with its params and forward MACs.
-    It reads the data, `model`, `run.seed` and `tricks.precision`/`channels_last` only."""
-    t, m = recipe.tricks, recipe.model
-    torch.manual_seed(recipe.run.seed)
-    c, h, w = dataset.image_shape
-    model = build_model(
-        m.name,
-        num_classes=dataset.num_classes,
-        in_channels=c,
-        image_size=h,
-        width=m.width,
-        widths=m.widths,
-        pretrained=m.pretrained,
-    ).to(device)
-    info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
-    init = getattr(model, "init_from_data", None)
-    info["whiten_seconds"] = 0.0
-    if init is not None:  # timed as airbench times it: normalizing the sample and the fit
-        sample = init_sample(dataset.train.images, recipe.run.seed).to(device)
-        synchronize(device)
-        start = time.perf_counter()
-        init(normalize(sample, mean, std))
-        synchronize(device)
-        info["whiten_seconds"] = time.perf_counter() - start
-    if m.bn_momentum is not None:
-        set_batchnorm_momentum(model, m.bn_momentum)
-    if t.precision == "16-true-bn32":
-        precision.half_with_fp32_batchnorm(model)
-    if t.channels_last:
-        precision.apply_channels_last(model)
-    return model, info
-
-
-def check_setup(recipes: Iterable[Recipe]) -> None:
-    """Raise the TrickLabError that a run of any of `recipes` would meet before its first step
-    (device, data, model, loaders, optimizer: all that `train` builds). Experiments call it before
-    their first run, so that bad input stops them at once instead of failing every run. Other
-    errors are left for the runs to meet and record.
-
-    Each distinct data source, model and loader setting is built once, however many recipes share
-    it (seeds aside); the optimizer, schedule and averaging are set up for each distinct recipe."""
-    reuse, seen = SetupCache(), set()
-    for recipe in recipes:
-        recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, seed=0))
-        key = json.dumps(recipe.to_dict(), sort_keys=True, default=str)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            device = resolve_device(recipe.run.device)
-            require_packages(recipe.run.loggers)
-            dataset = reuse.get("data", recipe.data, make=functools.partial(load_data, recipe))
-            with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
-                prepare(recipe, dataset, device, reuse)
-        except TrickLabError:
-            raise
-        except Exception:  # the run meets it and records it (oom, failed) with its message
-            pass
-
-
 def train(
     recipe: Recipe,
     *,
@@ -402,7 +161,7 @@ def train(
     created = first_missing(out) if out is not None else None  # what to remove if setup fails
     claim = None
     try:
-        claim = _make_run_dir(out) if out is not None else None
+        claim = make_run_dir(out) if out is not None else None
         return _train(recipe, out, device, on_epoch, stop, wall_start, loggers)
     except OSError as exc:
         if not is_disk_full(exc):
@@ -505,7 +264,7 @@ def _train(
             result.wall_seconds = time.perf_counter() - wall_start
             result.provenance = finish_record(result.provenance)
             if out is not None:
-                _write_json_atomic(out / "result.json", result.to_dict())
+                write_json_atomic(out / "result.json", result.to_dict())
             if result.status == "interrupted" and not isinstance(exc, SystemExit):
                 raise RunInterrupted(result) from exc
             raise
@@ -517,7 +276,7 @@ def _train(
     result.wall_seconds = time.perf_counter() - wall_start
     result.provenance = finish_record(result.provenance)
     if out is not None:
-        _write_json_atomic(out / "result.json", result.to_dict())
+        write_json_atomic(out / "result.json", result.to_dict())
     return result
 
 
@@ -560,17 +319,6 @@ def out_of_memory_error(exc: BaseException) -> str | None:
     return str(exc).splitlines()[0] if str(exc) else "out of memory"
 
 
-def json_safe(value: Any) -> Any:
-    """`value` with NaN and infinities as None: strict JSON (RFC 8259) has no such numbers."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
 def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -> None:
     """Fill the result from the loop's outcome; the final TTA evaluation happens here, timed as
     airbench times it (record_seconds: whitening fit + epochs + this evaluation, or without TTA
@@ -606,63 +354,3 @@ def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -
         result.record_seconds = (
             result.whiten_seconds + result.train_seconds + result.final_eval_seconds
         )
-
-
-def _make_run_dir(out: Path) -> FolderClaim:
-    """Make `out` and claim it for this run (paths.claim_folder: one run at a time), refusing it
-    when another run writes there or a run is already in it."""
-    blocking = next((f for f in [out, *out.parents] if f.exists() and not f.is_dir()), None)
-    if blocking is not None:
-        raise TrickLabError(
-            f"cannot make the run directory {out}: {blocking} is a file, not a folder"
-        )
-    try:
-        for attempt in range(3):  # a run whose setup failed may remove the folder meanwhile
-            out.mkdir(parents=True, exist_ok=True)
-            try:
-                claim = claim_folder(out)  # also proves the folder writable
-                break
-            except FileNotFoundError:
-                if attempt == 2:
-                    raise
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(exc, out) from None
-        raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
-    if claim is None:
-        raise TrickLabError(
-            f"run directory {out} is being written by another run ({claim_holder(out)}); "
-            "give another one"
-        )
-    previous = [name for name in RUN_FILES if (out / name).exists()]
-    if previous:
-        claim.release()
-        raise TrickLabError(
-            f"run directory {out} already holds a run ({', '.join(previous)}); "
-            "give another one or remove it"
-        )
-    return claim
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    with atomic_write(path) as handle:
-        handle.write(json.dumps(data, indent=2))
-
-
-def save_checkpoint(model: nn.Module, recipe: Recipe, path: str | Path) -> None:
-    """Weights and the resolved recipe, written atomically (temp file, fsync, rename). Serialised
-    in memory first: torch's writer turns a full disk into a RuntimeError without its errno."""
-    buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, buffer)
-    with atomic_write(Path(path), "wb") as handle:
-        handle.write(buffer.getbuffer())
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """A checkpoint written by `save_checkpoint`, loaded with weights_only=True (no code runs)."""
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise TrickLabError(f"checkpoint {path} does not exist") from None
-    except Exception as exc:  # torch raises several kinds for a corrupt file
-        raise TrickLabError(f"checkpoint {path} cannot be loaded: {type(exc).__name__}") from None
