@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tricklab.data import loaders
+from tricklab.data import device_loader, loaders
 from tricklab.data.loaders import AugmentSpec, DeviceLoader, derived_seed
 from tricklab.measure import hardware, memory, timing
 from tricklab.measure.profile_model import _peak
@@ -95,13 +95,13 @@ def test_the_loaders_generator_is_made_on_the_device_and_seeded(monkeypatch):
 
 def test_the_loader_draws_its_augmentations_from_a_generator_on_its_own_device(monkeypatch):
     asked = []
-    real = loaders.device_generator
+    real = device_loader.device_generator
 
     def spy(device, seed):
         asked.append((device, seed))
         return real(device, seed)
 
-    monkeypatch.setattr(loaders, "device_generator", spy)
+    monkeypatch.setattr(device_loader, "device_generator", spy)
     images, labels = torch.zeros(12, 3, 8, 8, dtype=torch.uint8), torch.arange(12)
     spec = AugmentSpec(flip="random", translate=2, cutout=2)
     loader = DeviceLoader(images, labels, 4, augment=spec, seed=4, rank=1, world_size=2)

@@ -285,10 +285,12 @@ def test_a_float_storage_dtype_other_than_the_batches_dtype_is_refused():
 
 
 def test_a_split_that_does_not_fit_on_its_device_is_refused_before_allocating(monkeypatch):
-    from tricklab.data import loaders
+    from tricklab.data import device_loader
 
     asked = []
-    monkeypatch.setattr(loaders, "free_memory_bytes", lambda device: asked.append(device) or 10_000)
+    monkeypatch.setattr(
+        device_loader, "free_memory_bytes", lambda device: asked.append(device) or 10_000
+    )
     images, labels = split(n=40, size=8)
     spec = AugmentSpec(flip="random", translate=2)
     with pytest.raises(TrickLabError, match=r"40 images stored as float32, padded, with a mirror"):
@@ -343,15 +345,15 @@ def test_a_batch_is_one_gather_and_one_fill_for_cutout(spec, kernels, channels_l
 
 def test_iterating_draws_the_epochs_order_and_augmentations_before_its_first_batch(monkeypatch):
     """So that a training loop draws them before its timer starts (`iter()`, then the timer)."""
-    from tricklab.data import loaders
+    from tricklab.data import device_loader
 
     events = []
-    real_order, real_generator = loaders.epoch_order, loaders.device_generator
+    real_order, real_generator = device_loader.epoch_order, device_loader.device_generator
     monkeypatch.setattr(
-        loaders, "epoch_order", lambda *a, **k: events.append("order") or real_order(*a, **k)
+        device_loader, "epoch_order", lambda *a, **k: events.append("order") or real_order(*a, **k)
     )
     monkeypatch.setattr(
-        loaders, "device_generator", lambda *a: events.append("draws") or real_generator(*a)
+        device_loader, "device_generator", lambda *a: events.append("draws") or real_generator(*a)
     )
     images, labels = split(n=40)
     batches = iter(DeviceLoader(images, labels, 8, augment=AugmentSpec(flip="random", cutout=2)))

@@ -161,13 +161,13 @@ def test_a_time_budget_reads_the_time_every_few_steps(monkeypatch):
 def test_the_epochs_order_is_drawn_before_its_timer_starts(monkeypatch):
     """The sample order (a CPU randperm copied to the device) and the augmentation draws of an
     epoch are made when the loader is iterated, before the synchronised start of the epoch."""
-    from tricklab.data import loaders
+    from tricklab.data import device_loader
 
     events = []
-    real_order = loaders.epoch_order
+    real_order = device_loader.epoch_order
     monkeypatch.setattr(loop, "sync", lambda device: events.append("sync"))
     monkeypatch.setattr(
-        loaders,
+        device_loader,
         "epoch_order",
         lambda *a, **k: (k["shuffle"] and events.append("order")) or real_order(*a, **k),
     )
