@@ -8,12 +8,9 @@ Defaults are plain PyTorch behaviour: a trick is off until a recipe turns it on.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import os
 import re
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +19,11 @@ import yaml
 from tricklab.data.limits import MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES, STORAGE_DTYPE_NAMES
 from tricklab.errors import TrickLabError
-from tricklab.train.coerce import coerce, shown, type_name
+from tricklab.train.coerce import shown, type_name
 from tricklab.train.loggers import check_logger_names
-from tricklab.train.yamlio import describe_yaml_error, read_yaml, read_yaml_file
+from tricklab.train.recipe_input import builtin_recipes as builtin_recipes  # re-exported
+from tricklab.train.recipe_input import check_key, check_section, coerce_field, read_recipe
+from tricklab.train.yamlio import read_yaml
 
 # Bounds of sizes that no CIFAR-scale run needs and that would otherwise fail at allocation (a
 # 100,000-channel conv is 360 GB); a parameter-memory estimate checks what they let through.
@@ -397,16 +396,16 @@ class Recipe:
             )
         for name in data:
             if name not in SECTIONS:
-                _check_section(str(name), source)
+                check_section(str(name), list(SECTIONS), all_keys(), source)
         sections = {}
         for name, section_cls in SECTIONS.items():
             values = data.get(name) or {}
             if not isinstance(values, dict):
                 raise TrickLabError(f"{source}: section '{name}' must be a mapping")
             for key in values:
-                _check_key(f"{name}.{key}", source)
+                check_key(f"{name}.{key}", all_keys(), source)
             sections[name] = section_cls(
-                **{k: _coerce(section_cls, name, k, v, source) for k, v in values.items()}
+                **{k: coerce_field(section_cls, name, k, v, source) for k, v in values.items()}
             )
         recipe = cls(**sections)
         try:
@@ -473,16 +472,6 @@ def field_table() -> list[dict[str, Any]]:
     return rows
 
 
-def builtin_recipes() -> dict[str, str]:
-    """Name → first comment line (its description) of every recipe shipped in the package."""
-    out = {}
-    for entry in sorted(resources.files("tricklab.recipes").iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            lines = entry.read_text().splitlines()
-            out[entry.name[:-5]] = lines[0].lstrip("# ").strip() if lines else ""
-    return out
-
-
 def load_recipe(
     name_or_path: str | Path | None = None, overrides: typing.Iterable[str] = ()
 ) -> Recipe:
@@ -490,67 +479,12 @@ def load_recipe(
     if name_or_path is None:
         recipe = Recipe()
     else:
-        data, source = _read_recipe(str(name_or_path))
+        data, source = read_recipe(str(name_or_path))
         recipe = Recipe.from_dict({} if data is None else data, source=source)
     return recipe.override(overrides)
 
 
-def _read_recipe(name: str) -> tuple[Any, str]:
-    """A YAML file's data, else a built-in recipe's (a folder named like one does not hide it),
-    and the name errors give it."""
-    if not name.strip():
-        raise TrickLabError(
-            "empty recipe name: give a built-in recipe (`tricklab recipes`) or a .yaml path"
-        )
-    path, builtin = Path(name), builtin_recipes()
-    if name in builtin and not os.path.isfile(path):
-        text = resources.files("tricklab.recipes").joinpath(f"{name}.yaml").read_text()
-        try:
-            return read_yaml(text), name
-        except yaml.YAMLError as exc:
-            raise TrickLabError(f"{name}: {describe_yaml_error(exc)}") from None
-    looks_like_a_path = path.suffix in (".yaml", ".yml") or "/" in name or os.sep in name
-    if name in builtin or looks_like_a_path or os.path.lexists(path):
-        return read_yaml_file(path, "recipe file"), str(path)
-    close = difflib.get_close_matches(name, builtin, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    raise TrickLabError(
-        f"unknown recipe '{name}': {hint}built-in recipes: {', '.join(builtin)} (or give a .yaml path)"
-    )
-
-
 def _split_key(key: str, source: str) -> tuple[str, str]:
-    _check_key(key, source)
+    check_key(key, all_keys(), source)
     section, _, name = key.partition(".")
     return section, name
-
-
-def _check_key(key: str, source: str) -> None:
-    keys = all_keys()
-    if key in keys:
-        return
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
-    if not close:  # a bare field name without its section: find the section
-        close = [k for k in keys if k.split(".")[1] == key.split(".")[-1]][:1]
-    hint = f"; did you mean '{close[0]}'?" if close else "; `tricklab tricks` lists every key"
-    raise TrickLabError(f"{source}: unknown recipe key {shown(key)}{hint}")
-
-
-def _check_section(name: str, source: str) -> None:
-    """An unknown top-level name: a field without its section, or a misspelt section."""
-    if any(key.endswith(f".{name}") for key in all_keys()):
-        _check_key(name, source)  # names the field's section
-    close = difflib.get_close_matches(name, SECTIONS, n=1, cutoff=0.5)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    raise TrickLabError(
-        f"{source}: unknown recipe section {shown(name)}; {hint}sections: {', '.join(SECTIONS)}"
-    )
-
-
-def _coerce(section_cls: type, section: str, name: str, value: Any, source: str) -> Any:
-    spec = next(f for f in dataclasses.fields(section_cls) if f.name == name)
-    tp = typing.get_type_hints(section_cls)[name]
-    try:
-        return coerce(f"{section}.{name}", value, spec, tp)
-    except TrickLabError as exc:
-        raise TrickLabError(f"{source}: {exc}") from None
