@@ -1,4 +1,4 @@
-"""The training loop: one screen, no callbacks. Tricks are prepared around it (see api.py)."""
+"""The training loop: one screen, no callbacks. Tricks are prepared around it (see setup.py)."""
 
 from __future__ import annotations
 
