@@ -428,3 +428,12 @@ def test_chromium_renders_the_html_to_a_page_that_is_not_blank(report, tmp_path)
     assert (
         len(np.unique(pixels, axis=0)) > 100
     )  # text, tables and coloured figures, not one flat colour
+
+
+def test_train_seconds_keep_three_significant_figures_below_a_millisecond():
+    from tricklab.report.fmt import seconds
+
+    # 1.57e-06 once showed as 0.0000016 (two figures): the report's numbers drifted 2% from JSON
+    assert seconds(1.5726042850627336e-06) == "0.00000157"
+    assert seconds(0.0005) == "0.000500"
+    assert [seconds(v) for v in (0.0123, 12.34, 1234.5)] == ["0.0123", "12.3", "1,234"]

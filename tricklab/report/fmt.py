@@ -146,9 +146,11 @@ def seconds(value: float | None) -> str:
         return f"{value:,.0f}"
     if value >= 10:
         return f"{value:.1f}"
-    if value >= 0.001 or value == 0:
+    if value >= 0.001 or value <= 0:
         return f"{value:.3g}"
-    return f"{value:.7f}".rstrip("0")  # no exponent: a pasted table keeps plain numbers
+    # below a millisecond still 3 significant figures, with no exponent: a pasted table keeps
+    # plain numbers (0.00000157, not 1.57e-06)
+    return f"{value:.{2 - math.floor(math.log10(value))}f}"
 
 
 def mib(num_bytes: float | None) -> str:
