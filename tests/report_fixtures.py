@@ -19,3 +19,18 @@ def make_study(root: Path, name: str = "rep", seeds: int = 2, vary: dict | None 
     folder = root / "runs" / "experiments" / name
     ablate(load_recipe(None, TINY), vary or VARY, seeds, study=name, out_dir=folder, liveness=FAST)
     return folder
+
+
+def md_rows(text, first_header, after=""):
+    """The rows (dicts) of the first Markdown table whose header starts with `first_header`,
+    after the line containing `after`."""
+    lines = text.splitlines()
+    begin = next(i for i, line in enumerate(lines) if after in line)
+    start = next(i for i in range(begin, len(lines)) if lines[i].startswith(f"| {first_header} |"))
+    header = [c.strip() for c in lines[start].strip("|").split(" | ")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, [c.strip() for c in line.strip().strip("|").split(" | ")])))
+    return rows

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_fixtures import TINY, make_study
+from report_fixtures import TINY, make_study, md_rows
 
 from tricklab.cli import main
 from tricklab.errors import TrickLabError
@@ -40,19 +40,6 @@ def report(study, tmp_path_factory):
 def results_json(capsys, folder, name="rep"):
     assert main(["results", name, "--out", str(folder), "--json"]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-
-
-def md_table(text, first_header):
-    """The rows of the Markdown table whose header starts with `first_header`, as dicts."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
-    header = [c.strip() for c in lines[start].strip("|").split(" | ")]
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(header, [c.strip() for c in line.strip().strip("|").split(" | ")])))
-    return rows
 
 
 def numbers(text):
@@ -123,7 +110,7 @@ def test_report_md_shows_the_figures_and_the_sections(report):
 
 def test_the_numbers_in_report_md_equal_results_json(report, study, capsys):
     data = results_json(capsys, study[1])
-    rows = {r["config"]: r for r in md_table(report.md_path.read_text(), "config")}
+    rows = {r["config"]: r for r in md_rows(report.md_path.read_text(), "config")}
     assert len(rows) == len(data["configs"]) == 4
     for config in data["configs"]:
         row = rows[config_name(config["config_id"], config["overrides"])]
@@ -180,7 +167,7 @@ def test_the_conclusions_follow_the_verdicts_of_results_json(report, study, caps
 
 def test_a_study_with_failed_runs_says_so(report):
     text = report.md_path.read_text()
-    failures = md_table(text[text.index("## Failures") :], "config")
+    failures = md_rows(text[text.index("## Failures") :], "config")
     assert [(r["config"], r["kind"], r["runs"]) for r in failures] == [
         ("optim.lr=1e+12", "diverged", "2")
     ]
@@ -274,7 +261,7 @@ def test_two_studies_are_joined_by_config_one_colour_per_study(study, tmp_path, 
     assert code == 0
     made = json.loads(out.strip().splitlines()[-1])
     text = Path(made["md_path"]).read_text()
-    joined = md_table(text[text.index("### All sources side by side") :], "config")
+    joined = md_rows(text[text.index("### All sources side by side") :], "config")
     by_config = {r["config"]: r for r in joined}
     assert joined[0]["config"] == "baseline" and set(by_config) == {
         "baseline",

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from report_fixtures import md_rows
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli import main
@@ -56,21 +57,6 @@ def report(saved, tmp_path_factory):
 
 def data(saved, kind):
     return json.loads(saved[kind].read_text())
-
-
-def md_rows(text, first_header, after=""):
-    """The rows (dicts) of the first Markdown table whose header starts with `first_header`,
-    after the line containing `after`."""
-    lines = text.splitlines()
-    begin = next(i for i, line in enumerate(lines) if after in line)
-    start = next(i for i in range(begin, len(lines)) if lines[i].startswith(f"| {first_header} |"))
-    header = [c.strip() for c in lines[start].strip("|").split(" | ")]
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(header, [c.strip() for c in line.strip().strip("|").split(" | ")])))
-    return rows
 
 
 def three_digits(value):
@@ -216,6 +202,18 @@ def test_an_unreadable_or_malformed_file_is_one_line_and_exit_2(
     assert main(["report", "--profile", *files, "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_file_larger_than_any_tricklab_output_is_not_read(saved, tmp_path, capsys, monkeypatch):
+    from tricklab.report import collect
+
+    monkeypatch.setattr(collect, "MAX_JSON_BYTES", 100)  # a real bound is 64 MiB: too big to write
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"kind": "model", "pad": "x" * 200}))
+    assert main(["report", "--profile", str(big), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "larger than any tricklab JSON output" in err
     assert not (tmp_path / "r").exists()
 
 

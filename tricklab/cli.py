@@ -22,6 +22,7 @@ from tricklab import demo, speedrun_cli
 from tricklab.clitools import (
     INTERRUPTED_EXIT_CODE,
     Parser,
+    add_nproc,
     check_not_empty,
     console,
     err_console,
@@ -314,12 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
     tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
-    tr.add_argument(
-        "--nproc",
-        type=int,
-        metavar="N",
-        help="data-parallel training in N processes, one per GPU (CPU: per core), under torchrun",
-    )
+    add_nproc(tr, "training")
     tr.set_defaults(func=cmd_train)
 
     tricks = sub.add_parser("tricks", help="every recipe field: default, allowed values, doc")

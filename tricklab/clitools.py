@@ -60,6 +60,16 @@ def check_not_empty(args: argparse.Namespace, *options: str) -> None:
             raise TrickLabError(f"{option} is empty; give a value or leave it out")
 
 
+def add_nproc(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--nproc N` of `train` and `speedrun`: `what` (e.g. "training") in N processes."""
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help=f"data-parallel {what} in N processes, one per GPU (CPU: per core), under torchrun",
+    )
+
+
 def recipe_and_overrides(words: list[str]) -> tuple[str | None, list[str]]:
     """Split positional words into an optional recipe (the first word, without '=') and
     key=value overrides."""

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tricklab.clitools import (
     INTERRUPTED_EXIT_CODE,
+    add_nproc,
     check_not_empty,
     console,
     err_console,
@@ -325,10 +326,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quiet", action="store_true", help="no progress and no per-run lines: the summary only"
     )
-    p.add_argument(
-        "--nproc",
-        type=int,
-        metavar="N",
-        help="data-parallel runs in N processes, one per GPU (CPU: per core), under torchrun",
-    )
+    add_nproc(p, "runs")
     p.set_defaults(func=cmd_speedrun)

@@ -20,9 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tricklab.data.limits import format_bytes
 from tricklab.errors import TrickLabError
 from tricklab.experiments.outcomes import COMPLETE_STATUSES
 from tricklab.report.fmt import config_name
+
+# A summary.json of 10,000 runs is about 10 MB; a larger file is no tricklab output.
+MAX_JSON_BYTES = 64 << 20
 
 SPEEDRUN_FILE = "summary.json"
 RUN_FILE = "result.json"
@@ -165,14 +169,21 @@ def _folder_studies(folder: Path) -> list[Source]:
 def _is_profile(path: Path) -> bool:
     """Whether `path` holds `tricklab profile model|step|loader --json` output."""
     try:
-        return json.loads(path.read_text()).get("kind") in ("model", "step", "loader")
-    except (OSError, ValueError, AttributeError):
+        return read_json(path).get("kind") in ("model", "step", "loader")
+    except TrickLabError:
         return False
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`; TrickLabError, one line, for one that is unreadable or none."""
+    """The JSON object in `path`; TrickLabError, one line, for one that is unreadable, none, or
+    larger than any tricklab output (MAX_JSON_BYTES: it is not read)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise TrickLabError(
+                f"{path} is {format_bytes(size)}: larger than any tricklab JSON output "
+                f"(at most {format_bytes(MAX_JSON_BYTES)} is read)"
+            )
         data = json.loads(path.read_text())
     except OSError as exc:
         raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
