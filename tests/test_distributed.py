@@ -58,12 +58,12 @@ def conv_net(num_classes: int, in_channels: int) -> nn.Module:
     )
 
 
-def trained(overrides: list[str]) -> dict:
+def trained(overrides: list[str], device: str = "cpu") -> dict:
     """Train as `train()` sets up (prepare, then the DDP wrap) through the loop's own
     train_epoch; the per-step losses of the global batch (mean over ranks), the final weights
-    and the EMA's average."""
-    recipe = load_recipe(None, [*BASE, *overrides])
-    device = api.resolve_device("cpu")
+    and the EMA's average (all on the CPU), and the model's BatchNorm classes."""
+    recipe = load_recipe(None, [*BASE, *overrides, f"run.device={device}"])
+    device = api.resolve_device(device)
     parts, _ = api.prepare(recipe, api.load_data(recipe), device)
     parts = distributed.data_parallel(parts, recipe.tricks.sync_batchnorm, "off")
     losses, step = [], 0
@@ -74,20 +74,30 @@ def trained(overrides: list[str]) -> dict:
         (summed,) = distributed.sum_over_ranks(torch.stack(steps.losses))
         losses.append(summed / distributed.world().world_size)
     return {
-        "losses": torch.cat(losses),
+        "losses": torch.cat(losses).cpu(),
         "evaluation": torch.tensor(loop.evaluate(parts)),  # each rank scores its share
-        "weights": {k: v.detach().clone() for k, v in parts.model.state_dict().items()},
-        "ema": [t.clone() for t in parts.ema.average] if parts.ema else None,
+        "weights": {k: v.detach().cpu().clone() for k, v in parts.model.state_dict().items()},
+        "ema": [t.cpu().clone() for t in parts.ema.average] if parts.ema else None,
+        "batchnorms": {
+            type(m).__name__
+            for m in parts.model.modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        },
     }
 
 
-def worker(out: str) -> None:
-    """One rank (started by `start_ranks`): every config of CONFIGS, saved to out/rank<r>.pt."""
+def worker(out: str, device: str = "cpu") -> None:
+    """One rank (started by `start_ranks`): every config of CONFIGS, saved to out/rank<r>.pt.
+    On CUDA both ranks share one GPU over gloo (nccl takes one GPU per rank)."""
     torch.set_num_threads(1)
-    with distributed.process_group(torch.device("cpu"), 60) as world:
-        results = {name: trained(overrides) for name, overrides in CONFIGS.items()}
+    if device == "cuda":
+        torch.distributed.init_process_group("gloo")  # process_group() then keeps the caller's
+    with distributed.process_group(torch.device(device), 60) as world:
+        results = {name: trained(overrides, device) for name, overrides in CONFIGS.items()}
         results["world"] = (world.rank, world.world_size, world.backend)
         torch.save(results, Path(out) / f"rank{world.rank}.pt")
+    if device == "cuda":
+        torch.distributed.destroy_process_group()
 
 
 def free_port() -> int:
@@ -112,11 +122,9 @@ def start_ranks(argv: list[str], world_size: int = 2, **popen) -> list[subproces
     return procs
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory) -> list[dict]:
-    """Every config trained by 2 gloo processes, each process's results."""
-    out = tmp_path_factory.mktemp("ranks")
-    code = f"import test_distributed; test_distributed.worker({str(out)!r})"
+def ranks_trained(out: Path, device: str) -> list[dict]:
+    """Every config trained by 2 gloo processes on `device`, each process's results."""
+    code = f"import test_distributed; test_distributed.worker({str(out)!r}, {device!r})"
     procs = start_ranks(["-c", code])
     try:
         assert [proc.wait(timeout=300) for proc in procs] == [0, 0]
@@ -125,6 +133,11 @@ def two_ranks(tmp_path_factory) -> list[dict]:
             if proc.poll() is None:
                 proc.kill()
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    return ranks_trained(tmp_path_factory.mktemp("ranks"), "cpu")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -140,6 +153,8 @@ def test_two_processes_with_the_global_batch_train_as_one_process(two_ranks, con
     one = trained(CONFIGS[config])
     for rank in two_ranks:
         assert rank["world"][1:] == (2, "gloo")
+        if config == "sync-batchnorm":
+            assert rank[config]["batchnorms"] == {"CpuSyncBatchNorm"}
         assert len(rank[config]["losses"]) == len(one["losses"]) == 8  # 4 steps of 32, 2 epochs
         torch.testing.assert_close(rank[config]["losses"], one["losses"], rtol=1e-5, atol=1e-6)
         for name, weights in one["weights"].items():
@@ -262,3 +277,59 @@ def test_a_dead_or_hung_rank_makes_the_other_exit_instead_of_hanging(tmp_path, h
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(("epochs", "expected"), [(3, False), (4, True)])
+def test_ddp_looks_for_unused_parameters_only_when_a_freeze_falls_in_the_run(epochs, expected):
+    """model.whiten_bias_epochs=3 freezes the whitening bias from the 4th epoch on: DDP must
+    then not wait for its gradient; in a shorter run it is never frozen (no walk of the graph
+    per step, no warning from each rank)."""
+    freeze = ["model.whiten_bias_epochs=3", f"run.epochs={epochs}"]
+    recipe = load_recipe(None, [*BASE, *SYNC_BATCHNORM, *freeze])
+    parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
+    torch.distributed.init_process_group(
+        "gloo", store=torch.distributed.HashStore(), rank=0, world_size=1
+    )
+    try:
+        wrapped = distributed.data_parallel(parts, False, "off")
+        assert wrapped.forward.find_unused_parameters is expected
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+# ---------------------------------------------------------------- on a GPU (skipped without one)
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+def test_on_one_gpu_two_ranks_with_torchs_sync_batchnorm_train_as_one_process(tmp_path):
+    """nn.SyncBatchNorm's CUDA kernels and DDP on CUDA tensors, 2 ranks sharing the GPU over
+    gloo (nccl wants a GPU per rank): the per-step losses of one process with the whole batch."""
+    one = trained(SYNC_BATCHNORM, "cuda")
+    for rank in ranks_trained(tmp_path, "cuda"):
+        assert rank["sync-batchnorm"]["batchnorms"] == {"SyncBatchNorm"}
+        # cuDNN picks kernels per batch size: float tolerance looser than the CPU's
+        torch.testing.assert_close(
+            rank["sync-batchnorm"]["losses"], one["losses"], rtol=1e-3, atol=1e-4
+        )
+
+
+@cuda
+def test_on_a_gpu_nproc_1_is_ddp_over_nccl_and_trains_as_one_process(tmp_path):
+    args = [*BASE, *SYNC_BATCHNORM, "run.device=cuda", "--quiet"]
+    assert tricklab("train", *args, "--out", str(tmp_path / "one")).returncode == 0
+    run = tricklab("train", *args, "--nproc", "1", "--out", str(tmp_path / "ddp"))
+    assert run.returncode == 0, run.stderr
+    one, ddp = (json.loads((tmp_path / n / "result.json").read_text()) for n in ("one", "ddp"))
+    assert (ddp["world_size"], ddp["dist_backend"]) == (1, "nccl")
+    for a, b in zip(one["epochs"], ddp["epochs"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
+
+
+@cuda
+def test_more_processes_than_gpus_is_one_line_and_exit_2(tmp_path):
+    too_many = str(torch.cuda.device_count() + 1)
+    run = tricklab("train", *BASE, *NO_BATCHNORM, "run.device=cuda", "--nproc", too_many)
+    assert run.returncode == 2 and "CUDA GPUs" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -156,11 +156,14 @@ def data_parallel(parts, sync_batchnorm: bool, compile_mode: str):
                 module.__class__ = CpuSyncBatchNorm  # the same state, a forward that syncs
     elif sync_batchnorm:
         nn.SyncBatchNorm.convert_sync_batchnorm(model)  # same Parameters and buffers, new layers
+    # model.whiten_bias_epochs freezing a parameter within the run: DDP must not wait for its
+    # gradient after that (at the cost of a walk over the autograd graph per step)
+    epochs = -(-parts.total_steps // len(parts.train_loader))
+    freezes = any(after < epochs for after in parts.freeze_after_epochs.values())
     ddp = nn.parallel.DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        # model.whiten_bias_epochs freezes a parameter mid-run: DDP must not wait for its gradient
-        find_unused_parameters=bool(parts.freeze_after_epochs),
+        find_unused_parameters=freezes,
     )
     forward = ddp if compile_mode == "off" else torch.compile(ddp, mode=compile_mode)
     return dataclasses.replace(parts, forward=forward, no_sync=ddp.no_sync)
