@@ -91,6 +91,7 @@ def worker(out: str, device: str = "cpu") -> None:
     On CUDA both ranks share one GPU over gloo (nccl takes one GPU per rank)."""
     torch.set_num_threads(1)
     if device == "cuda":
+        os.environ["LOCAL_RANK"] = "0"  # both ranks on cuda:0
         torch.distributed.init_process_group("gloo")  # process_group() then keeps the caller's
     with distributed.process_group(torch.device(device), 60) as world:
         results = {name: trained(overrides, device) for name, overrides in CONFIGS.items()}
