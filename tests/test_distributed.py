@@ -219,8 +219,38 @@ def test_train_nproc_runs_data_parallel_and_records_world_size_and_backend(tmp_p
     assert run.stdout.count("run complete") == 1  # rank 0 alone prints
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert (result["world_size"], result["dist_backend"]) == (2, "gloo")
+    provenance = result["provenance"]
+    assert (provenance["world_size"], provenance["dist_backend"]) == (2, "gloo")
     assert [row["epoch"] for row in result["epochs"]] == [1, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no folder from rank 1
+
+
+def test_speedrun_nproc_runs_each_seed_data_parallel_and_counts_every_device_in_mfu(tmp_path):
+    out = tmp_path / "speedrun"
+    args = [
+        "speedrun",
+        *BASE,
+        *NO_BATCHNORM,
+        "model.whiten_bias_epochs=0",
+        "tricks.precision=32-true",
+    ]
+    args += ["--runs", "2", "--warmup-epochs", "0"]
+    one = tricklab(*args, "--peak-tflops", "1", "--out", str(tmp_path / "one"))
+    run = tricklab(*args, "--peak-tflops", "1", "--nproc", "2", "--out", str(out))
+    assert one.returncode == 0 and run.returncode == 0, run.stderr
+    assert run.stderr.count("summary:") == 1  # rank 0 alone writes and prints
+    assert "x 2 processes (gloo)" in " ".join(run.stdout.split())  # the table's title, wrapped
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["provenance"]["world_size"] == 2 and summary["n"] == 2
+    for seed_run in summary["runs"]:  # MFU over 2 devices' peak: 2 x 1 TFLOP/s
+        assert seed_run["status"] == "complete"
+        assert seed_run["mfu"] == pytest.approx(seed_run["achieved_tflops"] / 2)
+    lone = json.loads((tmp_path / "one" / "summary.json").read_text())["runs"][0]
+    assert lone["mfu"] == pytest.approx(lone["achieved_tflops"])
+    # the same training as one process (no BatchNorm): the same accuracy
+    assert [r["val_acc"] for r in summary["runs"]] == pytest.approx(
+        [r["val_acc"] for r in json.loads((tmp_path / "one" / "summary.json").read_text())["runs"]]
+    )
 
 
 def test_a_time_budget_stops_every_rank_alike(tmp_path):

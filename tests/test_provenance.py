@@ -29,7 +29,8 @@ from tricklab.train.recipe import load_recipe
 
 FIELDS = {
     "command", "started_at", "git_commit", "git_dirty", "versions", "cuda", "cudnn", "device",
-    "device_name", "torch_threads", "cpu_count", "load_average_start", "load_average_end",
+    "device_name", "torch_threads", "cpu_count", "world_size", "dist_backend",
+    "load_average_start", "load_average_end",
 }  # fmt: skip
 PACKAGES = {"python", "torch", "torchvision", "numpy", "optuna", "tricklab"}
 TINY = [*TINY_SYNTHETIC, "run.epochs=1"]
@@ -48,6 +49,7 @@ def assert_full_record(record, device="cpu"):
     assert record["command"]
     assert record["device"] == device and record["device_name"]
     assert record["torch_threads"] == torch.get_num_threads()
+    assert (record["world_size"], record["dist_backend"]) == (1, None)  # no torchrun
     assert record["cpu_count"] == os.cpu_count()
     for when in ("start", "end"):
         assert len(record[f"load_average_{when}"]) == 3

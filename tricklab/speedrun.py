@@ -186,7 +186,8 @@ def _run_record(
         images_per_second=result.images_per_second,
         peak_memory_bytes=result.peak_memory_bytes,
         achieved_tflops=achieved_tflops(result.forward_macs, result.images_per_second),
-        mfu=mfu(result.forward_macs, result.images_per_second, peak),
+        # images/s of all processes of a data-parallel run, each on its own device
+        mfu=mfu(result.forward_macs, result.images_per_second, peak and peak * result.world_size),
         warmup=warmup,
         error=result.error,
         out_dir=str(out) if out is not None else None,

@@ -81,8 +81,11 @@ def run_line(run: SpeedrunRun | None) -> str:
 
 def render_summary(summary: SpeedrunSummary) -> Any:
     """A rich table of the summary statistics."""
+    world = summary.provenance.get("world_size") or 1
+    processes = f" x {world} processes ({summary.provenance.get('dist_backend')})"
     table = Table(
         title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}"
+        + (processes if world > 1 else "")
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
         caption="record seconds: whitening fit + epochs + final evaluation with TTA, as airbench's "
         "total_time_seconds; train seconds: the epochs alone",
@@ -124,7 +127,8 @@ def render_summary(summary: SpeedrunSummary) -> Any:
         (
             "MFU",
             f"{_pct(summary.mfu_mean, 1)} of {_num(summary.peak_tflops, '.1f')} TFLOP/s"
-            f" ({summary.peak_tflops_source or 'device peak unknown: --peak-tflops'})",
+            + (f" x {world} devices" if world > 1 else "")
+            + f" ({summary.peak_tflops_source or 'device peak unknown: --peak-tflops'})",
         ),
         ("achieved TFLOP/s", _num(summary.achieved_tflops_mean, ".2f")),
         (

@@ -3,8 +3,8 @@
 `start_record(device)` when a run (or a speedrun, an ablation, a sweep) starts and
 `finish_record(record)` when it ends give a dict of plain values: the command line, the git commit
 and dirty flag of the working folder, the versions of the libraries that decide the numbers, the
-CUDA and cuDNN versions, the device, the threads and cores, and the machine's load average at both
-ends. What cannot change within a process is looked up once and cached, so a run pays two
+CUDA and cuDNN versions, the device, the threads and cores, the data-parallel world (processes and
+backend, under torchrun), and the machine's load average at both ends. What cannot change within a process is looked up once and cached, so a run pays two
 `os.getloadavg()` calls for it.
 
 `busy_machine(records, timings)` decides whether timings were taken on a busy machine; speedrun,
@@ -17,7 +17,6 @@ import functools
 import math
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from importlib import metadata
 from typing import Any
 
 from tricklab.experiments.outcomes import COMPLETE_STATUSES
+from tricklab.experiments.urls import shown_command
 
 # The distributions whose versions are recorded, by the names the record gives them.
 PACKAGES = ("torch", "torchvision", "numpy", "optuna", "tricklab")
@@ -42,10 +42,11 @@ BUSY_WORDS = "timings taken on a busy machine"
 
 
 def command_line() -> str:
-    """The process's command line, or "python API" when there is none (an interpreter, a notebook)."""
+    """The process's command line, or "python API" when there is none (an interpreter, a notebook);
+    a storage URL's password shows as *** (experiments/urls.py)."""
     if not sys.argv or sys.argv[0] in ("", "-c", "-"):
         return "python API"
-    return shlex.join(sys.argv)
+    return shown_command(sys.argv)
 
 
 def git_state(folder: str | os.PathLike[str]) -> tuple[str | None, bool | None]:
@@ -147,9 +148,19 @@ def start_record(device: Any = None) -> dict[str, Any]:
         "device_name": device_name(name),
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        **_world(),
         "load_average_start": load_average(),
         "load_average_end": None,
     }
+
+
+def _world() -> dict[str, Any]:
+    """The data-parallel job this process is a rank of (torchrun): its size and backend."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return {"world_size": dist.get_world_size(), "dist_backend": dist.get_backend()}
+    return {"world_size": 1, "dist_backend": None}
 
 
 def finish_record(record: Mapping[str, Any]) -> dict[str, Any]:
