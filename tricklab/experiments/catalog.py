@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tricklab.errors import TrickLabError
-from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_url
+from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, shown_url, storage_url
 
 DB_NAME = "study.db"
 
@@ -26,7 +26,7 @@ class StudyInfo:
     kind: str | None  # ablation | sweep (None: not made by tricklab)
     trials: int
     started: str | None  # when its first trial started (local time), if any
-    storage: str
+    storage: str  # its URL as shown: without a password
 
 
 def _studies_in(url: str) -> list[StudyInfo]:
@@ -44,7 +44,7 @@ def _studies_in(url: str) -> list[StudyInfo]:
                 kind=summary.user_attrs.get("kind"),
                 trials=summary.n_trials,
                 started=start.strftime("%Y-%m-%d %H:%M") if start else None,
-                storage=url,
+                storage=shown_url(url),
             )
         )
     return infos
@@ -70,9 +70,9 @@ def list_studies(storage: str | None = None, out_dir: str | None = None) -> list
 
 
 def where_listed(storage: str | None, out_dir: str | None) -> str:
-    """Where `list_studies` looked, for messages."""
+    """Where `list_studies` looked, for messages (a URL without its password)."""
     if storage is not None:
-        return storage_url(storage, Path("."))
+        return shown_url(storage_url(storage, Path(".")))
     return str(Path(out_dir) / DB_NAME) if out_dir is not None else f"{EXPERIMENTS_ROOT}/*/"
 
 

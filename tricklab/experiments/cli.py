@@ -263,7 +263,7 @@ def _run_line(console: Console, quiet: bool) -> Any:
 
 def run_ablate(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import ablate, plan_ablation
-    from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
+    from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out")
     liveness = _liveness(args)
@@ -277,7 +277,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         check_storage(url)
         plan = {
             "study": name,
-            "storage": url,
+            "storage": shown_url(url),
             "seeds": args.seeds,
             "units": len(units),
             "configs": [
@@ -309,7 +309,7 @@ def run_ablate(args: argparse.Namespace) -> int:
 def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import check_sweep, grid_configs, sweep
     from tricklab.experiments.space import load_space
-    from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
+    from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out", "--space")
     liveness = _liveness(args)
@@ -329,7 +329,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         check_storage(url)
         plan: dict[str, Any] = {
             "study": name,
-            "storage": url,
+            "storage": shown_url(url),
             "sampler": args.sampler,
             "pruner": args.pruner,
             "seeds": args.seeds,

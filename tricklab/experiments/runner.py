@@ -42,6 +42,7 @@ from tricklab.experiments.storage import (
     load_study,
     open_storage,
     open_study,
+    shown_url,
     storage_url,
 )
 from tricklab.experiments.workers import (
@@ -95,7 +96,7 @@ def _summary(
     stats = config_stats(records, order="appearance" if kind == "ablation" else "accuracy")
     return ExperimentSummary(
         study=study.study_name,
-        storage=url,
+        storage=shown_url(url),  # for output: the password hidden
         kind=kind,
         planned=planned,
         ran=ran,
@@ -382,7 +383,8 @@ def study_results(
         order="appearance" if kind == "ablation" else "accuracy",
     )
     ref = next((r.config_id for r in rows if r.is_reference), None)
-    meta = {"study": study, "storage": url, "kind": kind, "reference": ref, "confidence": 0.95}
+    meta = {"study": study, "storage": shown_url(url), "kind": kind, "reference": ref}
+    meta["confidence"] = 0.95
     meta.update(study_meta(opened.user_attrs, records, rows))  # provenance, busy_machine
     return meta, rows
 
@@ -416,5 +418,6 @@ def study_runs(
     for run in runs:
         first.setdefault(run["config_id"], (run["config_id"] != BASELINE, len(first)))
     runs.sort(key=lambda r: (first[r["config_id"]], r["seed"]))
-    meta = {"study": study, "storage": url, "kind": opened.user_attrs.get("kind", "sweep")}
+    kind = opened.user_attrs.get("kind", "sweep")
+    meta = {"study": study, "storage": shown_url(url), "kind": kind}
     return meta, runs

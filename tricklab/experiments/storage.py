@@ -8,9 +8,11 @@ One Optuna study per experiment. `--storage` takes
 - any SQLAlchemy URL Optuna accepts (`postgresql+psycopg://user@host/db`, `sqlite:///file.db`): for
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
-In-memory SQLite (`sqlite://`) is refused: it would store nothing to resume. A journal file that
-exists must start with an Optuna journal record, so no other file is ever appended to; a last line
-a writer never finished is set aside before the next append (journal.py).
+Messages, summaries and records show a URL's password as `***` (`shown_url`, urls.py); the URL
+as given is used only to connect. In-memory SQLite (`sqlite://`) is refused: it would store
+nothing to resume. A journal file that exists must start with an Optuna journal record, so no
+other file is ever appended to; a last line a writer never finished is set aside before the next
+append (journal.py).
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
@@ -50,6 +52,8 @@ from tricklab.errors import TrickLabError
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS  # stats.py
 from tricklab.experiments.outcomes import COMPLETE_STATUSES as COMPLETE_STATUSES  # one home
+from tricklab.experiments.urls import shown_url as shown_url  # what messages and records show
+from tricklab.experiments.urls import without_password
 
 try:
     import fcntl
@@ -77,7 +81,8 @@ def experiment_dir(study: str, root: str | Path | None = None) -> Path:
 
 
 def storage_url(spec: str | None, exp_dir: Path) -> str:
-    """The storage as one string (journal files as `journal:PATH`), for messages and summaries."""
+    """The storage as one string (journal files as `journal:PATH`): what `open_storage` connects
+    to; messages and records show it as `shown_url(url)` does, without its password."""
     if spec is None:
         return f"sqlite:///{(exp_dir / 'study.db').resolve()}"
     if spec.startswith("journal:"):
@@ -104,12 +109,17 @@ def _check_database_url(url: str) -> None:
         parsed = make_url(url)
         parsed.get_dialect()
     except Exception as exc:  # ArgumentError (unparsable), NoSuchModuleError (unknown kind)
-        raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
+        raise _cannot_open(url, _one_line(exc)) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise TrickLabError(
-            f"--storage {url} is an in-memory database: nothing would be stored or resumed; "
-            "give a file (sqlite:///PATH.db)"
+            f"--storage {shown_url(url)} is an in-memory database: nothing would be stored or "
+            "resumed; give a file (sqlite:///PATH.db)"
         )
+
+
+def _cannot_open(url: str, why: str) -> TrickLabError:
+    """The error for a storage that cannot be opened, its URL and the reason without a password."""
+    return TrickLabError(without_password(f"cannot open storage {url}: {why}", url))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -126,7 +136,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             raise TrickLabError(f"journal file {path} does not exist")
         _make_parent(path, url)
         if path.is_dir():
-            raise TrickLabError(f"cannot open storage {url}: it is a folder")
+            raise _cannot_open(url, "it is a folder")
         _check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             return optuna.storages.JournalStorage(journal_backend(path))
@@ -150,7 +160,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if attempt + 1 == SCHEMA_RETRIES or not racing:
-                raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
+                raise _cannot_open(url, _one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -163,7 +173,9 @@ def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
         if url.startswith("postgresql")
         else ""
     )
-    return TrickLabError(f"storage {url} needs a database driver: {missing} is not installed{hint}")
+    return TrickLabError(
+        f"storage {shown_url(url)} needs a database driver: {missing} is not installed{hint}"
+    )
 
 
 def check_storage(url: str) -> None:
@@ -175,7 +187,7 @@ def check_storage(url: str) -> None:
             continue
         path = Path(url[len(prefix) :])
         if path.is_dir():
-            raise TrickLabError(f"cannot open storage {url}: it is a folder")
+            raise _cannot_open(url, "it is a folder")
         if path.exists():
             if prefix == "sqlite:///":
                 _check_sqlite(path)
@@ -187,9 +199,7 @@ def check_storage(url: str) -> None:
         try:
             tempfile.TemporaryDirectory(dir=folder).cleanup()
         except OSError as exc:
-            raise TrickLabError(
-                f"cannot open storage {url}: {folder}: {exc.strerror or exc}"
-            ) from None
+            raise _cannot_open(url, f"{folder}: {exc.strerror or exc}") from None
         return
     from sqlalchemy import create_engine
 
@@ -205,14 +215,14 @@ def check_storage(url: str) -> None:
     except ImportError as exc:
         raise _driver_missing(url, exc) from None
     except Exception as exc:
-        raise TrickLabError(f"cannot open storage {url}: {_one_line(exc)}") from None
+        raise _cannot_open(url, _one_line(exc)) from None
 
 
 def _make_parent(path: Path, url: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TrickLabError(f"cannot open storage {url}: {exc.strerror or exc}") from None
+        raise _cannot_open(url, exc.strerror or str(exc)) from None
 
 
 def _check_journal(path: Path) -> None:
