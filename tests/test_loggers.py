@@ -156,7 +156,116 @@ def test_a_wandb_run_that_cannot_start_is_one_line_saying_how_to_log_in(tmp_path
 
     monkeypatch.setattr(wandb, "init", not_logged_in)
     with pytest.raises(TrickLabError, match="No API key configured.*WANDB_MODE=offline"):
-        train(tiny("run.loggers=[wandb]"), out_dir=tmp_path)
+        train(tiny("run.loggers=[jsonl, wandb]"), out_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # a setup error: no run recorded, nothing written
+
+
+def offline_wandb(monkeypatch, home):
+    """W&B in offline mode with its folders under `home`: no network, no account."""
+    for name, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_CONSOLE": "off",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(home / name))
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_cli_a_wandb_that_cannot_start_exits_2_leaves_no_run_folder_and_the_rerun_works(
+    tmp_path, monkeypatch, capsys
+):
+    wandb = pytest.importorskip("wandb")
+    offline_wandb(monkeypatch, tmp_path / "home")
+    working_init = wandb.init
+
+    def not_logged_in(**kwargs):
+        raise wandb.errors.UsageError("api_key not configured (no-tty). call wandb.login(key=...)")
+
+    out = tmp_path / "run"
+    args = ["train", *TWO_EPOCHS, "run.loggers=[jsonl, csv, wandb]", "--out", str(out)]
+    monkeypatch.setattr(wandb, "init", not_logged_in)
+    assert main(args) == 2
+    line = error_line(capsys)
+    assert "run.loggers: wandb could not start: UsageError: api_key not configured" in line
+    assert "`wandb login`, or WANDB_MODE=offline" in line
+    assert not out.exists()
+
+    monkeypatch.setattr(wandb, "init", working_init)  # logged in (offline here): the same command
+    assert main(args) == 0
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+    assert list((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(jsonl_rows(out)) == 2
+
+
+def test_any_exception_from_wandb_init_is_a_setup_error_naming_wandb(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+
+    def broken(**kwargs):
+        raise RuntimeError("wandb-core exited\nwith a long story")
+
+    monkeypatch.setattr(wandb, "init", broken)
+    out = tmp_path / "run"
+    with pytest.raises(TrickLabError) as caught:
+        train(tiny("run.loggers=[wandb]"), out_dir=out)
+    assert str(caught.value).startswith("run.loggers: wandb could not start: RuntimeError: wandb")
+    assert "\n" not in str(caught.value)
+    assert not out.exists()
+
+
+def test_cli_a_tensorboard_folder_that_cannot_be_made_exits_2_and_writes_nothing(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "tensorboard").write_text("not a folder")  # in the way of the writer's log dir
+    args = ["train", *TWO_EPOCHS, "run.loggers=[jsonl, tensorboard]", "--out", str(out)]
+    assert main(args) == 2
+    line = error_line(capsys)
+    assert "run.loggers: tensorboard could not start: " in line and "tensorboard/" in line
+    assert [p.name for p in out.iterdir()] == ["tensorboard"]  # the user's file, nothing of ours
+
+    (out / "tensorboard").unlink()
+    assert main(args) == 0
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_a_tensorboard_writer_that_cannot_start_leaves_no_run_folder(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import torch.utils.tensorboard
+
+    def unwritable(log_dir, **kwargs):
+        raise PermissionError(13, "Permission denied", log_dir)
+
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", unwritable)
+    out = tmp_path / "run"
+    with pytest.raises(TrickLabError, match="tensorboard could not start: PermissionError"):
+        train(tiny("run.loggers=[jsonl, csv, tensorboard]"), out_dir=out)
+    assert not out.exists()
+
+
+class FailsMidRun:
+    """A logger that starts, then fails when the first epoch is logged."""
+
+    def __init__(self, out, recipe):
+        pass
+
+    def log_epoch(self, row):
+        raise RuntimeError("the log server went away")
+
+    def close(self, result):
+        pass
+
+
+def test_a_logger_failing_during_training_is_a_recorded_run_failure(tmp_path, monkeypatch):
+    monkeypatch.setitem(loggers_module.ADAPTERS, "csv", FailsMidRun)
+    result = train(tiny("run.loggers=[jsonl, csv]"), out_dir=tmp_path)
+    assert result.status == "failed" and "the log server went away" in result.error
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
 
 

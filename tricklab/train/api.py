@@ -146,10 +146,11 @@ def train(
     carries the result. `stop` is checked at each epoch end and when the run ends, so a stop whose
     KeyboardInterrupt Python dropped still ends the run. Exceptions raised by `on_epoch` (e.g.
     optuna.TrialPruned) propagate, with result.json recording the epochs so far. Bad input
-    (TrickLabError) found while setting up (data, model, tricks) propagates with nothing written:
-    no run directory is left behind. The run directory is claimed before anything is written
-    (one run at a time: a second one is refused); a full disk raises TrickLabError naming the
-    disk, with the files this run wrote removed, so the same call runs again once there is space."""
+    (TrickLabError) found while setting up (data, model, tricks, a logger that cannot start)
+    propagates with nothing written: no run directory is left behind. The run directory is
+    claimed before anything is written (one run at a time: a second one is refused); a full disk
+    raises TrickLabError naming the disk, with the files this run wrote removed, so the same call
+    runs again once there is space."""
     wall_start = time.perf_counter()
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
@@ -231,11 +232,11 @@ def _train(
             result.params, result.forward_macs = info["params"], info["forward_macs"]
             result.whiten_seconds = info["whiten_seconds"]
             result.resolved = info["resolved"]
+            loggers.open(result)  # run.loggers; one that cannot start is a setup error
             if out is not None:
                 with atomic_write(out / "recipe.yaml") as handle:
                     handle.write(recipe.to_yaml())
             started = True
-            loggers.open(result)  # run.loggers: metrics.jsonl, ...
             if needs_warm_up(recipe.tricks, device):
                 result.compile_seconds = warm_up(parts, recipe.tricks.tta)
             parts.progress = current_progress()  # the CLI's display; None: silent

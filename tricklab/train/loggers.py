@@ -6,14 +6,18 @@ metric a scalar at step=epoch, the recipe as text and hparams (`tensorboard --lo
 wandb: a W&B run in wandb/ (online, or offline with WANDB_MODE=offline), the recipe as its config.
 
 Every logger writes into the run folder. `RunLoggers` is made before the folder is claimed (bad
-names and missing packages are refused with nothing written), opened when the run starts and closed
-when it ends, however it ends, so that every file is flushed.
+names and missing packages are refused with nothing written), opened once the data and model are
+set up and closed when the run ends, however it ends, so that every file is flushed. A logger that
+cannot start (W&B not logged in, a TensorBoard folder that cannot be made) is a setup error, as in
+Lightning: one TrickLabError naming it and what to do, with what the loggers wrote removed, so the
+same command runs once it is fixed; a logger failing later fails the run, which is recorded.
 
 No torch here: the recipe checks logger names before torch is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import importlib
@@ -21,6 +25,7 @@ import io
 import json
 import math
 import os
+import shutil
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,7 +33,7 @@ from typing import Any, Protocol
 
 from tricklab.errors import TrickLabError
 from tricklab.experiments.outcomes import COMPLETE_STATUSES
-from tricklab.paths import append_line
+from tricklab.paths import append_line, is_disk_full
 from tricklab.train.coerce import shown
 
 # The recipe (train/recipe.py) and the run's result (api.RunResult), not imported: both modules
@@ -39,6 +44,18 @@ RunResult = Any
 LOGGER_NAMES = ("jsonl", "csv", "tensorboard", "wandb")
 # Loggers that need a package tricklab does not install; each is the extra of the same name.
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
+# What each logger makes in the run folder (removed when a logger cannot start).
+WRITES = {
+    "jsonl": "metrics.jsonl",
+    "csv": "metrics.csv",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+}
+# What to do when a logger cannot start, after the reason.
+START_HINTS = {
+    "tensorboard": "the run folder's tensorboard/ must be a folder tricklab can make and write",
+    "wandb": "`wandb login`, or WANDB_MODE=offline to log without an account",
+}
 # The result's final numbers that TensorBoard's hparams and W&B's summary show.
 FINAL_METRICS = ("val_acc", "val_loss", "val_acc_tta", "train_seconds", "record_seconds")
 
@@ -84,7 +101,8 @@ class RunLoggers:
 
     Made before the run folder is claimed: a missing package, or a logger other than jsonl in a
     run without a folder (`has_folder`), is a TrickLabError then. `open(result)` at the run's
-    start, `log_epoch(row)` per epoch, `close()` at its end, however it ends (it reads the final
+    start (a logger that cannot start is a TrickLabError, with what the loggers made removed),
+    `log_epoch(row)` per epoch, `close()` at its end, however it ends (it reads the final
     numbers and status from `result`; closing twice is harmless)."""
 
     def __init__(self, recipe: Recipe, out: Path | None, *, has_folder: bool) -> None:
@@ -97,14 +115,38 @@ class RunLoggers:
             )
         require_packages(names)
         self._recipe, self._out = recipe, out
-        self._names = names if out is not None else []
+        # W&B last: a local logger that cannot start then leaves no W&B run behind
+        self._names = sorted(names, key=LOGGER_NAMES.index) if out is not None else []
         self._open: list[Logger] = []
         self._result: RunResult | None = None
 
     def open(self, result: RunResult) -> None:
         self._result = result
+        out = self._out
+        if out is None:  # no folder (or not rank 0): nothing to start
+            return
+        made = [out / WRITES[n] for n in self._names if not os.path.lexists(out / WRITES[n])]
         for name in self._names:
-            self._open.append(ADAPTERS[name](self._out, self._recipe))
+            try:
+                self._open.append(ADAPTERS[name](out, self._recipe))
+            except Exception as exc:
+                self._abandon(made)
+                if is_disk_full(exc) or isinstance(exc, TrickLabError):
+                    raise
+                raise start_error(name, exc) from None
+
+    def _abandon(self, made: list[Path]) -> None:
+        """Close the loggers started so far and remove what they made: the run never started."""
+        loggers, self._open = self._open, []
+        for logger in reversed(loggers):
+            with contextlib.suppress(Exception):
+                logger.close(self._result)
+        for path in made:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     def log_epoch(self, row: dict) -> None:
         for logger in self._open:
@@ -120,6 +162,14 @@ class RunLoggers:
                 warnings.warn(
                     f"run.loggers: closing {type(logger).__name__} failed: {exc}", stacklevel=2
                 )
+
+
+def start_error(name: str, exc: BaseException) -> TrickLabError:
+    """One line naming the logger that could not start, why, and what to do."""
+    text = str(exc).strip()
+    why = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    hint = START_HINTS.get(name, "fix it, or leave it out of run.loggers")
+    return TrickLabError(f"run.loggers: {name} could not start: {why} ({hint})")
 
 
 def numeric_metrics(row: dict) -> dict[str, float]:
@@ -223,14 +273,8 @@ class WandbLogger:
     def __init__(self, out: Path, recipe: Recipe) -> None:
         wandb = importlib.import_module("wandb")
         project = recipe.run.wandb_project or os.environ.get("WANDB_PROJECT") or "tricklab"
-        try:
-            self.run = wandb.init(project=project, dir=str(out), config=recipe.to_dict())
-        except wandb.errors.Error as exc:  # not logged in, no network, a bad setting
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TrickLabError(
-                f"run.loggers: wandb could not start a run: {first} (`wandb login`, or "
-                "WANDB_MODE=offline to log without an account)"
-            ) from None
+        # not logged in, no network, a bad setting: RunLoggers.open says so (START_HINTS)
+        self.run = wandb.init(project=project, dir=str(out), config=recipe.to_dict())
 
     def log_epoch(self, row: dict) -> None:
         self.run.log(numeric_metrics(row), step=row["epoch"])
