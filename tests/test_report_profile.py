@@ -17,6 +17,7 @@ from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli import main
 from tricklab.errors import TrickLabError
+from tricklab.measure import profile_cli
 from tricklab.report import write_report
 from tricklab.train.api import train
 from tricklab.train.recipe import load_recipe
@@ -86,7 +87,7 @@ def test_the_model_tables_show_params_macs_latency_and_time_per_gmac(saved, repo
     assert counted == [
         {
             "model": "airbench",
-            "params M": f"{model['params'] / 1e6:.2f}",
+            "params": f"{model['params'] / 1e6:.2f} M",
             "forward GFLOPs": f"{model['forward_flops'] / 1e9:.3f}",
             "forward GMACs": f"{model['forward_macs'] / 1e9:.3f}",
         }
@@ -106,10 +107,13 @@ def test_the_step_table_shows_each_component_with_its_share_and_interval(saved, 
     recorded = data(saved, "step")
     rows = md_rows(md, "component", "(profile_step.json)")
     components = [*recorded["components"], *recorded["inside_forward_backward"]]
+    inside = len(recorded["components"])
+    assert rows[inside]["component"] == "of forward + backward:"  # the terminal's section label
+    rows = rows[:inside] + rows[inside + 1 :]
     assert len(rows) == len(components)
     for row, component in zip(rows, components):
         assert row["component"].endswith(component["name"].replace("_", " "))
-        assert row["share %"] == f"{100 * component['share']:.1f}"
+        assert row["share"] == f"{100 * component['share']:.1f} %"
         assert row["95% interval ms"].startswith("[")
         assert row["measured as"] == component["measured_as"]
         assert ("within noise" in row["note"]) == component["within_noise"]
@@ -138,6 +142,48 @@ def test_report_html_holds_the_same_tables(saved, report):
     component = data(saved, "step")["components"][0]
     assert f"{100 * component['share']:.1f}" in page
     assert html.escape("forward ms") in page and "train ms/GMAC" in page
+
+
+# Each kind's tables in the order the terminal prints them: (first header, text just before it in
+# report.md).
+REPORT_TABLES = {
+    "model": [("model", "Counted, per image"), ("model", "Measured (")],
+    "step": [("component", "(profile_step.json)"), ("operator", "(profile_step.json)")],
+    "loader": [("loader", "(profile_loader.json)")],
+}
+
+
+def printed_tables(text):
+    """(header, rows) of each rich table in a command's printed output, cells stripped."""
+    tables = []
+    for line in text.splitlines():
+        if line.startswith("┏"):
+            tables.append([])
+        elif line.startswith(("┃", "│")):
+            tables[-1].append([cell.strip() for cell in line[1:-1].split(line[0])])
+    return [(table[0], table[1:]) for table in tables]
+
+
+def assert_same_tables(result, md, capsys):
+    """The tables the command prints for `result` hold the header and cells report.md shows."""
+    kind = result["kind"]
+    getattr(profile_cli, f"render_{kind}")(result)
+    printed = printed_tables(capsys.readouterr().out)
+    assert len(printed) == len(REPORT_TABLES[kind])
+    for (header, rows), (first, after) in zip(printed, REPORT_TABLES[kind]):
+        reported = md_rows(md, first, after)
+        assert rows and header == list(reported[0])
+        assert rows == [list(row.values()) for row in reported]
+
+
+@pytest.mark.parametrize("kind", REPORT_TABLES)
+def test_the_terminal_and_the_report_show_the_same_header_and_cells(kind, saved, report, capsys):
+    assert_same_tables(data(saved, kind), report[0], capsys)
+
+
+def test_a_gpu_profile_shows_the_same_cells_in_the_terminal_and_the_report(tmp_path, capsys):
+    report = write_report([], tmp_path / "r", profiles=[H100_MODEL])  # MFU and a precision column
+    assert_same_tables(json.loads(H100_MODEL.read_text()), report.md_path.read_text(), capsys)
 
 
 def test_a_cuda_profile_shows_the_gpu_its_cuda_build_and_mfu(tmp_path):

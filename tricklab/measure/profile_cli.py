@@ -1,5 +1,6 @@
 """`tricklab profile model|step|loader`: argument parsing and rendering (the measuring is in
-profile_model.py, profile_step.py and profile_loader.py, each callable from Python alone).
+profile_model.py, profile_step.py and profile_loader.py, each callable from Python alone; the
+tables' cells, shared with the report, in profile_tables.py).
 
 No torch import at module level: the main CLI imports this module to build its parser.
 """
@@ -13,8 +14,10 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
+import tricklab.measure.profile_tables as tables
 from tricklab.clitools import recipe_and_overrides, wide_console
 from tricklab.errors import TrickLabError
+from tricklab.measure.profile_tables import ProfileTable
 
 SWITCHES = {"on": True, "true": True, "off": False, "false": False}
 MODEL_OVERRIDE_KEYS = ("model.width", "model.widths", "data.image_size")
@@ -92,26 +95,21 @@ def _print_json(result: dict) -> None:
     print(json.dumps(json_safe(dated)))
 
 
-def _num(value: float | None, missing: str = "-") -> str:
-    """Three significant digits, without exponents for large values (1,090 not 1.09e+03)."""
-    if value is None:
-        return missing
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+def _print_table(console, title: str, table: ProfileTable) -> None:
+    """A profile table (profile_tables.py: the same cells as the report's) as a rich Table, then
+    its notes."""
+    from rich.table import Table
 
-
-def _ms(row: dict) -> str:
-    """median ±half the interquartile range, in % of the median."""
-    spread = 50 * (row["q3_ms"] - row["q1_ms"]) / row["median_ms"] if row["median_ms"] else 0
-    return f"{_num(row['median_ms'])} ±{spread:.0f}%"
-
-
-def _opt(value, spec: str, missing: str = "-") -> str:
-    return missing if value is None else format(value, spec)
-
-
-def _word(value) -> str:
-    """on/off for switches, the value otherwise."""
-    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+    shown = Table(title=title)
+    for column, align in zip(table.header, table.align):
+        shown.add_column(column, justify="left" if align == "l" else "right")
+    for index, row in enumerate(table.rows):
+        if index in table.sections:
+            shown.add_section()
+        shown.add_row(*row)
+    console.print(shown)
+    for note in table.notes:
+        console.print(note)
 
 
 # ---------------------------------------------------------------- model
@@ -156,65 +154,15 @@ def cmd_profile_model(args: argparse.Namespace) -> int:
 
 
 def render_model(result: dict) -> None:
-    from rich.table import Table
-
     console = wide_console()
     c, h, w = result["image_shape"]
-    table = Table(title=f"models ({c}×{h}×{w} input, per image)")
-    for column in ("model", "params", "forward GFLOPs", "forward GMACs"):
-        table.add_column(column, justify="left" if column == "model" else "right")
-    for m in result["models"]:
-        table.add_row(
-            m["name"],
-            f"{m['params'] / 1e6:.2f} M",
-            f"{m['forward_flops'] / 1e9:.3f}",
-            f"{m['forward_macs'] / 1e9:.3f}",
-        )
-    console.print(table)
-    console.print(result["macs_note"])
-    rows = result["results"]
-    varying = [
-        key for key in ("precision", "compile", "channels_last") if len({r[key] for r in rows}) > 1
-    ]
-    fixed = ", ".join(
-        f"{k} {_word(rows[0][k])}"
-        for k in ("precision", "compile", "channels_last")
-        if k not in varying
-    )
-    table = Table(
-        title=f"latency on {result['hardware']['device_name']} ({result['device']}, "
-        f"{_threads_text(result)}; {fixed}): "
+    _print_table(console, f"models ({c}×{h}×{w} input, per image)", tables.model_counted(result))
+    title = (
+        f"latency on {result['hardware']['device_name']} ({result['device']}, "
+        f"{_threads_text(result)}; {tables.fixed_settings(result)}): "
         f"median ±half the IQR of {result['repeats']} interleaved repeats"
     )
-    has_mfu = any(r["mfu"] is not None for r in rows)
-    columns = ["model", "batch", *varying, "forward ms", "train step ms", "train img/s",
-               "train TFLOP/s", *(["MFU %"] if has_mfu else []), "fwd ms/GMAC", "train ms/GMAC"]  # fmt: skip
-    compiled = any(r["compile_seconds"] is not None for r in rows)
-    if compiled:
-        columns.append("compile s")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "model" else "right")
-    for r in rows:
-        cells = [r["model"], str(r["batch_size"]), *(_word(r[k]) for k in varying)]
-        cells += [
-            _ms(r["forward_ms"]),
-            _ms(r["train_step_ms"]),
-            f"{r['train_images_per_second']:,.0f}",
-            _num(r["train_tflops"]),
-            *([_opt(r["mfu"] and 100 * r["mfu"], ".1f", "n/a")] if has_mfu else []),
-            _num(r["forward_ms_per_gmac"]),
-            _num(r["train_ms_per_gmac"]),
-        ]
-        if compiled:
-            cells.append(_opt(r["compile_seconds"], ".1f"))
-        table.add_row(*cells)
-    console.print(table)
-    console.print(result["train_step_note"])
-    if any(v is None for v in result["peak_tflops"].values()):
-        console.print(
-            f"MFU unavailable on {result['device']}: no peak FLOP/s known for it "
-            "(tricklab.measure.mfu has a table of GPUs); give --peak-tflops"
-        )
+    _print_table(console, title, tables.model_measured(result))
 
 
 # ---------------------------------------------------------------- step
@@ -236,8 +184,6 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
 
 
 def render_step(result: dict) -> None:
-    from rich.table import Table
-
     console = wide_console()
     title = (
         f"{result['recipe'] or 'recipe'}: step {result['step_ms']:,.1f} ms at batch "
@@ -245,66 +191,9 @@ def render_step(result: dict) -> None:
         f"({_threads_text(result)}); medians of {result['repeats']} "
         "interleaved rounds, 95% paired-bootstrap intervals"
     )
-    table = Table(title=title)
-    for column in ("component", "ms/step", "share", "95% interval ms", "measured as", "note"):
-        table.add_column(
-            column, justify="left" if column in ("component", "measured as", "note") else "right"
-        )
-
-    def add(c: dict, indent: str = "") -> None:
-        note = []
-        if c["within_noise"]:
-            note.append("within noise")
-        if c["ms_raw"] < 0:
-            note.append(f"clipped from {_num(c['ms_raw'])}")
-        table.add_row(
-            indent + c["name"].replace("_", " "),
-            f"{_num(c['ms'])}",
-            f"{100 * c['share']:.1f} %",
-            f"[{_num(c['ci_low_ms'])}, {_num(c['ci_high_ms'])}]",
-            c["measured_as"],
-            ", ".join(note),
-        )
-
-    for c in result["components"]:
-        add(c)
-    if result["inside_forward_backward"]:
-        table.add_section()
-        table.add_row("of forward + backward:", "", "", "", "", "")
-        for c in result["inside_forward_backward"]:
-            add(c, "  ")
-    console.print(table)
-    replaced = ", ".join(f"{n} {k}" for k, n in result["replaced_modules"].items()) or "none"
-    console.print(
-        f"replaced by identity in the bare copy: {replaced} (modules; functional calls remain)"
-    )
-    if result["components_sum_ms"] > result["step_ms"] * 1.0001:
-        console.print(
-            f"the clipped components add up to {result['components_sum_ms']:,.1f} ms, above the "
-            "measured step: negative differences (noise) count as 0"
-        )
-    e = result["evaluation"]
-    line = f"evaluation: {_num(e['seconds'])} s per pass over {e['images']:,} images"
-    if e["tta_seconds"] is not None:
-        line += f"; with TTA {e['tta']}: {_num(e['tta_seconds'])} s"
-    console.print(line)
-    if result["compile_seconds"]:
-        console.print(f"compilation and warm-up, apart: {result['compile_seconds']:.1f} s")
-    ops = Table(
-        title=f"top operators by self time, per step ({result['profiled_steps']} steps profiled)"
-    )
-    on_device = any(o["self_device_ms_per_step"] is not None for o in result["top_operators"])
-    columns = ["operator", "calls/step", "self CPU ms/step"]
-    if on_device:
-        columns.append("self device ms/step")
-    for column in [*columns, "share"]:
-        ops.add_column(column, justify="left" if column == "operator" else "right")
-    for o in result["top_operators"]:
-        cells = [o["name"], f"{_num(o['calls_per_step'])}", f"{_num(o['self_cpu_ms_per_step'])}"]
-        if on_device:
-            cells.append(f"{_num(o['self_device_ms_per_step'])}")
-        ops.add_row(*cells, f"{100 * o['self_share']:.1f} %")
-    console.print(ops)
+    _print_table(console, title, tables.step_components(result))
+    title = f"top operators by self time, per step ({result['profiled_steps']} steps profiled)"
+    _print_table(console, title, tables.step_operators(result))
     if result["trace"]:
         console.print(
             f"trace written to {result['trace']} (open in https://ui.perfetto.dev or chrome://tracing)"
@@ -349,45 +238,17 @@ def cmd_profile_loader(args: argparse.Namespace) -> int:
 
 
 def render_loader(result: dict) -> None:
-    from rich.table import Table
-
     console = wide_console()
     aug = ", ".join(f"{k} {v}" for k, v in result["augment"].items())
     per = result["batches_per_measurement"] or "one epoch of"
-    table = Table(
-        title=f"{result['dataset']}: {result['train_images']:,} train images "
+    title = (
+        f"{result['dataset']}: {result['train_images']:,} train images "
         f"{'×'.join(map(str, result['image_shape']))}, batch {result['batch_size']}, "
         f"{per} batches per measurement, on {result['device']} "
         f"({_threads_text(result)}); medians of {result['repeats']} "
         f"interleaved rounds; augment: {aug}"
     )
-    step = result["step"]
-    columns = ["loader", "workers", "pin_memory", "images/s", "vs first", "ms/batch", "setup s"]
-    if step:
-        columns.append("of the step")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "loader" else "right")
-    for c in result["configs"]:
-        cells = [
-            c["kind"],
-            _opt(c["num_workers"], "d"),
-            "-" if c["pin_memory"] is None else ("on" if c["pin_memory"] else "off"),
-            f"{c['images_per_second']:,.0f}",
-            f"{c['vs_first']:.3g}×",
-            f"{_num(c['ms_per_batch']['median_ms'])}",
-            f"{c['setup_seconds']:.2f}",
-        ]
-        if step:
-            cells.append(f"{100 * c['step_fraction']:.1f} %")
-        table.add_row(*cells)
-    console.print(table)
-    if step:
-        console.print(
-            f"{result['recipe']}'s step on a batch already on the device: "
-            f"{1e3 * step['seconds']:,.1f} ms at batch {step['batch_size']}"
-        )
-    for note in result["notes"]:
-        console.print(note)
+    _print_table(console, title, tables.loader_configs(result))
 
 
 # ---------------------------------------------------------------- parser
