@@ -1,0 +1,486 @@
+"""The README says what the code does: every command and option it shows is one the CLI's parser
+accepts, every Python name it gives imports (with the arguments it names), every recipe key,
+recipe, dataset and model it uses exists, every repository path it names is there, every extra it
+installs is declared. Nothing is trained or run. A failure names the README line; each check is
+shown to find a mistake planted in a copy of the README.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import re
+import typing
+
+import pytest
+import readme_reading
+from readme_reading import (
+    PACKAGE_FOLDERS,
+    REPO_FOLDERS,
+    ROOT,
+    all_option_strings,
+    at,
+    clear_caches,
+    code_blocks,
+    inline_spans,
+    invocations,
+    line_of,
+    placeholder,
+    prose,
+    readme_text,
+    report,
+    shell_commands,
+)
+
+from tricklab.data.names import DATASET_NAMES
+from tricklab.errors import TrickLabError
+from tricklab.train.recipe import SECTIONS, all_keys, load_recipe
+from tricklab.train.recipe_input import builtin_recipes
+
+# ------------------------------------------------------------------ commands and options
+# Options the README cites from other tools, each with where it is from.
+FOREIGN_OPTIONS = {"--bn-momentum": "timm's train.py, which model.bn_momentum follows"}
+
+
+def benchmark_options() -> set[str]:
+    """The options the benchmark scripts' argparse declares (read from their source, not run)."""
+    found = set()
+    for script in (ROOT / "benchmarks").glob("*.py"):
+        found |= set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text()))
+    return found
+
+
+def command_problems() -> list[str]:
+    return [at(inv.line, problem) for inv in invocations() for problem in inv.problems]
+
+
+def lone_option_problems() -> list[str]:
+    """A `--option` span in the text (`--out DIR` picks the folder) names an option of some
+    tricklab command or benchmark script."""
+    known = all_option_strings() | set(FOREIGN_OPTIONS) | benchmark_options()
+    problems = []
+    for span in inline_spans():
+        first = span.text.split(" ", 1)[0].split("=", 1)[0]
+        if re.fullmatch(r"--[a-z][a-z0-9-]*", first) and first not in known:
+            problems.append(at(span.line, f"no tricklab command has the option {first}"))
+    return problems
+
+
+# ------------------------------------------------------------------ recipes, datasets, models
+RECIPE_KEY = re.compile(r"(?<![\w./-])(" + "|".join(SECTIONS) + r")\.([a-z_*]+)(?==|: |$)", re.M)
+
+
+def recipe_key_problems() -> list[str]:
+    """`section.field=...`, `section.field: ...` and a span that is just `section.field`."""
+    keys = set(all_keys())
+    problems = set()
+    texts = [(s.line, s.text) for s in (*shell_commands(), *inline_spans())]
+    texts += list(enumerate(readme_text().splitlines(), start=1))
+    for line, text in texts:
+        for match in RECIPE_KEY.finditer(text):
+            key = match.group(0)
+            if key.endswith("*"):  # `run.early_stopping_*`, `aug.*`
+                if not any(k.startswith(key[:-1]) for k in keys):
+                    problems.add(at(line, f"no recipe key matches {key}"))
+            elif key not in keys:
+                problems.add(at(line, f"{key} is no recipe key"))
+    return sorted(problems, key=lambda p: int(p.split(":")[1]))
+
+
+def recipe_name_problems() -> list[str]:
+    """A command's RECIPE, --recipe, --baseline's first word and load_recipe's first argument
+    are built-in recipes, and the recipes table lists every built-in one."""
+    named = []
+    for inv in invocations():
+        if inv.path in (["train"], ["profile", "step"]) and inv.positionals:
+            named.append((inv.line, inv.positionals[0]))
+        for option in ("--recipe", "--baseline"):
+            named += [(inv.line, v) for v in inv.option_values.get(option, [])[:1]]
+    for match in re.finditer(r"load_recipe\(\"([^\"]+)\"", readme_text()):
+        named.append((line_of(match.start()), match.group(1)))
+    shipped = set(builtin_recipes())
+    problems = [
+        at(line, f"no built-in recipe {word!r}")
+        for line, word in named
+        if "=" not in word and not placeholder(word) and word not in shipped
+    ]
+    start = readme_text().index("| recipe | what it is |")
+    table = readme_text()[start:].split("\n\n", 1)[0]
+    listed = {
+        name for pair in re.findall(r"^\| `([\w-]+)`|, `([\w-]+)`", table, re.M) for name in pair
+    }
+    problems += [
+        at(line_of(start), f"the recipes table leaves out {name!r}")
+        for name in sorted(shipped - listed)
+    ]
+    return problems
+
+
+def command_recipes() -> list[tuple[int, str | None, list[str]]]:
+    """(line, recipe, overrides) of every recipe a train/speedrun/ablate/sweep/profile command
+    builds as written: an ablation's baseline and the baseline with each value of each --vary;
+    commands with a placeholder (RECIPE, KEY=V1,V2, optim.lr=...) left out."""
+    from tricklab.experiments import parse_vary
+
+    found = []
+    for inv in invocations():
+        words = inv.positionals
+        if inv.path in (["ablate"], ["sweep"]):
+            words = inv.option_values.get("--baseline", []) + words
+        elif inv.path in (["speedrun"], ["profile", "loader"], ["profile", "model"]):
+            default = ["speedrun94"] if inv.path == ["speedrun"] else []
+            words = (inv.option_values.get("--recipe") or default) + [w for w in words if "=" in w]
+        elif inv.path not in (["train"], ["profile", "step"]):
+            continue
+        recipe = words[0] if words and "=" not in words[0] else None
+        overrides = [w for w in words if "=" in w]
+        if (recipe is not None and placeholder(recipe)) or any(map(placeholder, overrides)):
+            continue
+        if recipe is None and not overrides:
+            continue
+        found.append((inv.line, recipe, overrides))
+        vary = [v for v in inv.option_values.get("--vary", []) if not placeholder(v)]
+        for key, values in parse_vary(vary).items():
+            found += [(inv.line, recipe, [*overrides, f"{key}={value}"]) for value in values]
+    return found
+
+
+def recipe_load_problems() -> list[str]:
+    problems = []
+    for line, recipe, overrides in command_recipes():
+        try:
+            load_recipe(recipe, overrides)
+        except TrickLabError as exc:
+            problems.append(at(line, f"{recipe or ''} {' '.join(overrides)}: {exc}"))
+    return problems
+
+
+def dataset_problems() -> list[str]:
+    problems = []
+    for inv in invocations():
+        if inv.path in (["data", "show"], ["profile", "loader"]) and inv.positionals:
+            name = inv.positionals[0]
+            if not placeholder(name) and "=" not in name and name not in DATASET_NAMES:
+                problems.append(at(inv.line, f"no dataset {name!r}"))
+    for match in re.finditer(r"data\.name=([a-z0-9-]+)", readme_text()):
+        if match.group(1) not in DATASET_NAMES:
+            problems.append(at(line_of(match.start()), f"no dataset {match.group(1)!r}"))
+    return problems
+
+
+def model_problems() -> list[str]:
+    """The models a `profile model` or `models` command names, and the list under Recipes."""
+    from tricklab.models import list_models
+
+    registered = {info.name for info in list_models()}
+    problems = [
+        at(inv.line, f"no model {name!r}")
+        for inv in invocations()
+        if inv.path in (["profile", "model"], ["models"])
+        for name in inv.positionals
+        if "=" not in name and ":" not in name and not placeholder(name)
+        if name not in registered
+    ]
+    start = readme_text().index("\nModels (`tricklab models`") + 1
+    listed = re.findall(r"`([a-z0-9-]+)`", readme_text()[start:].split(";", 1)[0])
+    assert len(listed) >= 8, "README.md: the Models paragraph lists fewer models than it did"
+    problems += [at(line_of(start), f"no model {m!r}") for m in listed if m not in registered]
+    return problems
+
+
+# ------------------------------------------------------------------ Python names
+def resolve(dotted: str) -> typing.Any:
+    """What `import a.b` then `a.b.c` gives: attributes first (`tricklab.train` is the function),
+    else the submodule of that name."""
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            obj = importlib.import_module(".".join(parts[: i + 1]))
+    return obj
+
+
+PY_NAME = re.compile(r"^(\.?[a-z_][\w.]*)(\((.*)\))?( -> (\w+))?$")
+
+
+def python_names() -> list[tuple[int, str, str | None, str | None]]:
+    """(line, dotted name, argument text, returned class) of each `tricklab.x...` span; a span
+    starting with a dot (`.profile_step.profile_step`) continues the package of the name before
+    it on that line."""
+    found, package = [], {}
+    for span in inline_spans():
+        match = PY_NAME.match(span.text)
+        if not match or not span.text.startswith(("tricklab.", ".")):
+            continue
+        name, args, returns = match.group(1), match.group(3), match.group(5)
+        if name.startswith("."):
+            if span.line not in package:
+                continue
+            name = package[span.line] + name
+        else:
+            package[span.line] = name.rsplit(".", 2)[0]
+        found.append((span.line, name, args, returns))
+    return found
+
+
+def python_name_problems() -> list[str]:
+    problems = []
+    for line, name, args, returns in python_names():
+        try:
+            obj = resolve(name)
+        except (ImportError, AttributeError) as exc:
+            problems.append(at(line, f"{name} does not import ({exc})"))
+            continue
+        signature = inspect.signature(obj) if callable(obj) else None
+        if args is not None and signature is not None:
+            for arg in re.split(r",\s*", args):
+                arg = arg.split("=", 1)[0].strip()
+                if re.fullmatch(r"[a-z_]\w*", arg) and arg not in signature.parameters:
+                    problems.append(at(line, f"{name}() has no parameter {arg!r}"))
+        if returns is not None and signature is not None:
+            annotation = signature.return_annotation  # a string under postponed annotations
+            if getattr(annotation, "__name__", annotation) != returns:
+                problems.append(at(line, f"{name}() does not return {returns}"))
+    return problems
+
+
+def example_problems() -> list[str]:
+    """The Python examples call tricklab's functions with arguments they take, and read fields
+    a RunResult has (those its comment lists too)."""
+    import tricklab
+
+    fields = {f.name for f in dataclasses.fields(tricklab.RunResult)}
+    problems = []
+    for lang, start, body in code_blocks():
+        if lang != "python":
+            continue
+        for node in ast.walk(ast.parse("\n".join(body))):
+            line = start + getattr(node, "lineno", 1) - 1
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                if isinstance(owner, ast.Name) and owner.id == "tricklab":
+                    keywords = {k.arg: k.value for k in node.keywords}
+                    try:
+                        inspect.signature(resolve(f"tricklab.{node.func.attr}")).bind(
+                            *node.args, **keywords
+                        )
+                    except (TypeError, AttributeError, ImportError) as exc:
+                        problems.append(at(line, f"tricklab.{node.func.attr}: {exc}"))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id == "result" and node.attr not in fields:
+                    problems.append(at(line, f"RunResult has no field {node.attr}"))
+        for offset, text in enumerate(body):
+            if text.startswith("# RunResult:"):
+                for word in re.findall(r"\b(?:status|[a-z]+_[a-z_]+)\b", text):
+                    if word not in fields:
+                        problems.append(at(start + offset, f"RunResult has no field {word}"))
+    return problems
+
+
+# ------------------------------------------------------------------ paths, extras, links
+PATH = re.compile(
+    r"(?<![\w./~$<-])((?:"
+    + "|".join(re.escape(f) for f in (*REPO_FOLDERS, *PACKAGE_FOLDERS))
+    + r")/[\w./-]*[\w/])"
+)
+BARE_FILE = re.compile(r"(?<![\w./~$<-])([a-z_]\w*\.(?:py|sh))\b")
+
+
+def path_problems() -> list[str]:
+    """Repository paths (`benchmarks/x.py`, `tricklab/train/`, `train/distributed.py`, a bare
+    `clitools.py`) and relative links exist; airbench's own files are left alone."""
+    problems = []
+    for span in (*inline_spans(), *shell_commands()):
+        for match in PATH.finditer(span.text):
+            path = match.group(1)
+            head = path.split("/", 1)[0]
+            if head not in REPO_FOLDERS and "." not in path:
+                continue  # `data/` alone is a word, not a path
+            candidates = [ROOT / path, ROOT / "tricklab" / path]
+            if not any(c.exists() for c in candidates):
+                problems.append(at(span.line, f"no such file or folder {path}"))
+        for match in BARE_FILE.finditer(span.text):
+            name = match.group(1)
+            if not name.startswith("airbench") and not any(ROOT.glob(f"*/**/{name}")):
+                problems.append(at(span.line, f"no file named {name} in the repository"))
+    for match in re.finditer(r"\]\(([^)#:]+)\)", readme_text()):
+        if not (ROOT / match.group(1)).exists():
+            problems.append(at(line_of(match.start()), f"the link {match.group(1)} leads nowhere"))
+    return problems
+
+
+def extra_problems() -> list[str]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = set(pyproject["project"]["optional-dependencies"])
+    problems = []
+    for number, line in enumerate(readme_text().splitlines(), start=1):
+        for match in re.finditer(r"pip install[^`\n]*?(?:\.|tricklab)\[([\w,-]+)\]", line):
+            problems += [
+                at(number, f"no extra [{extra}] in pyproject.toml")
+                for extra in match.group(1).split(",")
+                if extra not in extras
+            ]
+    return problems
+
+
+def anchor_problems() -> list[str]:
+    """`[...](#when-things-go-wrong)` finds its heading (GitHub's anchors)."""
+    anchors = {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", prose(), re.M)
+    }
+    return [
+        at(line_of(m.start()), f"no heading for #{m.group(1)}")
+        for m in re.finditer(r"\]\(#([\w-]+)\)", readme_text())
+        if m.group(1) not in anchors
+    ]
+
+
+CHECKS = {
+    "commands": command_problems,
+    "lone options": lone_option_problems,
+    "recipe keys": recipe_key_problems,
+    "recipe names": recipe_name_problems,
+    "recipes load": recipe_load_problems,
+    "datasets": dataset_problems,
+    "models": model_problems,
+    "python names": python_name_problems,
+    "examples": example_problems,
+    "paths": path_problems,
+    "extras": extra_problems,
+    "anchors": anchor_problems,
+}
+
+
+# ------------------------------------------------------------------ the tests
+def test_every_command_and_option_the_readme_shows_is_one_the_parser_accepts():
+    paths = {" ".join(inv.path) for inv in invocations()}
+    for command in ("demo", "train", "speedrun", "ablate", "sweep", "results", "report"):
+        assert command in paths  # the reading finds them
+    assert {"data show", "profile model", "profile step", "profile loader"} <= paths
+    assert not (problems := command_problems()), report(problems)
+
+
+def test_an_option_named_alone_in_the_text_belongs_to_some_command():
+    assert not (problems := lone_option_problems()), report(problems)
+
+
+def test_every_recipe_key_the_readme_writes_exists():
+    assert not (problems := recipe_key_problems()), report(problems)
+
+
+def test_every_recipe_the_readme_names_is_shipped_and_the_table_lists_every_shipped_one():
+    assert not (problems := recipe_name_problems()), report(problems)
+
+
+def test_every_command_recipe_with_its_overrides_and_varied_values_loads():
+    assert len(command_recipes()) > 40  # the commands of every section
+    assert not (problems := recipe_load_problems()), report(problems)
+
+
+def test_every_dataset_the_readme_names_exists():
+    assert not (problems := dataset_problems()), report(problems)
+
+
+def test_every_model_the_readme_lists_or_profiles_is_registered():
+    assert not (problems := model_problems()), report(problems)
+
+
+def test_every_python_name_imports_and_takes_the_arguments_the_readme_shows():
+    table = readme_text().split("## What is in it", 1)[1].split("\n\n", 2)[1]
+    first = line_of(readme_text().index(table))
+    in_table = [n for n in python_names() if first <= n[0] <= first + table.count("\n")]
+    assert len(in_table) >= 12  # every row's Python column, the profile row's three included
+    assert not (problems := python_name_problems()), report(problems)
+
+
+def test_the_python_example_calls_what_exists_with_arguments_it_takes():
+    assert any(lang == "python" for lang, _, _ in code_blocks())
+    assert not (problems := example_problems()), report(problems)
+
+
+def test_every_repository_path_the_readme_names_exists():
+    assert not (problems := path_problems()), report(problems)
+
+
+def test_every_extra_the_readme_installs_is_declared():
+    assert not (problems := extra_problems()), report(problems)
+
+
+def test_every_link_to_a_section_finds_its_heading():
+    assert not (problems := anchor_problems()), report(problems)
+
+
+def test_the_quick_start_commands_are_the_ones_ci_runs():
+    """`.ci/run` installs and tests exactly as the Quick start says (its pip only quieter)."""
+    blocks = [body for lang, _, body in code_blocks() if lang == "bash"]
+    assert blocks[0][0] == (
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && tricklab demo"
+    )
+    test_command = next(body[0] for body in blocks if "pytest" in body[0])
+    assert test_command.endswith('pip install -e ".[dev]" && pytest -q')
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()[-1]
+    assert ci.replace("pip install -q ", "pip install ") == test_command
+
+
+PLANTED = """
+## Planted mistakes
+
+```bash
+tricklab speedrun --runz 3
+tricklab profile steps
+tricklab train speedrun99
+tricklab train speedrun94 optim.lrr=0.1 tricks.precision=64-true
+tricklab ablate --baseline speedrun94 --vary tricks.tta=mirror
+tricklab data show cifar11
+tricklab profile model resnet19
+```
+
+```python
+result = tricklab.train(recipe, outdir="runs/x")
+print(result.accuracy)
+```
+
+`--no-such-option`, `tricklab.measure.nothing_here`, `tricklab.demo.run_demo(out_folder)`,
+`benchmarks/nothing.py`, `nothing_here.py`, `pip install -e ".[nothing]"`,
+[here](#no-such-heading), [there](examples/none.py)
+"""
+# What each check must report: the planted line holding each of these texts.
+PLANTED_AT = {
+    "commands": ("--runz", "profile steps"),
+    "lone options": ("`--no-such-option`",),
+    "recipe keys": ("optim.lrr",),
+    "recipe names": ("train speedrun99",),
+    "recipes load": ("train speedrun99", "optim.lrr", "tricks.tta=mirror"),
+    "datasets": ("cifar11",),
+    "models": ("resnet19",),
+    "python names": ("nothing_here`",),
+    "examples": ("outdir=", "result.accuracy"),
+    "paths": ("benchmarks/nothing.py", "(examples/none.py)"),
+    "extras": ('".[nothing]"',),
+    "anchors": ("#no-such-heading",),
+}
+
+
+@pytest.fixture
+def planted_readme(tmp_path, monkeypatch):
+    real = readme_reading.README.read_text(encoding="utf-8")
+    copy = tmp_path / "README.md"
+    copy.write_text(real + PLANTED, encoding="utf-8")
+    monkeypatch.setattr(readme_reading, "README", copy)
+    clear_caches()
+    yield copy.read_text(encoding="utf-8").splitlines()
+    clear_caches()
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_each_check_finds_the_mistake_planted_for_it_and_names_its_line(planted_readme, check):
+    reported = {int(problem.split(":")[1]) for problem in CHECKS[check]()}
+    for text in PLANTED_AT[check]:
+        (line,) = [n for n, row in enumerate(planted_readme, start=1) if text in row]
+        assert line in reported, f"{check}: README.md:{line} ({text}) not reported"
