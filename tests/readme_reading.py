@@ -197,6 +197,13 @@ def parse_invocation(line: int, argv: list[str]) -> Invocation:
                     i += 1
                     if not many:
                         break
+            if "=" in word:
+                taken = [word.split("=", 1)[1]]
+            for value in taken if action.choices else ():
+                for choice in value.strip("[]()").split("|"):  # `--format table|md|json`
+                    if not placeholder(choice) and choice not in action.choices:
+                        where = " ".join(["tricklab", *path])
+                        problems.append(f"`{where} {name}` does not take {choice!r}")
             values.setdefault(name, []).extend(taken)
             continue
         subs = subcommands(parser)

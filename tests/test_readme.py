@@ -433,6 +433,7 @@ PLANTED = """
 
 ```bash
 tricklab speedrun --runz 3
+tricklab sweep --space s.yaml --sampler bayes
 tricklab profile steps
 tricklab train speedrun99
 tricklab train speedrun94 optim.lrr=0.1 tricks.precision=64-true
@@ -452,7 +453,7 @@ print(result.accuracy)
 """
 # What each check must report: the planted line holding each of these texts.
 PLANTED_AT = {
-    "commands": ("--runz", "profile steps"),
+    "commands": ("--runz", "profile steps", "--sampler bayes"),
     "lone options": ("`--no-such-option`",),
     "recipe keys": ("optim.lrr",),
     "recipe names": ("train speedrun99",),
