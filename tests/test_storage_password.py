@@ -166,8 +166,14 @@ def test_ablate_and_results_show_and_store_the_url_without_its_password(
     import optuna
 
     study = optuna.load_study(study_name="pw", storage=secret)
-    assert PASSWORD not in json.dumps(study.user_attrs)
+    assert shown in study.user_attrs["provenance"]["command"]
+    stored = [study.user_attrs, *(t.user_attrs for t in study.trials)]  # runs' records too
+    assert PASSWORD not in json.dumps(stored, default=str)
     no_password_under(tmp_path / "exp")
+
+    assert main(["report", "pw", "--storage", secret, "--out", str(tmp_path / "report")]) == 0
+    output(capsys)
+    no_password_under(tmp_path / "report")
 
 
 def test_sweep_prints_the_url_without_its_password(database, tmp_path, capsys, monkeypatch):

@@ -40,7 +40,7 @@ class Source:
 
     name: str
     kind: str  # ablation | sweep | speedrun | runs
-    location: str  # storage URL or folder(s)
+    location: str  # storage URL (its password as ***) or folder(s)
     records: list[dict[str, Any]]
     rows: list[Any]  # ConfigStats, reference first
     meta: dict[str, Any] = field(default_factory=dict)
@@ -154,7 +154,7 @@ def load_study(name: str, storage: str | None = None, out_dir: str | None = None
     url = check_study(name, storage, out_dir)
     meta, rows = study_results(name, storage, out_dir=out_dir)
     records = collect_runs(open_stored(open_storage(url, must_exist=True), name))
-    return Source(name, meta["kind"], url, records, rows, meta)
+    return Source(name, meta["kind"], meta["storage"], records, rows, meta)  # URL as shown
 
 
 def _folder_studies(folder: Path) -> list[Source]:
