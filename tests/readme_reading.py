@@ -265,8 +265,9 @@ def report(problems: list[str]) -> str:
     return "README.md does not match the code:\n" + "\n".join(problems)
 
 
-def line_of(offset: int) -> int:
-    return readme_text().count("\n", 0, offset) + 1
+def line_of(offset: int, text: str | None = None) -> int:
+    """The line of an offset into the README (or into prose(), which keeps its lines)."""
+    return (readme_text() if text is None else text).count("\n", 0, offset) + 1
 
 
 def at(line: int, message: str) -> str:

@@ -36,7 +36,7 @@ from readme_reading import (
 
 from tricklab.data.names import DATASET_NAMES
 from tricklab.errors import TrickLabError
-from tricklab.train.recipe import SECTIONS, all_keys, load_recipe
+from tricklab.train.recipe import SECTIONS, all_keys, field_table, load_recipe
 from tricklab.train.recipe_input import builtin_recipes
 
 # ------------------------------------------------------------------ commands and options
@@ -154,6 +154,31 @@ def recipe_load_problems() -> list[str]:
             load_recipe(recipe, overrides)
         except TrickLabError as exc:
             problems.append(at(line, f"{recipe or ''} {' '.join(overrides)}: {exc}"))
+    return problems
+
+
+CHOICE_LIST = re.compile(
+    r"`(" + "|".join(SECTIONS) + r")\.(\w+)`\s+([\w-]+(?:\s+\|\s+[\w-]+)+)", re.S
+)
+
+
+def choice_list_problems() -> list[str]:
+    """`tricks.tta` none | flip | flip-translate: each value listed is one the field allows, and
+    the Datasets section names every dataset."""
+    choices = {row["key"]: row["choices"] or [] for row in field_table()}
+    problems = []
+    for match in CHOICE_LIST.finditer(prose()):
+        key = f"{match.group(1)}.{match.group(2)}"
+        for value in re.split(r"\s+\|\s+", match.group(3)):
+            if value not in choices.get(key, []):
+                line = line_of(match.start(), prose())
+                problems.append(at(line, f"{key} does not allow {value!r}"))
+    section = prose().split("\n## Datasets", 1)[1].split("\n## ", 1)[0]
+    problems += [
+        at(line_of(prose().index("\n## Datasets") + 1, prose()), f"Datasets leaves out {name}")
+        for name in DATASET_NAMES
+        if f"`{name}`" not in section
+    ]
     return problems
 
 
@@ -347,6 +372,7 @@ CHECKS = {
     "recipe keys": recipe_key_problems,
     "recipe names": recipe_name_problems,
     "recipes load": recipe_load_problems,
+    "choice lists": choice_list_problems,
     "datasets": dataset_problems,
     "models": model_problems,
     "python names": python_name_problems,
@@ -381,6 +407,11 @@ def test_every_recipe_the_readme_names_is_shipped_and_the_table_lists_every_ship
 def test_every_command_recipe_with_its_overrides_and_varied_values_loads():
     assert len(command_recipes()) > 40  # the commands of every section
     assert not (problems := recipe_load_problems()), report(problems)
+
+
+def test_the_values_the_readme_lists_for_a_field_are_its_choices():
+    assert len(CHOICE_LIST.findall(prose())) >= 6  # optim.name, schedule.name, tricks.tta, ...
+    assert not (problems := choice_list_problems()), report(problems)
 
 
 def test_every_dataset_the_readme_names_exists():
@@ -447,7 +478,7 @@ result = tricklab.train(recipe, outdir="runs/x")
 print(result.accuracy)
 ```
 
-`--no-such-option`, `tricklab.measure.nothing_here`, `tricklab.demo.run_demo(out_folder)`,
+`tricks.tta` none | flip | mirror, `--no-such-option`, `tricklab.measure.nothing_here`, `tricklab.demo.run_demo(out_folder)`,
 `benchmarks/nothing.py`, `nothing_here.py`, `pip install -e ".[nothing]"`,
 [here](#no-such-heading), [there](examples/none.py)
 """
@@ -458,6 +489,7 @@ PLANTED_AT = {
     "recipe keys": ("optim.lrr",),
     "recipe names": ("train speedrun99",),
     "recipes load": ("train speedrun99", "optim.lrr", "tricks.tta=mirror"),
+    "choice lists": ("| mirror",),
     "datasets": ("cifar11",),
     "models": ("resnet19",),
     "python names": ("nothing_here`",),
