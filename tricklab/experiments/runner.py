@@ -65,7 +65,7 @@ class ExperimentSummary:
     the final status of each such unit; `missing` counts units with no try yet."""
 
     study: str
-    storage: str
+    storage: str  # its URL as shown, a password as *** (storage.shown_url): not for connecting
     kind: str
     planned: int
     ran: int
