@@ -93,8 +93,8 @@ def values(items):
     return {(i.key or ".".join(i.nested_key)): json.loads(i.value_json) for i in items}
 
 
-def test_wandb_offline_run_holds_the_config_and_each_epochs_history(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+def offline_wandb(monkeypatch, home):
+    """W&B in offline mode with its folders under `home`: no network, no account."""
     for name, value in {
         "WANDB_MODE": "offline",
         "WANDB_SILENT": "true",
@@ -102,7 +102,12 @@ def test_wandb_offline_run_holds_the_config_and_each_epochs_history(tmp_path, mo
     }.items():
         monkeypatch.setenv(name, value)
     for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / "home" / name))
+        monkeypatch.setenv(name, str(home / name))
+
+
+def test_wandb_offline_run_holds_the_config_and_each_epochs_history(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    offline_wandb(monkeypatch, tmp_path / "home")
     out = tmp_path / "run"
     result = train(tiny("run.loggers=[wandb]", "run.wandb_project=loggers-test"), out_dir=out)
     assert not (out / "metrics.jsonl").exists()  # only the loggers asked for
@@ -158,18 +163,6 @@ def test_a_wandb_run_that_cannot_start_is_one_line_saying_how_to_log_in(tmp_path
     with pytest.raises(TrickLabError, match="No API key configured.*WANDB_MODE=offline"):
         train(tiny("run.loggers=[jsonl, wandb]"), out_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []  # a setup error: no run recorded, nothing written
-
-
-def offline_wandb(monkeypatch, home):
-    """W&B in offline mode with its folders under `home`: no network, no account."""
-    for name, value in {
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_CONSOLE": "off",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(home / name))
 
 
 def error_line(capsys) -> str:
