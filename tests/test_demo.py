@@ -158,3 +158,14 @@ def test_without_out_each_demo_gets_a_new_runs_folder(tmp_path, monkeypatch):
     assert first != second and first.parent == second.parent == Path("runs")
     assert first.name.endswith("-demo") and (tmp_path / first).is_dir()
     assert (tmp_path / second).is_dir()
+
+
+def test_an_out_folder_named_like_the_study_still_gets_its_report(
+    tmp_path, tricklab_cache_dir, monkeypatch
+):
+    """`tricklab demo --out demo`: the report reads the study from its folder, so a folder named
+    `demo` (the study's name) in the current folder is not taken for the source."""
+    monkeypatch.chdir(tmp_path)
+    result = demo.run_demo("demo", seeds=1, plan=tiny_plan(tricklab_cache_dir))
+    assert result.report.md_path.resolve() == tmp_path / "demo" / "report.md"
+    assert result.report.md_path.is_file() and len(result.report.conclusions) == 3

@@ -190,10 +190,10 @@ def run_demo(
         raise
     except KeyboardInterrupt:
         raise DemoInterrupted(out) from None
+    # The study's folder, not its name: a folder called `demo` here would be taken for the source.
     report = write_report(
-        [STUDY_NAME],
+        [out / "study"],
         out,
-        storage=summary.storage,
         title=f"tricklab demo: {BASELINE_RECIPE} tricks on the CIFAR-10 sample ({device.type})",
     )
     return DemoResult(
