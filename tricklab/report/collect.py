@@ -24,6 +24,7 @@ from tricklab.data.limits import format_bytes
 from tricklab.errors import TrickLabError
 from tricklab.experiments.outcomes import COMPLETE_STATUSES
 from tricklab.report.fmt import config_name
+from tricklab.report.inputs import check_run_result, check_speedrun_summary, read_metrics
 
 # A summary.json of 10,000 runs is about 10 MB; a larger file is no tricklab output.
 MAX_JSON_BYTES = 64 << 20
@@ -229,14 +230,16 @@ def _builtin_recipe(name: str) -> dict[str, Any] | None:
 def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
     from tricklab.experiments.stats import headline_accuracy
 
-    summary = read_json(folder / SPEEDRUN_FILE)
+    summary = check_speedrun_summary(read_json(folder / SPEEDRUN_FILE), folder / SPEEDRUN_FILE)
     recipe = summary.get("recipe") or {}
     name = str(summary.get("recipe_name") or folder.name)
     changes = _changes(recipe, _builtin_recipe(name))
     records = []
     for run in summary.get("runs") or []:
         result_file = folder / f"seed-{run.get('seed')}" / RUN_FILE
-        result = read_json(result_file) if result_file.is_file() else {}
+        result = (
+            check_run_result(read_json(result_file), result_file) if result_file.is_file() else {}
+        )
         record = {**result, **{k: v for k, v in run.items() if v is not None or k not in result}}
         record.setdefault("accuracy", headline_accuracy(record))
         records.append(
@@ -256,10 +259,9 @@ def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
 def _run_records(folder: Path) -> list[dict[str, Any]]:
     from tricklab.experiments.stats import headline_accuracy
 
-    result = read_json(folder / RUN_FILE)
+    result = check_run_result(read_json(folder / RUN_FILE), folder / RUN_FILE)
     if not result.get("epochs") and (folder / "metrics.jsonl").is_file():
-        lines = (folder / "metrics.jsonl").read_text().splitlines()
-        result["epochs"] = [json.loads(line) for line in lines if line.strip()]
+        result["epochs"] = read_metrics(folder / "metrics.jsonl")
     recipe = result.get("recipe") or {}
     return [
         {

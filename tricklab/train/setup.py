@@ -29,6 +29,7 @@ from tricklab.train.loggers import require_packages
 from tricklab.train.loop import Parts
 from tricklab.train.model_memory import check_model_fits
 from tricklab.train.optim import build_optimizer
+from tricklab.train.preflight import check_batchnorm_batches, check_step_sizes
 from tricklab.train.recipe import Recipe
 from tricklab.train.resolve import for_device
 from tricklab.train.schedule import build_scheduler
@@ -191,6 +192,7 @@ def prepare(
     total_steps = math.ceil(recipe.run.epochs * len(train_loader))
     if total_steps < 1:
         raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
+    check_batchnorm_batches(model, train_loader, dataset.image_shape, recipe)  # train/preflight
     loss_scale = precision.loss_scale_for(t.precision, train_loader.batch_size)  # a rank's
     optimizer = build_optimizer(
         model,
@@ -200,6 +202,7 @@ def prepare(
         grad_scaler=t.precision == "16-mixed",
         compile_mode=t.compile,
     )
+    check_step_sizes(optimizer, recipe)
     forward = model if t.compile == "off" else torch.compile(model, mode=t.compile)
     ema = None
     if t.ema_decay > 0:

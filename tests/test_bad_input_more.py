@@ -1,0 +1,165 @@
+"""More bad input through the CLI (round 5 of trying to break it): each case one line on stderr,
+exit code 2, no traceback and nothing left behind."""
+
+import json
+
+import pytest
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.cli import main
+from tricklab.train.preflight import micro_batch_sizes
+
+# 16x16 images: airbench's last BatchNorm sees 1x1 maps, so a batch of one image cannot train
+TINY = [*TINY_SYNTHETIC, "data.train_size=64", "loader.batch_size=32", "run.epochs=1"]
+
+
+def one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    "num_samples, batch_size, drop_last, parts, sizes",
+    [
+        (64, 32, False, 1, {32}),
+        (65, 32, False, 1, {32, 1}),
+        (65, 32, True, 1, {32}),
+        (1, 32, False, 1, {1}),
+        (64, 32, False, 32, {1}),
+        (70, 32, False, 4, {8, 2}),  # the last batch of 6 in chunks of 2
+        (69, 32, False, 4, {8, 2, 1}),  # the last batch of 5: chunks 2, 2, 1
+    ],
+)
+def test_micro_batch_sizes_are_those_the_loop_trains_on(
+    num_samples, batch_size, drop_last, parts, sizes
+):
+    assert micro_batch_sizes(num_samples, batch_size, drop_last, parts) == sizes
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["data.train_size=1"], "the last batch of each epoch (1 of 1 train images"),
+        (["data.train_size=65"], "the last batch of each epoch (1 of 65 train images"),
+        (["loader.batch_size=1"], "loader.batch_size=1 gives a training batch of 1 image"),
+        (["optim.accumulate_steps=32"], "in optim.accumulate_steps=32 micro-batches"),
+    ],
+    ids=["one-image", "last-batch-of-one", "batch-size-1", "micro-batches-of-one"],
+)
+def test_bad_batch_of_one_image_under_batchnorm_is_refused_before_the_run(
+    tmp_path, capsys, bad, message
+):
+    # was: a traceback mid-run ("Expected more than 1 value per channel when training"), exit 1
+    out = tmp_path / "run"
+    assert main(["train", *TINY, *bad, "--out", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert message in line and "BatchNorm layer" in line, line
+    assert not out.exists()
+
+
+def test_a_last_batch_of_one_image_trains_with_drop_last(tmp_path, capsys):
+    args = ["train", *TINY, "data.train_size=65", "loader.drop_last=true", "--json"]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 0
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["optim.lr=1e308"], "peak lr would be 1e+308"),
+        (["optim.weight_decay=1e308"], "peak weight decay would be 1e+308 (optim.weight_decay)"),
+        (["optim.name=muon", "optim.muon_lr=1e300"], "peak lr would be 1e+300"),
+        (["schedule.name=step", "schedule.gamma=1e300"], "peak lr would be inf"),
+        (["schedule.name=cosine", "schedule.final_factor=1e300"], "peak lr would be 1e+299"),
+        (
+            ["optim.lr=1e-300", "optim.weight_decay=0.1", "optim.decoupled_weight_decay=true"],
+            "/ the lr (optim.decoupled_weight_decay)",
+        ),
+        (
+            ["optim.name=adamw", "optim.lr=1e20", "optim.weight_decay=1e20"],
+            "peak lr x weight decay would be 1e+40",
+        ),
+    ],
+    ids=["lr", "weight-decay", "muon-lr", "step-gamma", "cosine-final", "decoupled", "adamw"],
+)
+def test_bad_step_size_beyond_float32_is_refused_before_the_run(tmp_path, capsys, bad, message):
+    # was: "RuntimeError: value cannot be converted to type float without overflow", exit 1
+    out = tmp_path / "run"
+    assert main(["train", *TINY, *bad, "--out", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert message in line and "float32 parameters take" in line, line
+    assert not out.exists()
+
+
+def run_folder(tmp_path, result=None, metrics=None):
+    """A run folder as `tricklab train` leaves it, with `result` merged into a minimal result."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    record = {"status": "complete", "val_acc": 0.5, "train_seconds": 1.0, "epochs": []}
+    record.update(result or {})
+    (folder / "result.json").write_text(json.dumps(record))
+    if metrics is not None:
+        (folder / "metrics.jsonl").write_text(metrics)
+    return folder
+
+
+def test_report_of_a_minimal_run_folder_is_written(tmp_path, capsys):
+    folder = run_folder(tmp_path, metrics='{"epoch": 1, "val_acc": 0.5}\n')
+    assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "report.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "result, metrics, message",
+    [
+        ({"status": None}, None, "no 'status' of the run"),
+        ({"recipe": "x"}, None, "'recipe' is \"x\", not an object"),
+        ({"recipe": {"run": 5}}, None, "a section of 'recipe' is not an object"),
+        ({"recipe": {"run": {"seed": "x"}}}, None, "'recipe.run.seed' is \"x\""),
+        ({"val_acc": "high"}, None, "'val_acc' is \"high\", not a number"),
+        ({"train_seconds": True}, None, "'train_seconds' is true, not a number"),
+        ({"hardware": "x"}, None, "'hardware' is \"x\", not an object"),
+        ({"epochs": [1]}, None, "an epoch row is 1, not an object"),
+        ({"epochs": [{"val_acc": "x"}]}, None, "an epoch row's 'val_acc' is \"x\""),
+        ({}, "not json\n", "metrics.jsonl line 1 is not valid JSON"),
+        ({}, '{"epoch": 1}\n[2]\n', "an epoch row is [2], not an object"),
+    ],
+    ids=[
+        "no-status", "recipe-text", "recipe-section", "seed-text", "accuracy-text",
+        "seconds-bool", "hardware-text", "epoch-number", "epoch-value", "metrics-garbage",
+        "metrics-row-list",
+    ],
+)  # fmt: skip
+def test_report_of_a_damaged_or_foreign_run_folder_is_one_line(
+    tmp_path, capsys, result, metrics, message
+):
+    # was: AttributeError / KeyError / ValueError tracebacks from collect.py and stats.py, exit 1
+    folder = run_folder(tmp_path, result, metrics)
+    assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2
+    line = one_error_line(capsys)
+    assert message in line and str(folder) in line, line
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize(
+    "summary, message",
+    [
+        ({"runs": [1, 2]}, "a run is int, not an object"),
+        ({"runs": {"a": 1}}, "'runs' is not a list"),
+        ({"runs": [{"status": "complete", "seed": "abc"}]}, "'seed' is \"abc\""),
+        ({"runs": [{"status": "complete"}]}, "a run has no whole-number 'seed'"),
+        ({"runs": [], "recipe": [1]}, "'recipe' is [1], not an object"),
+        ({"runs": [], "target_accuracy": "high"}, "'target_accuracy' is \"high\""),
+    ],
+    ids=["runs-numbers", "runs-object", "seed-text", "no-seed", "recipe-list", "target-text"],
+)
+def test_report_of_a_damaged_speedrun_summary_is_one_line(tmp_path, capsys, summary, message):
+    folder = tmp_path / "speedrun"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2
+    line = one_error_line(capsys)
+    assert message in line and "is not a tricklab speedrun summary" in line, line
+    assert not (tmp_path / "report").exists()

@@ -1,0 +1,127 @@
+"""The shape of the run and speedrun files a report reads from folders (result.json, summary.json,
+metrics.jsonl), checked before anything uses them: a file of another tool, or one edited by hand,
+is one TrickLabError line naming the file and the field, not a traceback deep in the statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tricklab.data.limits import format_bytes
+from tricklab.errors import TrickLabError
+
+# Fields a report reads, by the type they must have when present and not null.
+NUMBER_FIELDS = (
+    "accuracy", "val_acc", "val_loss", "val_acc_tta", "val_loss_tta", "train_seconds",
+    "whiten_seconds", "final_eval_seconds", "record_seconds", "compile_seconds", "wall_seconds",
+    "time_to_target_seconds", "peak_memory_bytes", "images_per_second", "params", "forward_macs",
+    "target_accuracy",
+)  # fmt: skip
+MAPPING_FIELDS = ("recipe", "hardware", "provenance", "resolved", "peak_memory")
+TEXT_FIELDS = ("status", "error", "recipe_name")
+MAX_METRICS_BYTES = 64 << 20  # a metrics.jsonl of a million epochs is about 300 MB: none is
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _problem(record: Any, needs_status: bool) -> str | None:
+    """What makes `record` no tricklab run record, or None."""
+    if not isinstance(record, dict):
+        return f"a run is {type(record).__name__}, not an object"
+    if needs_status and not isinstance(record.get("status"), str):
+        return "no 'status' of the run"
+    kinds = (
+        (NUMBER_FIELDS, is_number, "a number"),
+        (MAPPING_FIELDS, lambda v: isinstance(v, dict), "an object"),
+        (TEXT_FIELDS, lambda v: isinstance(v, str), "text"),
+    )
+    for names, fits, kind in kinds:
+        for name in names:
+            value = record.get(name)
+            if value is not None and not fits(value):
+                return f"'{name}' is {json.dumps(value)[:40]}, not {kind}"
+    if "seed" in record and not (isinstance(record["seed"], int) and is_number(record["seed"])):
+        return f"'seed' is {json.dumps(record['seed'])[:40]}, not a whole number"
+    recipe = record.get("recipe") or {}
+    if not all(isinstance(v, dict) for v in recipe.values()):
+        return "a section of 'recipe' is not an object"
+    seed = (recipe.get("run") or {}).get("seed", 0)
+    if not (isinstance(seed, int) and is_number(seed)):
+        return f"'recipe.run.seed' is {json.dumps(seed)[:40]}, not a whole number"
+    epochs = record.get("epochs")
+    if epochs is not None:
+        problem = epochs_problem(epochs)
+        if problem:
+            return problem
+    return None
+
+
+def epochs_problem(epochs: Any) -> str | None:
+    """What makes `epochs` no list of epoch rows (objects of numbers), or None."""
+    if not isinstance(epochs, list):
+        return "'epochs' is not a list"
+    for row in epochs:
+        if not isinstance(row, dict):
+            return f"an epoch row is {json.dumps(row)[:40]}, not an object"
+        bad = next((k for k, v in row.items() if v is not None and not is_number(v)), None)
+        if bad is not None:
+            return f"an epoch row's '{bad}' is {json.dumps(row[bad])[:40]}, not a number"
+    return None
+
+
+def check_run_result(result: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`result` (read from `path`, a result.json); TrickLabError unless a report can read it."""
+    problem = _problem(result, needs_status=True)
+    if problem:
+        raise TrickLabError(f"{path} is not a tricklab run result: {problem}")
+    return result
+
+
+def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`summary` (read from `path`, a summary.json); TrickLabError unless a report can read it."""
+    fields = ("recipe", "hardware", "recipe_name", "target_accuracy")
+    problem = _problem({k: summary.get(k) for k in fields}, needs_status=False)
+    runs = summary.get("runs")
+    if problem is None and runs is not None and not isinstance(runs, list):
+        problem = "'runs' is not a list"
+    for run in (runs or []) if problem is None else []:
+        problem = _problem(run, needs_status=True)
+        if problem is None and not isinstance(run.get("seed"), int):
+            problem = "a run has no whole-number 'seed'"
+        if problem:
+            break
+    if problem:
+        raise TrickLabError(f"{path} is not a tricklab speedrun summary: {problem}")
+    return summary
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The epoch rows of a metrics.jsonl (blank lines skipped); TrickLabError, one line, for one
+    that cannot be read, is too large, or holds a line that is no epoch row."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_METRICS_BYTES:
+            raise TrickLabError(
+                f"{path} is {format_bytes(size)}: larger than any tricklab metrics.jsonl "
+                f"(at most {format_bytes(MAX_METRICS_BYTES)} is read)"
+            )
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise TrickLabError(f"{path} is not UTF-8 text (not a tricklab metrics.jsonl)") from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as exc:
+            raise TrickLabError(f"{path} line {number} is not valid JSON: {exc}") from None
+    problem = epochs_problem(rows)
+    if problem:
+        raise TrickLabError(f"{path} is not a tricklab metrics.jsonl: {problem}")
+    return rows
