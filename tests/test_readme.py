@@ -512,7 +512,7 @@ def planted_readme(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("check", sorted(CHECKS))
-def test_each_check_finds_the_mistake_planted_for_it_and_names_its_line(planted_readme, check):
+def test_each_check_finds_the_error_planted_for_it_and_names_its_line(planted_readme, check):
     reported = {int(problem.split(":")[1]) for problem in CHECKS[check]()}
     for text in PLANTED_AT[check]:
         (line,) = [n for n, row in enumerate(planted_readme, start=1) if text in row]
