@@ -13,6 +13,7 @@ import importlib
 import inspect
 import re
 import typing
+from pathlib import Path
 
 import pytest
 import readme_reading
@@ -31,6 +32,7 @@ from readme_reading import (
     prose,
     readme_text,
     report,
+    segments,
     shell_commands,
 )
 
@@ -44,12 +46,30 @@ from tricklab.train.recipe_input import builtin_recipes
 FOREIGN_OPTIONS = {"--bn-momentum": "timm's train.py, which model.bn_momentum follows"}
 
 
+def script_options(script: Path) -> set[str]:
+    """The options a benchmark script's argparse declares (read from its source, not run)."""
+    return set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text()))
+
+
 def benchmark_options() -> set[str]:
-    """The options the benchmark scripts' argparse declares (read from their source, not run)."""
-    found = set()
-    for script in (ROOT / "benchmarks").glob("*.py"):
-        found |= set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text()))
-    return found
+    return set().union(*map(script_options, (ROOT / "benchmarks").glob("*.py")))
+
+
+def benchmark_command_problems() -> list[str]:
+    """`python benchmarks/loop_overhead.py --repeats 9 --progress`: options that script takes."""
+    problems = []
+    for snippet in (*shell_commands(), *inline_spans()):
+        for segment in segments(snippet):
+            scripts = [i for i, w in enumerate(segment) if re.fullmatch(r"benchmarks/\w+\.py", w)]
+            if not scripts or not (ROOT / segment[scripts[0]]).is_file():
+                continue  # a missing script is path_problems' to report
+            script = segment[scripts[0]]
+            known = script_options(ROOT / script)
+            for word in segment[scripts[0] + 1 :]:
+                option = word.strip("[]()").split("=", 1)[0]
+                if option.startswith("--") and option not in known:
+                    problems.append(at(snippet.line, f"{script} has no option {option}"))
+    return problems
 
 
 def command_problems() -> list[str]:
@@ -369,6 +389,7 @@ def anchor_problems() -> list[str]:
 CHECKS = {
     "commands": command_problems,
     "lone options": lone_option_problems,
+    "benchmark commands": benchmark_command_problems,
     "recipe keys": recipe_key_problems,
     "recipe names": recipe_name_problems,
     "recipes load": recipe_load_problems,
@@ -394,6 +415,10 @@ def test_every_command_and_option_the_readme_shows_is_one_the_parser_accepts():
 
 def test_an_option_named_alone_in_the_text_belongs_to_some_command():
     assert not (problems := lone_option_problems()), report(problems)
+
+
+def test_every_benchmark_command_uses_options_its_script_takes():
+    assert not (problems := benchmark_command_problems()), report(problems)
 
 
 def test_every_recipe_key_the_readme_writes_exists():
@@ -464,6 +489,7 @@ PLANTED = """
 
 ```bash
 tricklab speedrun --runz 3
+python benchmarks/loop_overhead.py --repeat 3
 tricklab sweep --space s.yaml --sampler bayes
 tricklab profile steps
 tricklab train speedrun99
@@ -486,6 +512,7 @@ print(result.accuracy)
 PLANTED_AT = {
     "commands": ("--runz", "profile steps", "--sampler bayes"),
     "lone options": ("`--no-such-option`",),
+    "benchmark commands": ("--repeat 3",),
     "recipe keys": ("optim.lrr",),
     "recipe names": ("train speedrun99",),
     "recipes load": ("train speedrun99", "optim.lrr", "tricks.tta=mirror"),
