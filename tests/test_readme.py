@@ -263,6 +263,9 @@ def python_names() -> list[tuple[int, str, str | None, str | None]]:
     for span in inline_spans():
         match = PY_NAME.match(span.text)
         if not match or not span.text.startswith(("tricklab.", ".")):
+            # a name inside code: `with tricklab.progress.ProgressDisplay(console): ...`
+            for inner in re.finditer(r"(?<![\w.])tricklab(?:\.\w+)+", span.text):
+                found.append((span.line, inner.group(0), None, None))
             continue
         name, args, returns = match.group(1), match.group(3), match.group(5)
         if name.startswith("."):
@@ -518,7 +521,7 @@ result = tricklab.train(recipe, outdir="runs/x")
 print(result.accuracy)
 ```
 
-`tricks.tta` none | flip | mirror, `--no-such-option`, `tricklab.measure.nothing_here`, `tricklab.demo.run_demo(out_folder)`,
+`tricks.tta` none | flip | mirror, `--no-such-option`, `tricklab.measure.nothing_here`, `with tricklab.progress.Nothing():`, `tricklab.demo.run_demo(out_folder)`,
 `benchmarks/nothing.py`, `nothing_here.py`, `pip install -e ".[nothing]"`,
 [here](#no-such-heading), [there](examples/none.py)
 """
@@ -533,7 +536,7 @@ PLANTED_AT = {
     "choice lists": ("| mirror",),
     "datasets": ("cifar11",),
     "models": ("resnet19",),
-    "python names": ("nothing_here`",),
+    "python names": ("nothing_here`", "progress.Nothing"),
     "examples": ("outdir=", "result.accuracy"),
     "paths": ("benchmarks/nothing.py", "(examples/none.py)"),
     "extras": ('".[nothing]"',),
