@@ -7,6 +7,8 @@ import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli import main
+from tricklab.experiments.space import parse_space
+from tricklab.paths import remove_empty_dirs
 from tricklab.train.preflight import micro_batch_sizes
 
 # 16x16 images: airbench's last BatchNorm sees 1x1 maps, so a batch of one image cannot train
@@ -163,3 +165,78 @@ def test_report_of_a_damaged_speedrun_summary_is_one_line(tmp_path, capsys, summ
     line = one_error_line(capsys)
     assert message in line and "is not a tricklab speedrun summary" in line, line
     assert not (tmp_path / "report").exists()
+
+
+LONG = "x" * 300  # a name longer than file systems take (255 bytes)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", *TINY, "--out", f"a/{LONG}/b"], "--out: the name xxx"),
+        (["speedrun", "--runs", "1", *TINY, "--out", LONG], "--out: the name xxx"),
+        (["report", "somewhere", "--out", LONG], "--out: the name xxx"),
+        (["results", LONG], "study: the name xxx"),
+        (["demo", "--quiet", "--out", LONG], "--out: the name xxx"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", LONG], "--study"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", ".."], "'..' part"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", "/x"], "with '/'"),
+        (["sweep", "--baseline", *TINY, "--space", "s.yaml", "--study", "a/../b"], "'..' part"),
+        (["demo", "--seeds", "0"], "--seeds 0 must be a whole number from 1 to 100"),
+        (["demo", "--quiet", "--seeds", "1", "--out", "/proc/tricklab-demo"], "cannot make"),
+    ],
+    ids=[
+        "train-out-long", "speedrun-out-long", "report-out-long", "results-study-long",
+        "demo-out-long", "ablate-study-long", "study-dotdot", "study-absolute", "study-dotdot-part",
+        "demo-seeds-0-before-the-plan", "demo-out-unwritable",
+    ],
+)  # fmt: skip
+def test_bad_names_and_folders_are_one_line(tmp_path, monkeypatch, capsys, args, message):
+    # was: OSError tracebacks (File name too long, Read-only file system), exit 1; a study '..'
+    # or '/x' put study.db outside runs/experiments; demo --seeds 0 printed its plan first
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    assert message in one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_remove_empty_dirs_also_removes_parents_above_a_folder_never_made(tmp_path):
+    made = tmp_path / "a"
+    made.mkdir()  # mkdir(parents=True) made a, then failed making a/b
+    remove_empty_dirs(made / "b" / "c", made)
+    assert not made.exists()
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ("optim.lr: {low: 0.01, high: 1, step: 5}", "high=1 is not low=0.01 plus whole steps of 5"),
+        ("optim.lr: {low: 0.1, high: 0.35, step: 0.1}", "would stop at 0.3; give high=0.3"),
+        ("loader.batch_size: {low: 32, high: 100, step: 32}", "would stop at 96; give high=96"),
+    ],
+    ids=["step-beyond-the-range", "float-step", "int-step"],
+)
+def test_bad_range_whose_step_misses_high_is_refused(tmp_path, capsys, space, message):
+    # was: Optuna's two-line UserWarning, and a sweep that silently never tried `high`
+    (tmp_path / "space.yaml").write_text(space + "\n")
+    args = ["sweep", "--baseline", *TINY, "--space", str(tmp_path / "space.yaml"), "--dry-run"]
+    assert main([*args, "--sampler", "grid", "--out", str(tmp_path / "exp")]) == 2
+    assert message in one_error_line(capsys)
+    assert not (tmp_path / "exp").exists()
+
+
+def test_a_range_whose_steps_reach_high_is_kept(tmp_path):
+    space = parse_space({"optim.lr": {"low": 0.1, "high": 0.3, "step": 0.1}}, "space.yaml")
+    assert space.distributions["optim.lr"].high == 0.3
+
+
+@pytest.mark.parametrize(
+    "text, got", [("optim: []\n", "list"), ("optim: false\n", "bool"), ("aug: 0\n", "int")]
+)
+def test_bad_recipe_section_that_is_no_mapping_is_refused(tmp_path, capsys, text, got):
+    # was: `optim: []` and `optim: false` read as an empty section, silently
+    (tmp_path / "r.yaml").write_text(text)
+    assert main(["train", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert f"must be a mapping, got {got}" in line and "r.yaml" in line
+    assert not (tmp_path / "run").exists()

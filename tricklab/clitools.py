@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import time
 import typing
 from pathlib import Path
@@ -53,11 +54,30 @@ class Parser(argparse.ArgumentParser):
 
 
 def check_not_empty(args: argparse.Namespace, *options: str) -> None:
-    """An empty --out, --study, ... is a mistake (an unset variable), not a request for the default."""
+    """An empty --out, --study, ... is a mistake (an unset variable), not a request for the default.
+    A folder or file name (--out, --study, ...) longer than file systems take (NAME_MAX, 255
+    bytes) is refused here, before anything is made; a study name is one folder's name."""
     for option in options:
         value = getattr(args, option.lstrip("-").replace("-", "_"))
         if value is not None and not value.strip():
             raise TrickLabError(f"{option} is empty; give a value or leave it out")
+        if value is None or option not in PATH_OPTIONS:
+            continue
+        long = next((p for p in value.split(os.sep) if len(os.fsencode(p)) > 255), None)
+        if long is not None:
+            raise TrickLabError(
+                f"{option}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, longer "
+                "than file systems take (255)"
+            )
+        parts = value.replace("\\", "/").split("/")
+        if option == "--study" and (value.startswith(("/", "\\")) or {".", ".."} & set(parts)):
+            raise TrickLabError(
+                f"--study {value!r} is a folder's name under runs/experiments/: give one that "
+                "does not start with '/' and has no '.' or '..' part"
+            )
+
+
+PATH_OPTIONS = ("--out", "--study", "study", "--csv", "--space")  # a path or a folder's name
 
 
 def add_nproc(parser: argparse.ArgumentParser, what: str) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tricklab.errors import TrickLabError
-from tricklab.paths import first_missing, new_numbered_dir, remove_empty_dirs
+from tricklab.paths import first_missing, is_disk_full, new_numbered_dir, remove_empty_dirs
 
 if TYPE_CHECKING:
     from tricklab.experiments.runner import ExperimentSummary, RunEvent
@@ -133,6 +133,21 @@ def check_out_dir(out_dir: Path) -> None:
         )
 
 
+def check_seeds(seeds: Any) -> None:
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise TrickLabError(f"--seeds {seeds} must be a whole number from 1 to {MAX_SEEDS}")
+
+
+def make_folder(out: Path) -> None:
+    """`out` made (a full disk is left to the CLI's one line); TrickLabError if it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise
+        raise TrickLabError(f"cannot make the demo folder {out}: {exc.strerror or exc}") from None
+
+
 def default_out_dir() -> Path:
     """A new folder runs/<date>-<time>-demo (numbered when taken)."""
     try:
@@ -162,8 +177,7 @@ def run_demo(
     from tricklab.train.setup import resolve_device
 
     plan = plan or DemoPlan()
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
-        raise TrickLabError(f"--seeds {seeds} must be a whole number from 1 to {MAX_SEEDS}")
+    check_seeds(seeds)
     start = time.perf_counter()
     device = resolve_device("auto")
     baseline = load_recipe(BASELINE_RECIPE, plan.baseline_overrides(device.type))
@@ -176,7 +190,7 @@ def run_demo(
         check_out_dir(out)
         made = first_missing(out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_folder(out)
         summary = ablate(
             baseline,
             vary,
@@ -236,6 +250,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     plan = DemoPlan()
     if args.out is not None:
         check_out_dir(Path(args.out))  # before torch's start-up, not after it
+    check_seeds(args.seeds)  # before the plan is printed
     err = Console(stderr=True, markup=False, highlight=False)
     if not args.quiet:
         err.print(describe_plan(plan, args.seeds, resolve_device("auto").type))

@@ -208,8 +208,11 @@ def first_missing(path: Path) -> Path | None:
     None when `path` exists."""
     missing = None
     for folder in (path, *path.parents):
-        if folder.exists():
-            break
+        try:
+            if folder.exists():
+                break
+        except OSError as exc:  # a name longer than the file system takes (ENAMETOOLONG), ...
+            raise TrickLabError(f"cannot use the path {path}: {exc.strerror or exc}") from None
         missing = folder
     return missing
 
@@ -221,7 +224,9 @@ def remove_empty_dirs(path: Path, created: Path | None) -> None:
     for folder in (path, *path.parents):
         try:
             folder.rmdir()
-        except OSError:  # not empty (someone wrote there meanwhile) or gone: keep the rest
+        except FileNotFoundError:  # never made (mkdir failed below it): its parents may be
+            pass
+        except OSError:  # not empty (someone wrote there meanwhile): keep the rest
             return
         if folder == created:
             return

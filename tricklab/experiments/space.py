@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,11 +199,20 @@ def _distribution(key: str, spec: Any, source: str) -> BaseDistribution:
             f"{source}: {key} is a {kind} field, not a number; give it a list of choices"
         )
     try:
-        if kind == "int" or (kind is None and all_ints):
-            return IntDistribution(low, high, log=log, step=1 if step is None else step)
-        return FloatDistribution(
-            float(low), float(high), log=log, step=None if step is None else float(step)
-        )
+        with warnings.catch_warnings():  # Optuna's about a step that does not divide the range
+            warnings.simplefilter("ignore")
+            if kind == "int" or (kind is None and all_ints):
+                dist = IntDistribution(low, high, log=log, step=1 if step is None else step)
+            else:
+                dist = FloatDistribution(
+                    float(low), float(high), log=log, step=None if step is None else float(step)
+                )
+        if dist.high != high:  # Optuna lowered it to the last whole step
+            raise TrickLabError(
+                f"{source}: {key}: high={high:g} is not low={low:g} plus whole steps of {step:g}, "
+                f"so the range would stop at {dist.high:g}; give high={dist.high:g} or another step"
+            )
+        return dist
     except ValueError as exc:
         raise TrickLabError(f"{source}: {key}: {exc}") from None
     except ArithmeticError:  # a huge int, or a step Optuna's Decimal arithmetic cannot divide by

@@ -399,9 +399,11 @@ class Recipe:
                 check_section(str(name), list(SECTIONS), all_keys(), source)
         sections = {}
         for name, section_cls in SECTIONS.items():
-            values = data.get(name) or {}
+            values = {} if data.get(name) is None else data[name]  # `optim: []` is no section
             if not isinstance(values, dict):
-                raise TrickLabError(f"{source}: section '{name}' must be a mapping")
+                raise TrickLabError(
+                    f"{source}: section '{name}' must be a mapping, got {type(values).__name__}"
+                )
             for key in values:
                 check_key(f"{name}.{key}", all_keys(), source)
             sections[name] = section_cls(
