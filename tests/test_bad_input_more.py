@@ -240,3 +240,25 @@ def test_bad_recipe_section_that_is_no_mapping_is_refused(tmp_path, capsys, text
     line = one_error_line(capsys)
     assert f"must be a mapping, got {got}" in line and "r.yaml" in line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "key, meant",
+    [
+        ("optim.learning_rate", "optim.lr"),  # was: 'optim.lr_scaling'
+        ("optim.wd", "optim.weight_decay"),  # was: 'optim.lr'
+        ("loader.bs", "loader.batch_size"),  # was: 'loader.kind'
+        ("data.batch_size", "loader.batch_size"),  # was: 'data.test_size'
+        ("tricks.ema", "tricks.ema_decay"),  # was: 'tricks.tta'
+        ("schedule.warmup", "schedule.warmup_fraction"),  # was: 'schedule.name'
+        ("data.dataset", "data.name"),  # was: 'data.train_size'
+        ("tricks.amp", "tricks.precision"),  # was: 'tricks.tta'
+        ("data.path", "data.dir"),  # was: 'data.name'
+        ("optim.lrr", "optim.lr"),
+        ("label_smoothing", "tricks.label_smoothing"),
+        ("trick.tta", "tricks.tta"),
+    ],
+)
+def test_a_near_miss_key_suggests_the_key_it_was_meant_to_be(capsys, key, meant):
+    assert main(["train", f"{key}=1"]) == 2
+    assert one_error_line(capsys).endswith(f"did you mean '{meant}'?")

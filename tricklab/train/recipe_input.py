@@ -53,13 +53,35 @@ def read_recipe(name: str) -> tuple[Any, str]:
     )
 
 
+# Names other tools give recipe fields (the part after the dot), for the did-you-mean hint.
+KEY_ALIASES = {
+    **dict.fromkeys(("learning_rate", "lr_rate", "base_lr"), "optim.lr"),
+    **dict.fromkeys(("wd", "l2", "decay"), "optim.weight_decay"),
+    **dict.fromkeys(("optimizer", "opt"), "optim.name"),
+    **dict.fromkeys(("bs", "batch", "batchsize", "train_batch_size"), "loader.batch_size"),
+    **dict.fromkeys(("workers", "num_worker"), "loader.num_workers"),
+    **dict.fromkeys(("scheduler", "lr_schedule", "lr_scheduler"), "schedule.name"),
+    **dict.fromkeys(("warmup", "warmup_epochs", "warmup_steps"), "schedule.warmup_fraction"),
+    **dict.fromkeys(("ema", "ema_momentum"), "tricks.ema_decay"),
+    **dict.fromkeys(("amp", "fp16", "bf16", "mixed_precision", "dtype"), "tricks.precision"),
+    **dict.fromkeys(("dataset", "data"), "data.name"),
+    **dict.fromkeys(("root", "path", "data_dir", "data_root", "folder"), "data.dir"),
+    **dict.fromkeys(("arch", "architecture", "network", "net", "backbone"), "model.name"),
+    **dict.fromkeys(("max_epochs", "num_epochs", "n_epochs", "epoch"), "run.epochs"),
+}
+
+
 def check_key(key: str, keys: list[str], source: str) -> None:
-    """TrickLabError unless `key` is one of `keys`, with the key it was likely meant to be."""
+    """TrickLabError unless `key` is one of `keys`, with the key it was likely meant to be: the
+    key of a name other tools use, the field of that name in another section, a field of the
+    section whose name begins with it, else the closest spelling."""
     if key in keys:
         return
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
-    if not close:  # a bare field name without its section: find the section
-        close = [k for k in keys if k.split(".")[1] == key.split(".")[-1]][:1]
+    section, _, name = key.rpartition(".")
+    close = [KEY_ALIASES[name]] if KEY_ALIASES.get(name) in keys else []
+    close = close or [k for k in keys if k.split(".")[1] == name][:1]  # in another section
+    close = close or [k for k in keys if section and k.startswith(f"{section}.{name}")][:1]
+    close = close or difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
     hint = f"; did you mean '{close[0]}'?" if close else "; `tricklab tricks` lists every key"
     raise TrickLabError(f"{source}: unknown recipe key {shown(key)}{hint}")
 
