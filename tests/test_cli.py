@@ -100,6 +100,8 @@ def test_light_commands_do_not_load_torch():
         "assert callable(tricklab.train) and tricklab.train.__module__ == 'tricklab.train.api'\n"
         "assert 'torch' in sys.modules\n"
         "assert callable(tricklab.speedrun.speedrun) and callable(tricklab.experiments.ablate)\n"
+        "assert callable(tricklab.report.write_report) and callable(tricklab.demo.run_demo)\n"
+        "assert callable(tricklab.progress.ProgressDisplay)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -33,7 +33,7 @@ _LAZY = {
 
 
 # Subpackages reachable as attributes once asked for (`tricklab.experiments.ablate(...)`).
-_SUBMODULES = ("data", "experiments", "measure", "models", "speedrun")
+_SUBMODULES = ("data", "demo", "experiments", "measure", "models", "progress", "report", "speedrun")
 
 
 def __getattr__(name: str):
