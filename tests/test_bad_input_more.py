@@ -262,3 +262,10 @@ def test_bad_recipe_section_that_is_no_mapping_is_refused(tmp_path, capsys, text
 def test_a_near_miss_key_suggests_the_key_it_was_meant_to_be(capsys, key, meant):
     assert main(["train", f"{key}=1"]) == 2
     assert one_error_line(capsys).endswith(f"did you mean '{meant}'?")
+
+
+def test_bad_profile_batch_size_beyond_the_recipe_bound_is_refused(capsys):
+    # was: "DefaultCPUAllocator: can't allocate memory" traceback, exit 1
+    args = ["profile", "model", "airbench", "--batch-sizes", "1,100000000", "--device", "cpu"]
+    assert main(args) == 2
+    assert "batch sizes must be <= 65536, got 100000000" in one_error_line(capsys)

@@ -37,7 +37,7 @@ from tricklab.measure.timing import (
 )
 from tricklab.models import build_model, get_model_info
 from tricklab.train import precision as precision_lib
-from tricklab.train.recipe import TricksConfig
+from tricklab.train.recipe import MAX_BATCH, TricksConfig
 from tricklab.train.resolve import compile_for_device
 
 MACS_NOTE = (
@@ -98,6 +98,8 @@ def check_options(
     for batch_size in batch_sizes:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TrickLabError(f"batch sizes must be integers >= 1, got {batch_size!r}")
+        if batch_size > MAX_BATCH:  # loader.batch_size's bound: beyond it, allocation fails
+            raise TrickLabError(f"batch sizes must be <= {MAX_BATCH}, got {batch_size}")
     for value, allowed, option in (
         *((p, PRECISIONS, "precision") for p in precisions),
         *((c, COMPILE_MODES, "compile mode") for c in compile_modes),
