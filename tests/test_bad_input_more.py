@@ -9,7 +9,9 @@ from tiny_recipe import TINY_SYNTHETIC
 from tricklab.cli import main
 from tricklab.experiments.space import parse_space
 from tricklab.paths import remove_empty_dirs
+from tricklab.train import preflight
 from tricklab.train.preflight import micro_batch_sizes
+from tricklab.train.recipe import load_recipe
 
 # 16x16 images: airbench's last BatchNorm sees 1x1 maps, so a batch of one image cannot train
 TINY = [*TINY_SYNTHETIC, "data.train_size=64", "loader.batch_size=32", "run.epochs=1"]
@@ -269,3 +271,44 @@ def test_bad_profile_batch_size_beyond_the_recipe_bound_is_refused(capsys):
     args = ["profile", "model", "airbench", "--batch-sizes", "1,100000000", "--device", "cpu"]
     assert main(args) == 2
     assert "batch sizes must be <= 65536, got 100000000" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "memory_left, message",
+    [
+        (2**20, "a training batch of 32 images of 16x16 needs about"),
+        (3 * 2**20, "an eval batch of 128 images of 16x16 needs about"),
+    ],
+    ids=["train-batch", "eval-batch"],
+)
+def test_bad_batch_whose_activations_exceed_the_memory_left_is_refused_on_the_cpu(
+    tmp_path, monkeypatch, capsys, memory_left, message
+):
+    # was (resnet18, data.image_size=1024): the kernel's OOM killer ended the run, no line at all,
+    # a half-written run folder; here the memory left is made small instead
+    monkeypatch.setattr(preflight, "available_memory_bytes", lambda: memory_left)
+    out = tmp_path / "run"
+    args = ["train", *TINY, "loader.eval_batch_size=128", "loader.batch_size=32"]
+    assert main([*args, "data.image_size=16", "--out", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert message in line and "memory left (the kernel would kill the run)" in line, line
+    assert not out.exists()
+
+
+def test_activation_estimate_counts_an_in_place_output_once():
+    recipe = load_recipe(None, TINY)
+    per_image, largest = preflight.activation_bytes(recipe, 10, (3, 16, 16))
+    assert 0 < largest < per_image < 2**20  # kilobytes for 8-16 channels of 16x16 at most
+
+
+def test_bad_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    # was: a warning about a "damaged cache file" before the error line
+    (tmp_path / "file").write_text("x")
+    folder = tmp_path / "data" / "train" / "a"
+    folder.mkdir(parents=True)
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(folder / "0.png")
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
+    assert main([*args, "--cache-dir", str(tmp_path / "file")]) == 2
+    assert "cannot write the dataset cache in" in one_error_line(capsys)

@@ -155,7 +155,7 @@ def _read_split(path: Path, expected_key: str) -> SplitArrays | None:
             raise _Damaged("not a regular file")
         with open(path, "rb") as f, zipfile.ZipFile(f) as archive:
             arrays = _read_arrays(archive, os.fstat(f.fileno()).st_size)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none yet; a file as a folder: said on write
         return None
     except (MemoryError, TrickLabError):
         raise  # an intact file too large for memory: decoding again would not fit either

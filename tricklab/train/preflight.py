@@ -4,7 +4,9 @@ each valid but which together would fail mid-run with a traceback instead of one
 - a training batch (or micro-batch) of one image where a BatchNorm layer then sees one value per
   channel (1×1 maps: small images, deep nets), which PyTorch refuses in training mode;
 - a step size or weight decay that the parameters' dtype cannot hold (PyTorch converts them to it
-  and stops with "value cannot be converted ... without overflow").
+  and stops with "value cannot be converted ... without overflow");
+- on the CPU, a batch whose activations alone are more than the memory left, which would get the
+  process killed by the kernel (no traceback, no line, a half-written run folder).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tricklab.data.limits import available_memory_bytes, format_bytes
 from tricklab.errors import TrickLabError
+from tricklab.models import build_model
 from tricklab.train import precision
 
 # PyTorch's optimizers scale the lr by up to this much within a step (Adam's bias correction is
@@ -142,3 +146,64 @@ def check_step_sizes(optimizer: torch.optim.Optimizer, recipe: Any) -> None:
                     f"its {str(dtype).removeprefix('torch.')} parameters take (at most "
                     f"{limit:.3g}); lower it"
                 )
+
+
+def activation_bytes(recipe: Any, num_classes: int, image_shape: tuple[int, ...]) -> Any:
+    """(bytes of the distinct outputs of the model's leaf modules, bytes of the largest one) for
+    one image, from a forward on PyTorch's meta device (no memory); None where that cannot run."""
+    m = recipe.model
+    outputs: dict[int, torch.Tensor] = {}  # by id, held: an in-place op returns its input
+
+    def record(module: nn.Module, args: tuple, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            outputs[id(output)] = output
+
+    try:
+        with torch.device("meta"):
+            model = build_model(
+                m.name,
+                num_classes=num_classes,
+                in_channels=image_shape[0],
+                image_size=image_shape[1],
+                width=m.width,
+                widths=m.widths,
+            )
+        for module in model.modules():
+            if not list(module.children()):
+                module.register_forward_hook(record)
+        with torch.no_grad():
+            model.eval()(torch.empty((1, *image_shape), device="meta"))
+    except Exception:  # a model that needs real storage, a meta kernel PyTorch lacks: not counted
+        return None
+    size = 2 if recipe.tricks.precision != "32-true" else 4  # the compute dtype's
+    counts = [t.numel() for t in outputs.values()]
+    return sum(counts) * size, max(counts, default=0) * size
+
+
+def check_activations_fit(recipe: Any, dataset: Any, train_loader: Any, eval_loader: Any) -> None:
+    """On the CPU, TrickLabError when the activations a training batch keeps for its backward
+    (about the sum of the leaf modules' outputs), or the two largest outputs of an evaluation
+    batch, are more than the memory this process may still take: the kernel would kill it."""
+    if train_loader.device.type != "cpu" or recipe.model.pretrained:
+        return
+    capacity = available_memory_bytes()
+    image_shape = dataset.image_shape
+    found = activation_bytes(recipe, dataset.num_classes, image_shape) if capacity else None
+    if found is None:
+        return
+    per_image, largest = found
+    k = recipe.optim.accumulate_steps
+    train = max(micro_batch_sizes(train_loader.num_samples, train_loader.batch_size, False, k))
+    evaluation = min(eval_loader.batch_size, eval_loader.num_samples)
+    side = "x".join(map(str, image_shape[1:]))
+    for kind, batch, need, options in (
+        ("a training", train, per_image * train, "loader.batch_size (or optim.accumulate_steps)"),
+        ("an eval", evaluation, 2 * largest * evaluation, "loader.eval_batch_size"),
+    ):
+        if need > capacity:
+            raise TrickLabError(
+                f"{kind} batch of {batch} images of {side} needs about {format_bytes(need)} for "
+                f"{recipe.model.name}'s activations, more than the {format_bytes(capacity)} of "
+                f"memory left (the kernel would kill the run); lower {options}, data.image_size "
+                "or the model's width"
+            )

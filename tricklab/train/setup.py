@@ -29,7 +29,11 @@ from tricklab.train.loggers import require_packages
 from tricklab.train.loop import Parts
 from tricklab.train.model_memory import check_model_fits
 from tricklab.train.optim import build_optimizer
-from tricklab.train.preflight import check_batchnorm_batches, check_step_sizes
+from tricklab.train.preflight import (
+    check_activations_fit,
+    check_batchnorm_batches,
+    check_step_sizes,
+)
 from tricklab.train.recipe import Recipe
 from tricklab.train.resolve import for_device
 from tricklab.train.schedule import build_scheduler
@@ -193,6 +197,7 @@ def prepare(
     if total_steps < 1:
         raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
     check_batchnorm_batches(model, train_loader, dataset.image_shape, recipe)  # train/preflight
+    check_activations_fit(recipe, dataset, train_loader, eval_loader)  # on the CPU
     loss_scale = precision.loss_scale_for(t.precision, train_loader.batch_size)  # a rank's
     optimizer = build_optimizer(
         model,
