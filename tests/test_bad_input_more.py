@@ -312,3 +312,11 @@ def test_bad_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
     assert main([*args, "--cache-dir", str(tmp_path / "file")]) == 2
     assert "cannot write the dataset cache in" in one_error_line(capsys)
+
+
+def test_bad_speedrun_run_count_beyond_ablates_seed_bound_is_refused(tmp_path, capsys):
+    # was: a billion runs started (a typo for 10)
+    out = tmp_path / "sr"
+    assert main(["speedrun", "--runs", "1000000000", *TINY, "--out", str(out)]) == 2
+    assert "--runs 1000000000 is too many; at most 10,000" in one_error_line(capsys)
+    assert not out.exists()

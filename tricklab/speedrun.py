@@ -207,12 +207,17 @@ def _spread(values: list[float | None]) -> tuple[float | None, ...]:
     return statistics.fmean(present), statistics.median(present), min(present), max(present)
 
 
+MAX_RUNS = 10_000  # as experiments.plan.MAX_SEEDS
+
+
 def check_arguments(
     runs: int, peak_tflops: float | None, target: float | None, warmup_epochs: float | None
 ) -> None:
     """Refuse bad speedrun arguments before anything runs or prints."""
     if runs < 1:
         raise TrickLabError(f"--runs must be at least 1, got {runs}")
+    if runs > MAX_RUNS:  # a typo: as ablate's --seeds, hours of runs
+        raise TrickLabError(f"--runs {runs} is too many; at most {MAX_RUNS:,}")
     if peak_tflops is not None and not 0 < peak_tflops < math.inf:
         raise TrickLabError(
             f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
