@@ -259,6 +259,7 @@ def test_bad_recipe_section_that_is_no_mapping_is_refused(tmp_path, capsys, text
         ("optim.lrr", "optim.lr"),
         ("label_smoothing", "tricks.label_smoothing"),
         ("trick.tta", "tricks.tta"),
+        ("OPTIM.LR", "optim.lr"),  # was: no hint
     ],
 )
 def test_a_near_miss_key_suggests_the_key_it_was_meant_to_be(capsys, key, meant):

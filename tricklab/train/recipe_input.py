@@ -72,13 +72,14 @@ KEY_ALIASES = {
 
 
 def check_key(key: str, keys: list[str], source: str) -> None:
-    """TrickLabError unless `key` is one of `keys`, with the key it was likely meant to be: the
-    key of a name other tools use, the field of that name in another section, a field of the
-    section whose name begins with it, else the closest spelling."""
+    """TrickLabError unless `key` is one of `keys`, with the key it was likely meant to be: itself
+    in lower case, the key of a name other tools use, the field of that name in another section,
+    a field of the section whose name begins with it, else the closest spelling."""
     if key in keys:
         return
-    section, _, name = key.rpartition(".")
-    close = [KEY_ALIASES[name]] if KEY_ALIASES.get(name) in keys else []
+    section, _, name = key.lower().rpartition(".")  # keys are lower case
+    close = [f"{section}.{name}"] if f"{section}.{name}" in keys else []
+    close = close or ([KEY_ALIASES[name]] if KEY_ALIASES.get(name) in keys else [])
     close = close or [k for k in keys if k.split(".")[1] == name][:1]  # in another section
     close = close or [k for k in keys if section and k.startswith(f"{section}.{name}")][:1]
     close = close or difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
