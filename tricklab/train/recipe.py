@@ -337,6 +337,8 @@ class RunConfig:
     )
 
     def check(self, recipe: Recipe) -> None:
+        if self.epochs == 0:  # said here, not after the data is read
+            raise TrickLabError("run.epochs=0 trains nothing; give a number of epochs > 0")
         target = self.target_accuracy
         if target is not None and not 0 < target <= 1:
             raise TrickLabError(f"run.target_accuracy={target} must be a fraction in (0, 1]")
