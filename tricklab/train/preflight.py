@@ -134,7 +134,8 @@ def check_step_sizes(optimizer: torch.optim.Optimizer, recipe: Any) -> None:
             continue
         dtype = min(dtypes, key=lambda d: torch.finfo(d).max)
         limit = torch.finfo(dtype).max / STEP_MARGIN
-        lr, decay = group["lr"] * peak, group.get("weight_decay", 0.0)
+        lr, decay = float(group["lr"]), float(group.get("weight_decay", 0.0))
+        lr = lr * peak if lr else 0.0  # an lr of 0 stays 0 whatever the schedule
         for what, value, source in (
             ("lr", lr, lr_from),
             ("weight decay", decay, decay_from),
