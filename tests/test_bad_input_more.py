@@ -327,3 +327,12 @@ def test_bad_zero_epochs_is_refused_with_the_recipe(capsys):
     # was: refused only after torch's import and the data's load ("gives no training step")
     assert main(["train", "data.name=imagefolder", "data.dir=/no/such/folder", "run.epochs=0"]) == 2
     assert "run.epochs=0 trains nothing" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("name", ["cifar10", "mnist"])
+def test_bad_data_dir_that_is_a_file_says_so(tmp_path, capsys, name):
+    # was: "cifar10 not found: ... (downloading failed: [Errno 17] File exists: ...)"
+    (tmp_path / "file").write_text("x")
+    args = ["data", "show", name, "--data-dir", str(tmp_path / "file")]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert f"{name}: the data folder {tmp_path / 'file'} is a file" in one_error_line(capsys)

@@ -93,6 +93,11 @@ def download_with_torchvision(
     name: str, root: Path, download: bool, looked_for: list[Path]
 ) -> None:
     """Fetch `name` into `root` with torchvision, or raise a TrickLabError naming what was missing."""
+    if root.exists() and not root.is_dir():  # not "not found (downloading failed: File exists)"
+        raise TrickLabError(
+            f"{name}: the data folder {root} is a file; pass --data-dir / data.dir= naming the "
+            "folder that holds (or is to hold) its files"
+        )
     if not download:
         raise not_found(name, looked_for, "download is off")
     from torchvision import datasets
