@@ -336,3 +336,18 @@ def test_bad_data_dir_that_is_a_file_says_so(tmp_path, capsys, name):
     args = ["data", "show", name, "--data-dir", str(tmp_path / "file")]
     assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 2
     assert f"{name}: the data folder {tmp_path / 'file'} is a file" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "cutout, inside", [(100, False), (31, False), (16, True)], ids=["far", "just", "inside"]
+)
+def test_bad_cutout_that_zeroes_the_whole_image_is_refused(tmp_path, capsys, cutout, inside):
+    # was: training on all-zero images, silently (and aug.cutout=1024 asked B x 1024^2 indices)
+    args = ["train", *TINY, f"aug.cutout={cutout}", f"aug.cutout_inside={str(inside).lower()}"]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 2
+    assert f"cutout={cutout} zeroes the whole 16x16 image" in one_error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
+    assert main(["train", *TINY, "aug.cutout=30", "--json", "--out", str(tmp_path / "r")]) == 0

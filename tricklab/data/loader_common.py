@@ -67,6 +67,20 @@ class AugmentSpec:
                 f"cutout_inside needs a cutout square no larger than the image side "
                 f"{min(image_size)} (got {self.cutout})"
             )
+        if (
+            image_size is not None
+            and self.cutout
+            and all(
+                self.cutout >= side
+                if self.cutout_inside
+                else self.cutout // 2 >= side - 1 and (self.cutout + 1) // 2 >= side
+                for side in image_size
+            )
+        ):  # wherever its centre falls: every training image all zeros
+            raise TrickLabError(
+                f"cutout={self.cutout} zeroes the whole {'x'.join(map(str, image_size))} image "
+                "wherever it falls; give a square smaller than the image (aug.cutout=)"
+            )
 
 
 # ---------------------------------------------------------------- seeds and epoch order
