@@ -274,6 +274,14 @@ def test_bad_profile_batch_size_beyond_the_recipe_bound_is_refused(capsys):
     assert "batch sizes must be <= 65536, got 100000000" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize(("threads", "message"), [("0", "must be >= 1"), ("100000", "cores")])
+def test_bad_profile_thread_count_is_one_line(capsys, threads, message):
+    # was, for 100000: torch's thread pool failed to start them and the process died (exit 139)
+    args = ["profile", "model", "airbench", "--batch-sizes", "2", "--device", "cpu"]
+    assert main([*args, "--threads", threads]) == 2
+    assert message in one_error_line(capsys)
+
+
 @pytest.mark.parametrize(
     "memory_left, message",
     [

@@ -221,6 +221,10 @@ BAD = {
         "kind": "loader", "device": "cpu", "hardware": {}, "dataset": "x", "batch_size": 2,
         "repeats": 1, "configs": [{"kind": "device"}],
     },
+    # was an AttributeError traceback from the report's device line
+    "a hardware that is no mapping": {
+        **json.loads(H100_MODEL.read_text()), "hardware": "NVIDIA H100",
+    },
 }  # fmt: skip
 
 

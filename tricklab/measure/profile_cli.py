@@ -65,6 +65,9 @@ def _threads(count: int | None) -> Iterator[None]:
         return
     if count < 1:
         raise TrickLabError(f"--threads must be >= 1, got {count}")
+    cores = os.cpu_count() or 1
+    if count > cores:  # more gain nothing, and thousands crash torch's thread pool
+        raise TrickLabError(f"--threads {count} is more than this machine's {cores} cores")
     import torch
 
     saved = torch.get_num_threads()

@@ -98,6 +98,11 @@ def load_profile(path: Path) -> Profile:
         raise TrickLabError(
             f"{path} is not whole `tricklab profile {kind} --json` output: no {', '.join(missing)}"
         )
+    if not isinstance(data["hardware"], dict):
+        raise TrickLabError(
+            f"{path} is not whole `tricklab profile {kind} --json` output: its hardware is "
+            f"{type(data['hardware']).__name__}, not a mapping"
+        )
     profile = Profile(path, kind, data)
     try:
         {"model": _model, "step": _step, "loader": _loader}[kind](profile)
