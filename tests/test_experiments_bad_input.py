@@ -318,3 +318,34 @@ def test_a_key_given_twice_in_a_space_file_is_refused(tmp_path):
     path.write_text("optim.lr: [0.1, 0.2]\noptim.lr: [0.3]\n")
     with pytest.raises(TrickLabError, match=r"space.yaml: 'optim.lr' is given twice \(line 2\)"):
         load_space(path)
+
+
+@pytest.mark.parametrize("storage", [[], ["--storage", "journal"]], ids=["sqlite", "journal"])
+def test_a_dry_run_into_a_study_holding_another_experiment_is_refused_as_the_run_is(
+    tmp_path, capsys, storage
+):
+    """--dry-run reads the stored study and refuses what the real run would (was: exit 0)."""
+    if storage:
+        storage = ["--storage", str(tmp_path / "study.journal")]
+    study = ["--study", "mine", *storage]
+    assert main(ablate_args(tmp_path, *study)) == 0
+    capsys.readouterr()
+    assert main(ablate_args(tmp_path, *study, "--dry-run")) == 0  # the same experiment: resumable
+    capsys.readouterr()
+    other = ablate_args(tmp_path, *study, "--dry-run")
+    other[other.index("--vary"):other.index("--vary")] = ["optim.momentum=0.5"]  # fmt: skip
+    assert main(other) == 2
+    assert "study 'mine' already holds another experiment (its baseline differs)" in (
+        one_error_line(capsys)
+    )
+    space = "optim.lr: [0.3]\n"
+    assert main(sweep_args(tmp_path, space, "--trials", "1", *study, "--dry-run")) == 2
+    assert "(its kind differs)" in one_error_line(capsys)
+
+
+def test_a_sweep_dry_run_into_a_study_of_another_space_is_refused(tmp_path, capsys):
+    args = ["--sampler", "grid", "--trials", "1", "--study", "s"]
+    assert main(sweep_args(tmp_path, "optim.lr: [0.1]\n", *args)) == 0
+    capsys.readouterr()
+    assert main(sweep_args(tmp_path, "optim.lr: [0.3]\n", *args, "--dry-run")) == 2
+    assert "(its space differs)" in one_error_line(capsys)

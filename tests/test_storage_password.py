@@ -149,6 +149,12 @@ def test_ablate_and_results_show_and_store_the_url_without_its_password(
     summary = json.loads(output(capsys).splitlines()[-1])
     assert summary["storage"] == shown and summary["already_done"] == 2
     assert shown in summary["provenance"]["command"]
+    assert main([*args, "--dry-run"]) == 0  # the stored study is read: the same experiment
+    output(capsys)
+    other = [*args, "--dry-run"]
+    other[other.index("--vary") : other.index("--vary")] = ["optim.momentum=0.5"]
+    assert main(other) == 2  # as the run would refuse it, creating nothing
+    assert "already holds another experiment (its baseline differs)" in one_error_line(capsys)
 
     assert main(["results", "--storage", secret]) == 0  # the studies, as a table
     assert "pw" in output(capsys)

@@ -262,7 +262,7 @@ def _run_line(console: Console, quiet: bool) -> Any:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from tricklab.experiments.runner import ablate, plan_ablation
+    from tricklab.experiments.runner import ABLATION_MATCH, ablate, ablation_attrs, plan_ablation
     from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out")
@@ -274,7 +274,8 @@ def run_ablate(args: argparse.Namespace) -> int:
         configs, units = plan_ablation(baseline, vary, args.seeds, args.grid)
         name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
         url = storage_url(args.storage, experiment_dir(name, args.out))
-        check_storage(url)
+        attrs = ablation_attrs(baseline, configs, args.seeds, args.grid)
+        check_storage(url, (name, attrs, ABLATION_MATCH))
         plan = {
             "study": name,
             "storage": shown_url(url),
@@ -307,7 +308,13 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from tricklab.experiments.runner import check_sweep, grid_configs, sweep
+    from tricklab.experiments.runner import (
+        SWEEP_MATCH,
+        check_sweep,
+        grid_configs,
+        sweep,
+        sweep_attrs,
+    )
     from tricklab.experiments.space import load_space
     from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
 
@@ -326,7 +333,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             args.trials if args.sampler == "grid" else None,
         )
         url = storage_url(args.storage, experiment_dir(name, args.out))
-        check_storage(url)
+        attrs = sweep_attrs(base, space, args.sampler, args.seeds)
+        check_storage(url, (name, attrs, SWEEP_MATCH))
         plan: dict[str, Any] = {
             "study": name,
             "storage": shown_url(url),

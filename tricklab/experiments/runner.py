@@ -126,6 +126,39 @@ def _pruner(name: str) -> optuna.pruners.BasePruner:
     raise TrickLabError(f"unknown pruner '{name}'; choose one of {', '.join(PRUNERS)}")
 
 
+# ---------------------------------------------------------------- what a study stores of its experiment
+
+# A study name given again must hold the same experiment (storage.check_same_experiment).
+ABLATION_MATCH = ("kind", "baseline")
+SWEEP_MATCH = ("kind", "baseline", "space")
+
+
+def ablation_attrs(
+    baseline: Any, configs: Sequence[Config], seeds: int, grid: bool
+) -> dict[str, Any]:
+    """The study user attrs an ablation stores (and --dry-run compares with a stored study's)."""
+    return {
+        "kind": "ablation",
+        "baseline": baseline_identity(baseline),
+        "configs": [c.config_id for c in configs],
+        "seeds": seeds,
+        "grid": grid,
+        "tricklab_version": tricklab.__version__,
+    }
+
+
+def sweep_attrs(base: Any, space: SearchSpace, sampler: str, seeds: int) -> dict[str, Any]:
+    """The study user attrs a sweep stores (and --dry-run compares with a stored study's)."""
+    return {
+        "kind": "sweep",
+        "baseline": baseline_identity(base),
+        "space": space.to_dict(),
+        "sampler": sampler,
+        "seeds": seeds,
+        "tricklab_version": tricklab.__version__,
+    }
+
+
 # ---------------------------------------------------------------- ablations
 
 
@@ -181,15 +214,8 @@ def ablate(
     opened = open_study(
         store,
         name,
-        attrs={
-            "kind": "ablation",
-            "baseline": baseline_identity(baseline),
-            "configs": [c.config_id for c in configs],
-            "seeds": seeds,
-            "grid": grid,
-            "tricklab_version": tricklab.__version__,
-        },
-        must_match=("kind", "baseline"),
+        attrs=ablation_attrs(baseline, configs, seeds, grid),
+        must_match=ABLATION_MATCH,
         sampler=optuna.samplers.RandomSampler(),
     )
     keys = [u.key for u in units]
@@ -305,15 +331,8 @@ def sweep(
     opened = open_study(
         store,
         name,
-        attrs={
-            "kind": "sweep",
-            "baseline": baseline_identity(base),
-            "space": space.to_dict(),
-            "sampler": sampler,
-            "seeds": seeds,
-            "tricklab_version": tricklab.__version__,
-        },
-        must_match=("kind", "baseline", "space"),
+        attrs=sweep_attrs(base, space, sampler, seeds),
+        must_match=SWEEP_MATCH,
         sampler=optuna_sampler,
         pruner=_pruner(pruner),
     )

@@ -178,10 +178,11 @@ def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
     )
 
 
-def check_storage(url: str) -> None:
-    """What `open_storage(url)` would refuse, found leaving nothing behind (for --dry-run): a file
-    storage is read if it exists, else its folder must be one we can write in; a database server
-    is connected to once (driver, address, credentials) and nothing is created in it."""
+def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = None) -> None:
+    """What `open_storage(url)`, then `open_study` of `study` (name, attrs, must_match), would
+    refuse, found leaving nothing behind (for --dry-run): a file storage is read if it exists, else
+    its folder must be one we can write in; a database server is connected to once (driver,
+    address, credentials), its study read if Optuna's tables are there, and nothing created."""
     for prefix in ("journal:", "sqlite:///"):
         if not url.startswith(prefix):
             continue
@@ -193,7 +194,7 @@ def check_storage(url: str) -> None:
                 _check_sqlite(path)
                 if _sqlite_tables(path) == []:  # no tables: opening it would add Optuna's
                     return
-            open_storage(url, must_exist=True)
+            _check_stored_study(open_storage(url, must_exist=True), study)
             return
         folder = next(p for p in path.parents if p.exists())
         try:
@@ -201,21 +202,45 @@ def check_storage(url: str) -> None:
         except OSError as exc:
             raise _cannot_open(url, f"{folder}: {exc.strerror or exc}") from None
         return
-    from sqlalchemy import create_engine
+    import sqlalchemy
 
     try:
         # A server that never answers (a firewall) fails in 10 s rather than hanging the dry run.
         timeout = {"connect_timeout": 10} if url.startswith(("postgresql", "mysql")) else {}
-        engine = create_engine(url, connect_args=timeout)
+        engine = sqlalchemy.create_engine(url, connect_args=timeout)
         try:
-            with engine.connect():
-                pass
+            with engine.connect() as connection:
+                has_studies = sqlalchemy.inspect(connection).has_table("studies")
         finally:
             engine.dispose()
     except ImportError as exc:
         raise _driver_missing(url, exc) from None
     except Exception as exc:
         raise _cannot_open(url, _one_line(exc)) from None
+    if has_studies:  # Optuna's tables are there: opening it creates nothing
+        _check_stored_study(open_storage(url), study)
+
+
+def _check_stored_study(
+    storage: optuna.storages.BaseStorage, study: tuple[str, dict, tuple[str, ...]] | None
+) -> None:
+    if study is not None:
+        name, attrs, must_match = study
+        with contextlib.suppress(KeyError):  # KeyError: no such study yet
+            stored = optuna.load_study(study_name=name, storage=storage).user_attrs
+            check_same_experiment(name, stored, attrs, must_match)
+
+
+def check_same_experiment(
+    name: str, stored: dict[str, Any], attrs: dict[str, Any], must_match: tuple[str, ...]
+) -> None:
+    """TrickLabError when study `name`'s stored attrs differ from `attrs` in a key of `must_match`."""
+    for key in must_match:
+        if key in stored and key in attrs and stored[key] != attrs[key]:
+            raise TrickLabError(
+                f"study '{name}' already holds another experiment (its {key} differs); "
+                "give a new --study name or the original command"
+            )
 
 
 def _make_parent(path: Path, url: str) -> None:
@@ -299,14 +324,10 @@ def open_study(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(METRIC_NAMES)
     stored = study.user_attrs
+    check_same_experiment(name, stored, attrs or {}, must_match)
     for key, value in (attrs or {}).items():
         if key not in stored:
             study.set_user_attr(key, value)
-        elif key in must_match and stored[key] != value:
-            raise TrickLabError(
-                f"study '{name}' already holds another experiment (its {key} differs); "
-                "give a new --study name or the original command"
-            )
     return study
 
 
