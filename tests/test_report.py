@@ -424,3 +424,18 @@ def test_train_seconds_keep_three_significant_figures_below_a_millisecond():
     assert seconds(1.5726042850627336e-06) == "0.00000157"
     assert seconds(0.0005) == "0.000500"
     assert [seconds(v) for v in (0.0123, 12.34, 1234.5)] == ["0.0123", "12.3", "1,234"]
+
+
+def test_a_folder_of_another_kind_named_as_a_study_reports_the_study(
+    study, tmp_path, capsys, monkeypatch
+):
+    """`tricklab report rep` beside a folder `rep/` that is no speedrun, run or experiment folder
+    (the demo's --out, say): the study of that name (was: one line, exit 2)."""
+    monkeypatch.chdir(study[0])  # where runs/experiments/rep is
+    (study[0] / "rep").mkdir()
+    try:
+        code, _, err = run_cli(["report", "rep", "--out", str(tmp_path / "out")], capsys)
+    finally:
+        (study[0] / "rep").rmdir()
+    assert code == 0, err
+    assert " from rep (" in (tmp_path / "out" / "report.md").read_text()  # the study, stored

@@ -128,11 +128,14 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
                 runs.append(path)
             elif (path / STUDY_FILE).is_file():
                 sources.extend(_folder_studies(path))
-            else:
-                raise TrickLabError(
-                    f"{path} holds no {SPEEDRUN_FILE}, {RUN_FILE} or {STUDY_FILE}: not a speedrun, "
-                    "run or experiment folder"
-                )
+            else:  # a folder of another kind: the study of that name, if there is one
+                try:
+                    sources.append(load_study(text, storage))
+                except TrickLabError:
+                    raise TrickLabError(
+                        f"{path} holds no {SPEEDRUN_FILE}, {RUN_FILE} or {STUDY_FILE}: not a "
+                        "speedrun, run or experiment folder, and no study is named so"
+                    ) from None
         elif path.exists():
             hint = "; a `tricklab profile --json` output goes after --profile"
             hint = hint if _is_profile(path) else ""
