@@ -27,6 +27,29 @@ def test_both_signals_raise_interrupted_and_mark_the_request(signum):
             stop.check()
 
 
+def test_a_stop_inside_a_database_read_prints_no_cursor_clean_up_traceback(tmp_path, caplog):
+    """The stop raised inside SQLAlchemy's fetch leaves a cursor it cannot close, and its pool
+    logs "Error closing cursor" with a traceback (seen under `ablate`'s one "interrupted" line):
+    quiet once a stop arrived, heard again after the block."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+
+    def logged() -> bool:
+        caplog.clear()
+        engine.pool.logger.error("Error closing cursor", exc_info=True)
+        return "Error closing cursor" in caplog.text
+
+    with stop_on_signals():
+        assert logged()  # before a stop: heard
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.sigtimedwait([], 1)
+        assert not logged()
+    assert logged()
+    engine.dispose()
+
+
 @pytest.mark.parametrize(
     "found", [signal.SIG_IGN, signal.SIG_DFL, signal.default_int_handler, lambda s, f: None]
 )

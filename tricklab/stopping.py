@@ -11,6 +11,7 @@ marked request stops the run all the same, and `train()` records it `interrupted
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -20,6 +21,9 @@ from typing import Any
 # The error text of a run or trial stopped by the user, wherever the signal caught it.
 INTERRUPTED_ERROR = "stopped by Ctrl-C or SIGTERM"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Where SQLAlchemy (Optuna's storage) logs a cursor it could not close: the stop raised inside a
+# database read leaves one, and its traceback would be printed under the one "interrupted" line.
+DB_CLEANUP_LOGGER = "sqlalchemy.pool"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -63,17 +67,21 @@ def stop_on_signals() -> Iterator[StopRequest]:
 
     def on_signal(signum: int, frame: Any) -> None:
         stop.request()
+        db_cleanup.setLevel(logging.CRITICAL)  # the clean-up errors of an interrupted read
         raise Interrupted(INTERRUPTED_ERROR)
 
     def on_unraisable(unraisable: Any) -> None:
         if not isinstance(unraisable.exc_value, KeyboardInterrupt):
             previous_hook(unraisable)  # a dropped stop is remembered by `stop`, not printed
 
+    db_cleanup = logging.getLogger(DB_CLEANUP_LOGGER)
+    previous_level = db_cleanup.level
     previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
     previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
     try:
         yield stop
     finally:
+        db_cleanup.setLevel(previous_level)
         sys.unraisablehook = previous_hook
         for signum, handler in previous.items():
             # None: a handler not installed from Python, which cannot be put back; the default.
