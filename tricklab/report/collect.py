@@ -20,11 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.data.limits import format_bytes
 from tricklab.errors import TrickLabError
 from tricklab.experiments.outcomes import COMPLETE_STATUSES
 from tricklab.report.fmt import config_name
-from tricklab.report.inputs import check_run_result, check_speedrun_summary, read_metrics
+from tricklab.report.inputs import (
+    check_run_result,
+    check_speedrun_summary,
+    read_bounded_text,
+    read_metrics,
+)
 
 # A summary.json of 10,000 runs is about 10 MB; a larger file is no tricklab output.
 MAX_JSON_BYTES = 64 << 20
@@ -182,16 +186,8 @@ def read_json(path: Path) -> dict[str, Any]:
     """The JSON object in `path`; TrickLabError, one line, for one that is unreadable, none, or
     larger than any tricklab output (MAX_JSON_BYTES: it is not read)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise TrickLabError(
-                f"{path} is {format_bytes(size)}: larger than any tricklab JSON output "
-                f"(at most {format_bytes(MAX_JSON_BYTES)} is read)"
-            )
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
+        data = json.loads(read_bounded_text(path, MAX_JSON_BYTES, "tricklab JSON output"))
+    except ValueError as exc:  # not JSON, or not UTF-8 text
         raise TrickLabError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise TrickLabError(f"{path} holds no JSON object")

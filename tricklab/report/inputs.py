@@ -98,19 +98,27 @@ def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any
     return summary
 
 
+def read_bounded_text(path: Path, limit: int, what: str) -> str:
+    """The text of `path`; TrickLabError, one line, for one that cannot be read or is larger than
+    `limit` bytes, which no `what` is (it is not read). Text that is not UTF-8 raises
+    UnicodeDecodeError, for the caller to name what it expected."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise TrickLabError(
+                f"{path} is {format_bytes(size)}: larger than any {what} "
+                f"(at most {format_bytes(limit)} is read)"
+            )
+        return path.read_text()
+    except OSError as exc:
+        raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The epoch rows of a metrics.jsonl (blank lines skipped); TrickLabError, one line, for one
     that cannot be read, is too large, or holds a line that is no epoch row."""
     try:
-        size = path.stat().st_size
-        if size > MAX_METRICS_BYTES:
-            raise TrickLabError(
-                f"{path} is {format_bytes(size)}: larger than any tricklab metrics.jsonl "
-                f"(at most {format_bytes(MAX_METRICS_BYTES)} is read)"
-            )
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
+        lines = read_bounded_text(path, MAX_METRICS_BYTES, "tricklab metrics.jsonl").splitlines()
     except UnicodeDecodeError:
         raise TrickLabError(f"{path} is not UTF-8 text (not a tricklab metrics.jsonl)") from None
     rows = []
