@@ -39,6 +39,26 @@ def device_memory_bytes(device: torch.device) -> int | None:
     return available_memory_bytes() if device.type == "cpu" else None
 
 
+def meta_model(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -> nn.Module | None:
+    """The recipe's model built on the meta device (shapes, no storage), or None for your own
+    factory that needs real storage (it is built for real, not counted)."""
+    m = recipe.model
+    try:
+        with torch.device("meta"):
+            return build_model(
+                m.name,
+                num_classes=num_classes,
+                in_channels=image_shape[0],
+                image_size=image_shape[1],
+                width=m.width,
+                widths=m.widths,
+            )
+    except TrickLabError:
+        raise
+    except Exception:
+        return None
+
+
 def check_model_fits(
     recipe: Recipe, num_classes: int, image_shape: tuple[int, int, int], device: torch.device
 ) -> None:
@@ -46,22 +66,8 @@ def check_model_fits(
     larger than the memory it may take on `device`. Pretrained models (fixed, known sizes) are not
     counted: their weights would be loaded."""
     m = recipe.model
-    if m.pretrained:
-        return
-    c, h, _ = image_shape
-    try:
-        with torch.device("meta"):
-            model = build_model(
-                m.name,
-                num_classes=num_classes,
-                in_channels=c,
-                image_size=h,
-                width=m.width,
-                widths=m.widths,
-            )
-    except TrickLabError:
-        raise
-    except Exception:  # your own factory that needs real storage: built for real, not counted
+    model = None if m.pretrained else meta_model(recipe, num_classes, image_shape)
+    if model is None:
         return
     if recipe.tricks.precision == "16-true-bn32":
         model.half()

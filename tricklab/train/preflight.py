@@ -19,8 +19,8 @@ from torch import nn
 
 from tricklab.data.limits import available_memory_bytes, format_bytes
 from tricklab.errors import TrickLabError
-from tricklab.models import build_model
 from tricklab.train import precision
+from tricklab.train.model_memory import meta_model
 
 # PyTorch's optimizers scale the lr by up to this much within a step (Adam's bias correction is
 # 1 / (1 - 0.9) = 10 at its first step), so the bound leaves this margin below the dtype's maximum.
@@ -152,7 +152,6 @@ def check_step_sizes(optimizer: torch.optim.Optimizer, recipe: Any) -> None:
 def activation_bytes(recipe: Any, num_classes: int, image_shape: tuple[int, ...]) -> Any:
     """(bytes of the distinct outputs of the model's leaf modules, bytes of the largest one) for
     one image, from a forward on PyTorch's meta device (no memory); None where that cannot run."""
-    m = recipe.model
     outputs: dict[int, torch.Tensor] = {}  # by id, held: an in-place op returns its input
 
     def record(module: nn.Module, args: tuple, output: Any) -> None:
@@ -160,15 +159,9 @@ def activation_bytes(recipe: Any, num_classes: int, image_shape: tuple[int, ...]
             outputs[id(output)] = output
 
     try:
-        with torch.device("meta"):
-            model = build_model(
-                m.name,
-                num_classes=num_classes,
-                in_channels=image_shape[0],
-                image_size=image_shape[1],
-                width=m.width,
-                widths=m.widths,
-            )
+        model = meta_model(recipe, num_classes, image_shape)
+        if model is None:
+            return None
         for module in model.modules():
             if not list(module.children()):
                 module.register_forward_hook(record)
