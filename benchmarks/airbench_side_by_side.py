@@ -1,6 +1,6 @@
 """tricklab's speedrun94 and airbench's own airbench94, interleaved in one process on one GPU.
 
-One warm-up of each (not counted), then N pairs: tricklab run k (`tricklab.speedrun`, seed k),
+One warm-up of each (not counted), then N pairs: tricklab run k (`tricklab.experiments.speedrun`, seed k),
 then airbench run k (`train94` of the PyPI package airbench 0.1.8, its `lib_airbench94`), so a
 drift of the machine hits both alike. Both read the same images: tricklab the image folder's
 train.tar.gz / test.tar.gz, airbench the train.pt / test.pt made from them by
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from tricklab.speedrun import SpeedrunInterrupted, accuracy_ci95, speedrun
-from tricklab.train.recipe import load_recipe
+from tricklab.experiments.speedrun import SpeedrunInterrupted, accuracy_ci95, speedrun
+from tricklab.recipe.schema import load_recipe
 
 TARGET = 0.94
 

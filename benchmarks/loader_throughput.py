@@ -153,9 +153,9 @@ def count_loader_ops(loader, model_dtype: torch.dtype, batches: int = 5) -> dict
 def count_ops(recipes: list[str], dataset, repeats: int) -> None:
     """Print the op and byte table for the train loader each recipe builds, on the CPU, with its
     images/s (median over `repeats` epochs, loaders taking turns)."""
-    from tricklab.train import precision
-    from tricklab.train.api import build_loaders
-    from tricklab.train.recipe import load_recipe
+    from tricklab.recipe.schema import load_recipe
+    from tricklab.training import precision
+    from tricklab.training.api import build_loaders
 
     mean, std = channel_stats(dataset.train.images)
     print(

@@ -37,14 +37,14 @@ import torch
 from rich.console import Console
 from torch import nn
 
+from tricklab.core.progress import ProgressDisplay
 from tricklab.data.augment import channel_stats, normalize
 from tricklab.data.loaders import DeviceLoader
 from tricklab.data.sources import load_dataset
 from tricklab.measure.intervals import mean_interval
 from tricklab.models import build_model
-from tricklab.progress import ProgressDisplay
-from tricklab.train.api import init_sample, train
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import init_sample, train
 
 WIDTHS = [4, 8, 8]
 BATCH = 32
@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument(
         "--progress",
         action="store_true",
-        help="also time tricklab with the CLI's progress bars drawn (tricklab.progress)",
+        help="also time tricklab with the CLI's progress bars drawn (tricklab.core.progress)",
     )
     args = parser.parse_args()
     global DEVICE

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import train
 
 EPOCHS = 3
 WINDOW = (1, 2)  # start after epoch 1's end, stop after epoch 2's end (1-based epochs)

@@ -11,7 +11,7 @@ import shlex
 from functools import cache
 from pathlib import Path
 
-from tricklab.cli import build_parser
+from tricklab.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -21,7 +21,7 @@ SHELL_LANGS = ("", "bash", "sh", "shell", "console")
 SEPARATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1", "do", "then"}
 # Folders of this repository a path in the README may start with (others are airbench's, outputs).
 REPO_FOLDERS = ("benchmarks", "tests", "tricklab", "examples", "scripts", ".ci")
-PACKAGE_FOLDERS = ("data", "models", "train", "measure", "experiments", "report", "recipes")
+PACKAGE_FOLDERS = ("core", "data", "models", "measure", "recipe", "training", "profile", "experiments", "report", "cli")
 
 
 # ------------------------------------------------------------------ reading the README

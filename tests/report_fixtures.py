@@ -5,7 +5,7 @@ from pathlib import Path
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.experiments import Liveness, ablate
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
 
 TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "run.epochs=1"]
 FAST = Liveness(poll_seconds=0.05)

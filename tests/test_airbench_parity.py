@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from tricklab.train.averaging import WeightAverage
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.averaging import WeightAverage
 
 # airbench's "decoupled" units: lr and weight decay per 1024 examples of a summed loss, divided by
 # 1 + 1/(1 - momentum); tricklab's mean loss over a batch of 1024 needs them times 1024 / 1024.

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.augment import (
     channel_stats,
     crop_at,
@@ -20,7 +21,6 @@ from tricklab.data.augment import (
     window_view,
     zero_pixels,
 )
-from tricklab.errors import TrickLabError
 
 
 def random_images(n=64, size=8, channels=3, seed=0):

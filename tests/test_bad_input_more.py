@@ -6,12 +6,12 @@ import json
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.core.paths import remove_empty_dirs
 from tricklab.experiments.space import parse_space
-from tricklab.paths import remove_empty_dirs
-from tricklab.train import preflight
-from tricklab.train.preflight import micro_batch_sizes
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import preflight
+from tricklab.training.preflight import micro_batch_sizes
 
 # 16x16 images: airbench's last BatchNorm sees 1x1 maps, so a batch of one image cannot train
 TINY = [*TINY_SYNTHETIC, "data.train_size=64", "loader.batch_size=32", "run.epochs=1"]

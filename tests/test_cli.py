@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tricklab.cli import main
+from tricklab.cli.main import main
 
 TINY = [
     "data.name=synthetic",
@@ -32,7 +32,7 @@ def test_version_and_help():
 
 
 def test_every_command_is_registered():
-    from tricklab.cli import build_parser
+    from tricklab.cli.main import build_parser
 
     (commands,) = [a for a in build_parser()._actions if a.dest == "command"]
     assert set(commands.choices) == {
@@ -92,16 +92,16 @@ def test_light_commands_do_not_load_torch():
     """--help, --version, `tricks`, `recipes` and a bad override answer without importing torch
     (seconds of start-up); `tricklab.train` is still the function once asked for."""
     probe = (
-        "import sys, tricklab; from tricklab.cli import main\n"
+        "import sys, tricklab; from tricklab.cli.main import main\n"
         "assert main(['tricks']) == 0 and main(['recipes']) == 0\n"
         "assert main(['train', 'optim.lrr=1']) == 2\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "from tricklab.train import loop\n"
-        "assert callable(tricklab.train) and tricklab.train.__module__ == 'tricklab.train.api'\n"
+        "from tricklab.training import loop\n"
+        "assert callable(tricklab.train) and tricklab.training.__module__ == 'tricklab.training.api'\n"
         "assert 'torch' in sys.modules\n"
-        "assert callable(tricklab.speedrun.speedrun) and callable(tricklab.experiments.ablate)\n"
+        "assert callable(tricklab.experiments.speedrun.speedrun) and callable(tricklab.experiments.ablate)\n"
         "assert callable(tricklab.report.write_report) and callable(tricklab.demo.run_demo)\n"
-        "assert callable(tricklab.progress.ProgressDisplay)\n"
+        "assert callable(tricklab.core.progress.ProgressDisplay)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -119,7 +119,7 @@ def test_train_json_prints_result_last(tmp_path, capsys):
 def test_a_run_broken_by_an_unexpected_error_reports_failed_and_exits_1(
     tmp_path, capsys, monkeypatch, as_json
 ):
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     def broken_step(*args):
         raise ValueError("a bug in a trick")
@@ -268,7 +268,7 @@ def test_data_show_real_cifar10(cifar10_jpeg_dir, tricklab_cache_dir, capsys):
 
 def test_cli_import_leaves_torchvision_for_later():
     """torchvision takes about a second to import; only torchvision models and TorchLoader need it."""
-    code = "import sys, tricklab.cli; print('torchvision' in sys.modules)"
+    code = "import sys, tricklab.cli.main; print('torchvision' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -399,14 +399,14 @@ def test_sigterm_stops_a_training_run_like_ctrl_c(tmp_path):
 
 
 def test_new_numbered_dir_gives_each_caller_its_own_folder(tmp_path):
-    from tricklab.paths import new_numbered_dir
+    from tricklab.core.paths import new_numbered_dir
 
     made = [new_numbered_dir(tmp_path / "runs" / "x") for _ in range(3)]
     assert [p.name for p in made] == ["x", "x-2", "x-3"] and all(p.is_dir() for p in made)
 
 
 def test_atomic_write_leaves_the_old_file_whole_when_writing_fails(tmp_path):
-    from tricklab.paths import atomic_write
+    from tricklab.core.paths import atomic_write
 
     path = tmp_path / "result.json"
     path.write_text("old")

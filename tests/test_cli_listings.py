@@ -8,8 +8,8 @@ import sys
 
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.train.recipe import field_table
+from tricklab.cli.main import main
+from tricklab.recipe.schema import field_table
 
 TINY = [*TINY_SYNTHETIC, "run.epochs=1"]
 

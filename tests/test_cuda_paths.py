@@ -11,11 +11,12 @@ import torch
 
 from tricklab.data import device_loader, loaders
 from tricklab.data.loaders import AugmentSpec, DeviceLoader, derived_seed
-from tricklab.measure import hardware, memory, timing
-from tricklab.measure.profile_model import _peak
-from tricklab.speedrun import _resolve_peak
-from tricklab.train import api, loop, model_memory, precision
-from tricklab.train.recipe import load_recipe
+from tricklab.experiments.speedrun import _resolve_peak
+from tricklab.core import device, memory
+from tricklab.measure import hardware
+from tricklab.profile.model import _peak
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api, loop, model_memory, precision
 
 GPU = torch.device("cuda", 1)  # not the default index: the device must be passed on, not assumed
 H100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=85_000_000_000, major=9, minor=0)
@@ -52,21 +53,21 @@ def recorder(monkeypatch):
 # ---------------------------------------------------------------- sync
 
 
-@pytest.mark.parametrize("sync", [loop.sync, timing.synchronize], ids=["loop", "timing"])
+@pytest.mark.parametrize("sync", [loop.sync, device.synchronize], ids=["loop", "device"])
 def test_sync_waits_for_the_cuda_device_it_is_given(recorder, sync):
     recorder.fake(torch.cuda, "synchronize")
     sync(GPU)
     assert recorder.calls == [("synchronize", (GPU,), {})]
 
 
-@pytest.mark.parametrize("sync", [loop.sync, timing.synchronize], ids=["loop", "timing"])
+@pytest.mark.parametrize("sync", [loop.sync, device.synchronize], ids=["loop", "device"])
 def test_sync_waits_for_an_mps_device(recorder, sync):
     recorder.fake(torch.mps, "synchronize")
     sync(torch.device("mps"))
     assert recorder.calls == [("synchronize", (), {})]
 
 
-@pytest.mark.parametrize("sync", [loop.sync, timing.synchronize], ids=["loop", "timing"])
+@pytest.mark.parametrize("sync", [loop.sync, device.synchronize], ids=["loop", "device"])
 def test_sync_on_the_cpu_calls_no_accelerator(recorder, sync):
     recorder.refuse(torch.cuda, "synchronize")
     recorder.refuse(torch.mps, "synchronize")

@@ -12,8 +12,8 @@ from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.experiments import Liveness, ablate, parse_space, sweep
 from tricklab.experiments.storage import open_storage, storage_url
-from tricklab.train.api import RunResult
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import RunResult
 
 # a real run of a second or two: synthetic data, widths 8/16/16, one epoch, flip TTA
 TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "run.epochs=1", "tricks.tta=flip"]

@@ -9,10 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.data import cache, imagefolder
 from tricklab.data.sources import load_dataset
-from tricklab.errors import TrickLabError
 
 
 def make_tree(root: Path, classes=("ant", "bee"), per_split=None, size=8, seed=0) -> None:

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from cifar10_names import CIFAR10_CLASSES
 from PIL import Image
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.data import cache, imagefolder, limits
 from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES
@@ -36,7 +37,6 @@ from tricklab.data.sources import (
     loader_for,
 )
 from tricklab.data.synthetic import make_synthetic
-from tricklab.errors import TrickLabError
 
 # ---------------------------------------------------------------- helpers
 
@@ -1089,8 +1089,8 @@ def test_dataset_names_come_from_one_table_that_imports_without_torch():
     probe = (
         "import sys\n"
         "from tricklab.data.names import DATASET_NAMES, DATASET_SOURCES\n"
-        "from tricklab.train.recipe import DataConfig\n"
-        "from tricklab.cli import build_parser\n"
+        "from tricklab.recipe.schema import DataConfig\n"
+        "from tricklab.cli.main import build_parser\n"
         "import dataclasses\n"
         "choices = next(f for f in dataclasses.fields(DataConfig) if f.name == 'name')\n"
         "assert choices.metadata['choices'] == DATASET_NAMES == tuple(DATASET_SOURCES)\n"
@@ -1116,7 +1116,7 @@ def test_every_dataset_name_resolves_to_a_loader():
 def run_with_memory_limit(
     code: str,
     extra_bytes: int,
-    imports: str = "torch, tricklab.cli, tricklab.data.sources",
+    imports: str = "torch, tricklab.cli.main, tricklab.data.sources",
     timeout: float = 300,
 ):
     """Run `code` in a child whose address space may grow by `extra_bytes` past what `imports`
@@ -1138,7 +1138,7 @@ def run_with_memory_limit(
 
 
 def cli_in_child(*args: str) -> str:
-    return f"from tricklab.cli import main\nsys.exit(main({list(args)!r}))\n"
+    return f"from tricklab.cli.main import main\nsys.exit(main({list(args)!r}))\n"
 
 
 def test_data_show_with_a_huge_image_size_is_refused_before_allocating(tmp_path):
@@ -1349,7 +1349,7 @@ def test_cifar_batch_whose_data_is_a_shared_nested_list_is_refused_without_expan
             info.size = len(blob)
             tar.addfile(info, io.BytesIO(blob))
     code = (
-        "from tricklab.cli import main\n"
+        "from tricklab.cli.main import main\n"
         f"sys.exit(main(['data', 'show', 'cifar10', '--data-dir', {str(tmp_path / 'data')!r}, "
         f"'--cache-dir', {str(tmp_path / 'c')!r}]))\n"
     )

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tricklab import demo
-from tricklab.cli import main
-from tricklab.train.recipe import load_recipe
+from tricklab.cli.main import main
+from tricklab.recipe.schema import load_recipe
 
 DEFAULT_PLAN = demo.DemoPlan()
 

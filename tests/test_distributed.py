@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from tricklab.data.loaders import AugmentSpec, DeviceLoader
-from tricklab.train import api, distributed, loop
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api, distributed, loop
 
 TESTS = Path(__file__).resolve().parent
 BASE = [

@@ -10,12 +10,12 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments import Liveness, ablate
 from tricklab.experiments.plan import MAX_SEEDS, parse_vary, plan_configs
 from tricklab.experiments.space import MAX_GRID_POINTS, load_space, parse_space
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
 
 TINY = [*TINY_SYNTHETIC, "run.epochs=1"]
 SEED_MESSAGE = "run.seed is set by --seeds (seeds 0..N-1)"

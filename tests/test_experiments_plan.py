@@ -3,7 +3,7 @@
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments.plan import (
     budget_overrides,
     format_value,
@@ -14,7 +14,7 @@ from tricklab.experiments.plan import (
     unit_recipe,
 )
 from tricklab.experiments.space import parse_space
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_malformed_space_is_a_user_error(data):
 def count_reads(monkeypatch):
     """How many recipes are read (Recipe.from_dict, which Recipe.override calls too); fails past
     `limit` reads."""
-    from tricklab.train.recipe import Recipe
+    from tricklab.recipe.schema import Recipe
 
     calls, real = {"n": 0, "limit": 10**9}, Recipe.from_dict.__func__
 
@@ -224,7 +224,7 @@ def test_the_setup_check_builds_each_data_source_model_and_loader_once(monkeypat
     from tiny_recipe import TINY_SYNTHETIC
 
     from tricklab.experiments.runner import plan_ablation
-    from tricklab.train import setup
+    from tricklab.training import setup
 
     built = Counter()
     for name in ("load_data", "build_model", "build_loaders", "build_optimizer"):

@@ -21,15 +21,10 @@ import pytest
 from optuna.trial import TrialState
 from tiny_recipe import TINY_SYNTHETIC
 
+from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR
 from tricklab.experiments.plan import budget_overrides, parse_vary, plan_configs, plan_units
-from tricklab.experiments.storage import (
-    HEARTBEAT_ATTR,
-    WORKER_ATTR,
-    open_storage,
-    storage_url,
-    trial_status,
-)
-from tricklab.train.recipe import load_recipe
+from tricklab.experiments.storage import open_storage, storage_url, trial_status
+from tricklab.recipe.schema import load_recipe
 
 TINY = TINY_SYNTHETIC
 EPOCHS = 8  # about half a second of training per run on this CPU

@@ -20,20 +20,14 @@ import torch
 from optuna.trial import TrialState
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments import Liveness, ablate, parse_space, results, sweep
+from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR, is_stale
 from tricklab.experiments.stats import ConfigStats
-from tricklab.experiments.storage import (
-    HEARTBEAT_ATTR,
-    WORKER_ATTR,
-    is_stale,
-    open_storage,
-    storage_url,
-    trial_status,
-)
-from tricklab.train.api import RunResult
-from tricklab.train.recipe import load_recipe
+from tricklab.experiments.storage import open_storage, storage_url, trial_status
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import RunResult
 
 TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "optim.nesterov=true", "run.epochs=1"]
 FAST = Liveness(poll_seconds=0.05)
@@ -215,7 +209,7 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
     in ..."); one raised inside a library callback may come back as another error. Either way the
     run in flight ends interrupted, the worker stops after it and prints no traceback. Whatever
     handlers it found for SIGINT and SIGTERM are back in place afterwards."""
-    from tricklab.train import api, loop
+    from tricklab.training import api, loop
 
     class SignalsWhileCollected:
         def __del__(self):
@@ -294,7 +288,7 @@ def test_a_trial_whose_worker_died_is_run_again(baseline, tmp_path):
 
 
 def test_a_claimed_trial_names_its_worker_before_anything_else():
-    from tricklab.experiments.storage import pop_waiting_trial, worker_identity
+    from tricklab.experiments.claims import pop_waiting_trial, worker_identity
 
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage)

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from scipy import stats
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments.stats import (
     ConfigStats,
     collect_runs,
@@ -181,8 +181,8 @@ def test_a_running_trial_whose_worker_process_is_gone_reads_as_interrupted():
 
     import optuna
 
+    from tricklab.experiments.claims import WORKER_ATTR
     from tricklab.experiments.stats import collect_runs
-    from tricklab.experiments.storage import WORKER_ATTR
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid of this host with no process behind it
@@ -200,7 +200,7 @@ def test_a_running_trial_whose_worker_process_is_gone_reads_as_interrupted():
 
 
 def test_the_table_shows_runs_at_the_target_and_the_mean_seconds_to_reach_it():
-    from tricklab.experiments.cli import console, stats_table
+    from tricklab.cli.experiments import console, stats_table
 
     rows = records("baseline", [0.941, 0.945, 0.930], [10.0, 11.0, 12.0])
     for row, seconds in zip(rows, [6.0, 8.0, None]):

@@ -20,7 +20,7 @@ import pytest
 from full_disk import NO_SPACE, FullDisk
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
+from tricklab.cli.main import main
 from tricklab.experiments.journal import set_torn_line_aside
 from tricklab.experiments.storage import open_storage
 
@@ -130,8 +130,8 @@ WORKER = """
 import os, sys, time
 from pathlib import Path
 from tricklab.experiments import Liveness, parse_space, sweep
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.training.api import train
+from tricklab.recipe.schema import load_recipe
 
 journal, trained, ready = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.augment import crop_at, normalize, pad
 from tricklab.data.loaders import (
     AugmentSpec,
@@ -12,7 +13,6 @@ from tricklab.data.loaders import (
     alternating_flip_bits,
     epoch_order,
 )
-from tricklab.errors import TrickLabError
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.25, 0.24, 0.26]
 
@@ -476,8 +476,8 @@ def test_bad_storage_dtype_and_images_raise_trick_lab_error():
 
 def recipe_loaders(*overrides):
     from tricklab.data.sources import load_dataset
-    from tricklab.train.api import build_loaders
-    from tricklab.train.recipe import load_recipe
+    from tricklab.recipe.schema import load_recipe
+    from tricklab.training.api import build_loaders
 
     recipe = load_recipe(
         None, ["loader.kind=device", "loader.batch_size=16", "run.device=cpu", *overrides]

@@ -9,11 +9,11 @@ import sys
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
-from tricklab.train import loggers as loggers_module
-from tricklab.train.api import RunInterrupted, train
-from tricklab.train.recipe import load_recipe
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import loggers as loggers_module
+from tricklab.training.api import RunInterrupted, train
 
 # Two epochs, the first not evaluated: an empty validation cell where metrics.jsonl has null.
 TWO_EPOCHS = [*TINY_SYNTHETIC, "run.epochs=2", "run.eval_every=2"]

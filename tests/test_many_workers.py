@@ -19,9 +19,10 @@ import optuna
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
+from tricklab.experiments.claims import WORKER_ATTR
 from tricklab.experiments.plan import budget_overrides, parse_vary, plan_configs, plan_units
-from tricklab.experiments.storage import WORKER_ATTR, open_storage, storage_url, trial_status
-from tricklab.train.recipe import load_recipe
+from tricklab.experiments.storage import open_storage, storage_url, trial_status
+from tricklab.recipe.schema import load_recipe
 
 EPOCHS = 80  # about 5 s of training per run on one core of the 2-core VM
 BASELINE = [*TINY_SYNTHETIC, "run.eval_every=0"]  # evaluate once, at the end

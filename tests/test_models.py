@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.models import MODELS, build_model, list_models
 from tricklab.models.airbench import ConvGroup, PatchWhitening, airbench, dirac_init_
 from tricklab.models.zoo import adapt_input_channels

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tricklab.train import api, loop
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api, loop
 
 # Small enough for a second or two on a shared 2-core CPU; 200 images in batches of 64: three full
 # batches and one of 8, the whitening bias frozen from the second epoch, lookahead every 2 steps.

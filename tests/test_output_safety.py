@@ -18,11 +18,11 @@ import pytest
 from full_disk import NO_SPACE, FullDisk
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
-from tricklab.paths import append_line, atomic_write, claim_folder
-from tricklab.train.api import RUN_FILES, train
-from tricklab.train.recipe import load_recipe
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import append_line, atomic_write, claim_folder
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import RUN_FILES, train
 
 TINY = [*TINY_SYNTHETIC, "run.epochs=2"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -62,7 +62,7 @@ def test_only_one_of_several_threads_claiming_a_folder_at_once_gets_it(tmp_path)
 
 def test_a_folder_whose_claiming_process_was_killed_can_be_claimed_again(tmp_path):
     code = (
-        "import sys, time; from pathlib import Path; from tricklab.paths import claim_folder;"
+        "import sys, time; from pathlib import Path; from tricklab.core.paths import claim_folder;"
         "claim = claim_folder(Path(sys.argv[1])); print(claim is not None, flush=True);"
         "time.sleep(60)"
     )

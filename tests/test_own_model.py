@@ -12,11 +12,11 @@ from torch import nn
 
 import tricklab
 from tricklab import models
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.models import build_model, get_model_info, list_models, register_model
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import train
 
 # A plain model: no whitening, no airbench options; one epoch on 256 synthetic 16x16 images.
 TINY = [
@@ -233,7 +233,7 @@ def test_tricklab_models_lists_registered_models(registry, capsys):
 def test_a_recipe_takes_own_and_timm_names_without_importing_torch():
     code = (
         "import sys\n"
-        "from tricklab.train.recipe import load_recipe\n"
+        "from tricklab.recipe.schema import load_recipe\n"
         "for name in ('pkg.mod:make', 'pkg:Cls.build', 'timm:resnet18'):\n"
         "    assert load_recipe(None, ['model.name=' + name]).model.name == name\n"
         "assert 'torch' not in sys.modules\n"

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torchvision
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.models import build_model
 
 

@@ -9,8 +9,8 @@ import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
 import tricklab
-from tricklab.cli import main
-from tricklab.measure.profile_loader import configurations, profile_loader
+from tricklab.cli.main import main
+from tricklab.profile.loader import configurations, profile_loader
 
 KEYS = {
     "kind", "recipe", "dataset", "device", "hardware", "train_images", "image_shape",

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
-from tricklab.measure import profile_model
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.measure.flops import count_forward_flops
-from tricklab.measure.profile_model import profile_models
 from tricklab.measure.timing import paired_difference
+from tricklab.profile import model as profile_model
+from tricklab.profile.model import profile_models
 
 TINY = dict(widths=[8, 16, 16], image_size=16, device="cpu", repeats=2)
 RESULT_KEYS = {

@@ -12,9 +12,9 @@ from tiny_recipe import TINY_SYNTHETIC
 from torch import nn
 
 import tricklab
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
-from tricklab.measure.profile_step import (
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.profile.step import (
     profile_step,
     step_components,
     strip_batchnorm_and_activations,

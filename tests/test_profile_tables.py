@@ -1,7 +1,7 @@
 """The cells of the profile tables, shared by `tricklab profile` and `tricklab report --profile`:
 numbers without exponents, the step's notes and section, the model's optional columns."""
 
-from tricklab.measure import profile_tables as tables
+from tricklab.profile import tables
 
 
 def spread(median_ms, q1_ms=None, q3_ms=None):

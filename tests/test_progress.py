@@ -13,12 +13,12 @@ from PIL import Image
 from rich.console import Console
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.core.progress import ProgressDisplay, clock, current
 from tricklab.data.sources import load_dataset
-from tricklab.progress import ProgressDisplay, clock, current
-from tricklab.train import loop
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import loop
+from tricklab.training.api import train
 
 TINY = [*TINY_SYNTHETIC, "run.epochs=2"]  # 256 images in 4 batches of 64, 2 epochs
 

@@ -12,20 +12,20 @@ import pytest
 import torch
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.experiments.stats import config_stats
-from tricklab.measure import provenance
-from tricklab.measure.provenance import (
+from tricklab.cli.main import main
+from tricklab.experiments.busy import (
     BUSY_WORDS,
     SPREAD_LIMIT,
     busy_machine,
     comparison_timings,
-    git_state,
     results_busy,
     speedrun_busy,
 )
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.experiments.stats import config_stats
+from tricklab.measure import provenance
+from tricklab.measure.provenance import git_state
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import train
 
 FIELDS = {
     "command", "started_at", "git_commit", "git_dirty", "versions", "cuda", "cudnn", "device",

@@ -39,10 +39,10 @@ from readme_reading import (
     top_parser,
 )
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.names import DATASET_NAMES
-from tricklab.errors import TrickLabError
-from tricklab.train.recipe import SECTIONS, all_keys, field_table, load_recipe
-from tricklab.train.recipe_input import builtin_recipes
+from tricklab.recipe.load import builtin_recipes
+from tricklab.recipe.schema import SECTIONS, all_keys, field_table, load_recipe
 
 # ------------------------------------------------------------------ commands and options
 # Options the README cites from other tools, each with where it is from.
@@ -263,7 +263,7 @@ def python_names() -> list[tuple[int, str, str | None, str | None]]:
     for span in inline_spans():
         match = PY_NAME.match(span.text)
         if not match or not span.text.startswith(("tricklab.", ".")):
-            # a name inside code: `with tricklab.progress.ProgressDisplay(console): ...`
+            # a name inside code: `with tricklab.core.progress.ProgressDisplay(console): ...`
             for inner in re.finditer(r"(?<![\w.])tricklab(?:\.\w+)+", span.text):
                 found.append((span.line, inner.group(0), None, None))
             continue
@@ -342,7 +342,7 @@ BARE_FILE = re.compile(r"(?<![\w./~$<-])([a-z_]\w*\.(?:py|sh))\b")
 
 
 def path_problems() -> list[str]:
-    """Repository paths (`benchmarks/x.py`, `tricklab/train/`, `train/distributed.py`, a bare
+    """Repository paths (`benchmarks/x.py`, `tricklab/training/`, `train/distributed.py`, a bare
     `clitools.py`) and relative links exist; airbench's own files are left alone."""
     problems = []
     for span in (*inline_spans(), *shell_commands()):
@@ -521,7 +521,7 @@ result = tricklab.train(recipe, outdir="runs/x")
 print(result.accuracy)
 ```
 
-`tricks.tta` none | flip | mirror, `--no-such-option`, `tricklab.measure.nothing_here`, `with tricklab.progress.Nothing():`, `tricklab.demo.run_demo(out_folder)`,
+`tricks.tta` none | flip | mirror, `--no-such-option`, `tricklab.measure.nothing_here`, `with tricklab.core.progress.Nothing():`, `tricklab.demo.run_demo(out_folder)`,
 `benchmarks/nothing.py`, `nothing_here.py`, `pip install -e ".[nothing]"`,
 [here](#no-such-heading), [there](examples/none.py)
 """

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tricklab.errors import TrickLabError
-from tricklab.train.recipe import Recipe, all_keys, builtin_recipes, field_table, load_recipe
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import Recipe, all_keys, builtin_recipes, field_table, load_recipe
 
 
 def test_defaults_are_plain_pytorch():
@@ -228,7 +228,7 @@ def test_a_key_given_twice_in_a_recipe_file_is_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- hostile recipes, overrides, spaces
-# What a recipe, an override or a sweep space may hold: tricklab.train.yamlio's limits.
+# What a recipe, an override or a sweep space may hold: tricklab.recipe.yamlio's limits.
 
 NESTED = "[" * 5000 + "]" * 5000
 
@@ -240,7 +240,7 @@ def one_line_error(capsys) -> str:
 
 
 def cli(*args: str) -> int:
-    from tricklab.cli import main
+    from tricklab.cli.main import main
 
     return main(list(args))
 
@@ -321,7 +321,7 @@ def test_aliases_are_refused_in_an_override_and_a_space_file(tmp_path, capsys):
 
 
 def test_a_recipe_file_larger_than_the_limit_is_refused_unread(tmp_path, capsys):
-    from tricklab.train.yamlio import MAX_YAML_BYTES
+    from tricklab.recipe.yamlio import MAX_YAML_BYTES
 
     path = tmp_path / "big.yaml"
     path.write_text("# " + "x" * MAX_YAML_BYTES + "\nrun:\n  epochs: 1\n")
@@ -330,7 +330,7 @@ def test_a_recipe_file_larger_than_the_limit_is_refused_unread(tmp_path, capsys)
 
 
 def test_a_recipe_with_more_values_than_the_limit_is_refused(capsys):
-    from tricklab.train.yamlio import MAX_YAML_NODES
+    from tricklab.recipe.yamlio import MAX_YAML_NODES
 
     many = "[" + ",".join(["1"] * MAX_YAML_NODES) + "]"
     assert cli("train", f"schedule.milestones={many}") == 2

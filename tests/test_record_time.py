@@ -11,11 +11,11 @@ import time
 
 import pytest
 
+from tricklab.experiments.speedrun import WARMUP_SEED, speedrun
 from tricklab.models.airbench import AirbenchNet
-from tricklab.speedrun import WARMUP_SEED, speedrun
-from tricklab.train import api, loop, setup, warmup
-from tricklab.train.api import RunResult, train
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api, loop, setup, warmup
+from tricklab.training.api import RunResult, train
 
 # speedrun94 in seconds on a CPU: 200 images in 4 steps of 50, one eval batch, fp32.
 TINY_SPEEDRUN94 = [

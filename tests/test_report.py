@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from report_fixtures import TINY, make_study, md_rows
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments.stats import config_stats
 from tricklab.report import write_report
 from tricklab.report.collect import Source, load_sources
@@ -306,9 +306,9 @@ def test_an_empty_study_still_gives_a_report_that_says_so(tmp_path):
 
 
 def test_speedrun_and_run_folders_are_sources_too(tmp_path):
-    from tricklab.speedrun import speedrun
-    from tricklab.train.api import train
-    from tricklab.train.recipe import load_recipe
+    from tricklab.experiments.speedrun import speedrun
+    from tricklab.recipe.schema import load_recipe
+    from tricklab.training.api import train
 
     recipe = load_recipe(None, TINY)
     speedrun(recipe, 2, out_dir=tmp_path / "sr", warmup_epochs=0, recipe_name="tiny")

@@ -15,12 +15,12 @@ import pytest
 from report_fixtures import md_rows
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
-from tricklab.errors import TrickLabError
-from tricklab.measure import profile_cli
+from tricklab.cli import profile as profile_cli
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import load_recipe
 from tricklab.report import write_report
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.training.api import train
 
 H100_MODEL = Path(__file__).parent / "data" / "profile_model_h100.json"  # an H100, 2026-11-24
 TINY_MODEL = ["airbench", "model.widths=[8,16,16]", "data.image_size=16"]

@@ -11,7 +11,7 @@ import sys
 import pytest
 from report_fixtures import make_study
 
-from tricklab.cli import main
+from tricklab.cli.main import main
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 from cifar10_names import CIFAR10_CLASSES
 
-from tricklab.cli import main
+from tricklab.cli.main import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_PACKAGE_DIR = "data/samples/cifar10-sample"

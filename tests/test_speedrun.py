@@ -18,14 +18,14 @@ import torch
 from scipy import stats as scipy_stats
 from torch import nn
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.experiments.speedrun import WARMUP_SEED
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
 from tricklab.models import build_model
-from tricklab.speedrun import WARMUP_SEED
-from tricklab.train.api import train
-from tricklab.train.muon import MuonSGD, has_torch_muon, newton_schulz
-from tricklab.train.optim import filter_params
-from tricklab.train.recipe import builtin_recipes, load_recipe
+from tricklab.recipe.schema import builtin_recipes, load_recipe
+from tricklab.training.api import train
+from tricklab.training.muon import MuonSGD, has_torch_muon, newton_schulz
+from tricklab.training.optim import filter_params
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TABLE_SCRIPT = REPO_ROOT / "benchmarks" / "speedrun_table.py"
@@ -133,8 +133,8 @@ def test_muon_sgd_own_update_equals_torch_optim_muon(channels_last):
 
 
 def test_muon_ns_steps_reach_the_orthogonalisation():
-    from tricklab.train.optim import build_optimizer
-    from tricklab.train.recipe import OptimConfig
+    from tricklab.recipe.schema import OptimConfig
+    from tricklab.training.optim import build_optimizer
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 30 * 30, 10))
     optimizer = build_optimizer(model, OptimConfig(name="muon", muon_ns_steps=3), batch_size=32)
@@ -433,7 +433,7 @@ def test_speedrun_cli_summary_has_mean_median_min_max_of_record_and_train_second
 def test_record_seconds_compare_with_airbench_only_for_the_recipe_as_airbench_ran_it(
     name, overrides, comparable
 ):
-    from tricklab.speedrun import as_airbench_ran_it
+    from tricklab.experiments.speedrun import as_airbench_ran_it
 
     assert as_airbench_ran_it(load_recipe(name, overrides), name) is comparable
 
@@ -441,8 +441,8 @@ def test_record_seconds_compare_with_airbench_only_for_the_recipe_as_airbench_ra
 def test_the_summary_gives_the_median_record_seconds_over_airbenchs_when_comparable():
     from types import SimpleNamespace
 
-    from tricklab.speedrun import AIRBENCH_RECORDS
-    from tricklab.speedrun_cli import _airbench_rows
+    from tricklab.cli.speedrun import _airbench_rows
+    from tricklab.experiments.speedrun import AIRBENCH_RECORDS
 
     summary = SimpleNamespace(
         airbench=AIRBENCH_RECORDS["speedrun94"],
@@ -515,7 +515,7 @@ def _fixed_stamp(monkeypatch, stamp="20261124-210000"):
     """New run folders' names all made in one second: `stamp` for '%Y%m%d-%H%M%S'."""
     import time as real_time
 
-    from tricklab import clitools
+    from tricklab.cli import common as clitools
 
     class Clock:
         def __getattr__(self, name):
@@ -568,7 +568,7 @@ def test_speedrun_with_bad_data_leaves_no_folder(tmp_path, monkeypatch, capsys):
 def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_training(
     tmp_path, monkeypatch, capsys
 ):
-    from tricklab.train import api as train_api
+    from tricklab.training import api as train_api
 
     monkeypatch.setattr(train_api, "train", lambda *a, **k: pytest.fail("trained"))
     (tmp_path / "out" / "seed-1").mkdir(parents=True)
@@ -581,7 +581,7 @@ def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_trainin
 def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
     stop_at_call, tmp_path, monkeypatch, capsys
 ):
-    from tricklab.train import api as train_api
+    from tricklab.training import api as train_api
 
     calls, real_train = [], train_api.train
 
@@ -624,7 +624,7 @@ def test_a_run_broken_by_an_unexpected_error_is_counted_failed_and_the_speedrun_
 ):
     """At most the run in flight is lost: the other runs train and are summarized; exit 1."""
     monkeypatch.chdir(tmp_path)
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     real_step, steps = loop.train_step, []
 

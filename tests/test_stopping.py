@@ -8,9 +8,9 @@ import threading
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.stopping import Interrupted, StopRequest, stop_on_signals
-from tricklab.train import api, loop
-from tricklab.train.recipe import load_recipe
+from tricklab.core.stopping import Interrupted, StopRequest, stop_on_signals
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api, loop
 
 TINY = load_recipe(None, [*TINY_SYNTHETIC, "run.epochs=2"])
 

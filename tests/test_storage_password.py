@@ -9,9 +9,9 @@ import sys
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.core.urls import shown_command, without_password
 from tricklab.experiments.storage import shown_url
-from tricklab.experiments.urls import shown_command, without_password
 from tricklab.measure.provenance import command_line
 
 PASSWORD = "Sekr3t-hunter2"

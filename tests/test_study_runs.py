@@ -12,14 +12,14 @@ import optuna
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.cli import main
+from tricklab.cli.main import main
+from tricklab.core.paths import claim_folder
+from tricklab.core.stopping import Interrupted, StopRequest
 from tricklab.experiments import Liveness, ablate, parse_space, study_runs, sweep
 from tricklab.experiments.rundirs import config_folder_name, fresh_run_dir, run_dir, study_dir
 from tricklab.experiments.storage import open_storage, storage_url
-from tricklab.paths import claim_folder
-from tricklab.stopping import Interrupted, StopRequest
-from tricklab.train.api import train
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training.api import train
 
 TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "run.epochs=1"]
 FAST = Liveness(poll_seconds=0.05)

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tricklab.experiments.outcomes import fraction_at_target, target_counts
+from tricklab.core.status import fraction_at_target, target_counts
+from tricklab.experiments.speedrun import SpeedrunRun, summarize
 from tricklab.experiments.stats import config_stats
-from tricklab.speedrun import SpeedrunRun, summarize
-from tricklab.train.recipe import Recipe
+from tricklab.recipe.schema import Recipe
 
 # (status, final accuracy): three complete runs, two at or above 0.94, then a divergence, a crash
 # and an out-of-memory run.

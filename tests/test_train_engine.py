@@ -7,12 +7,12 @@ import warnings
 import pytest
 import torch
 
-from tricklab.errors import TrickLabError
-from tricklab.train import api, setup
-from tricklab.train.api import RunResult, load_checkpoint, train
-from tricklab.train.loop import Outcome, Parts, end_of_epoch, evaluate, train_step
-from tricklab.train.recipe import RunConfig, load_recipe
-from tricklab.train.schedule import lr_factor
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import RunConfig, load_recipe
+from tricklab.training import api, setup
+from tricklab.training.api import RunResult, load_checkpoint, train
+from tricklab.training.loop import Outcome, Parts, end_of_epoch, evaluate, train_step
+from tricklab.training.schedule import lr_factor
 
 # Small enough that a run takes a second or two on a shared 2-core CPU.
 TINY = [
@@ -74,7 +74,7 @@ def test_nan_loss_gives_diverged_with_its_step():
 def test_nan_loss_stops_the_run_at_the_end_of_its_epoch_with_its_exact_step(monkeypatch):
     """Finiteness is read once per epoch (a read mid-epoch would stall a GPU's queue); the step
     where the loss first became NaN/Inf is still recorded exactly."""
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     losses = []
     real_step = loop.train_step
@@ -101,7 +101,7 @@ def test_nan_loss_stops_the_run_at_the_end_of_its_epoch_with_its_exact_step(monk
     ids=["OutOfMemoryError", "cuda-error"],
 )
 def test_out_of_memory_mid_run_gives_oom_and_returns(monkeypatch, tmp_path, error):
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     steps = []
     real_step = loop.train_step
@@ -345,7 +345,7 @@ def test_evaluation_uses_the_averaged_weights():
 
 
 def test_whitening_bias_is_frozen_after_its_epochs():
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     seen = []
     original = loop.evaluate
@@ -432,7 +432,7 @@ def test_compiling_happens_in_the_warm_up_not_in_timed_steps(monkeypatch):
     whitening bias would each recompile inside a timed epoch unless the warm-up met them."""
     from torch._dynamo.utils import counters
 
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     compiled = []  # graphs compiled during each timed step
     real_step, real_loop, timed = loop.train_step, api.run_loop, []
@@ -670,7 +670,7 @@ def test_patience_running_out_at_the_last_step_ends_training_complete():
 def test_the_loop_reads_on_one_screen():
     import inspect
 
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     assert len(inspect.getsource(loop.run_loop).splitlines()) <= 50
 
@@ -679,7 +679,7 @@ def test_the_loop_reads_on_one_screen():
 def test_a_model_whose_weights_cannot_fit_the_device_is_refused_before_it_is_built(
     monkeypatch, tmp_path
 ):
-    from tricklab.train import model_memory
+    from tricklab.training import model_memory
 
     monkeypatch.setattr(model_memory, "device_memory_bytes", lambda device: 64 * 2**20)
     built = []
@@ -693,7 +693,7 @@ def test_a_model_whose_weights_cannot_fit_the_device_is_refused_before_it_is_bui
 
 
 def test_the_estimate_counts_weights_gradients_optimizer_state_and_the_average():
-    from tricklab.train.model_memory import training_state_bytes
+    from tricklab.training.model_memory import training_state_bytes
 
     model = torch.nn.Linear(10, 10)  # 110 parameters of 4 bytes
     sgd = tiny("optim.momentum=0", "optim.nesterov=false")
@@ -707,7 +707,7 @@ def test_the_estimate_counts_weights_gradients_optimizer_state_and_the_average()
 def test_out_of_memory_while_building_the_model_is_an_oom_run_like_one_in_training(
     monkeypatch, tmp_path, capsys
 ):
-    from tricklab.cli import main
+    from tricklab.cli.main import main
 
     message = (
         "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory:"

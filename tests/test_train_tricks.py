@@ -7,14 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from tricklab.errors import TrickLabError
-from tricklab.train.averaging import WeightAverage
-from tricklab.train.backend import backend_settings
-from tricklab.train.optim import build_optimizer, scaled_lr, split_params
-from tricklab.train.precision import autocast_for, half_with_fp32_batchnorm
-from tricklab.train.recipe import OptimConfig, ScheduleConfig
-from tricklab.train.schedule import lr_factor
-from tricklab.train.tta import tta_logits
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import OptimConfig, ScheduleConfig
+from tricklab.training.averaging import WeightAverage
+from tricklab.training.backend import backend_settings
+from tricklab.training.optim import build_optimizer, scaled_lr, split_params
+from tricklab.training.precision import autocast_for, half_with_fp32_batchnorm
+from tricklab.training.schedule import lr_factor
+from tricklab.training.tta import tta_logits
 
 
 def small_net() -> nn.Module:
@@ -210,7 +210,7 @@ def test_airbench_recipe_steps_exactly_as_airbench94s_summed_loss_sgd():
     kilostep_scale divided by each group's lr, BatchNorm biases at 64 x lr, every other parameter
     (the whitening bias too) at lr."""
     from tricklab.models import build_model
-    from tricklab.train.recipe import load_recipe
+    from tricklab.recipe.schema import load_recipe
 
     recipe = load_recipe("seed4-airbench94", ["model.widths=[8,16,16]"])
     torch.manual_seed(0)
@@ -334,7 +334,7 @@ def test_muon_knows_nothing_of_recipes_or_parameter_groups():
     """airbench94_muon's Muon class knows no config; the groups are built where the optimizer is."""
     from pathlib import Path
 
-    from tricklab.train import muon
+    from tricklab.training import muon
 
     imported = imported_modules(Path(muon.__file__))
     assert "torch" in imported
@@ -345,7 +345,7 @@ def test_train_modules_import_at_the_top_so_no_cycle_hides_in_a_function():
     import ast
     from pathlib import Path
 
-    from tricklab.train import loop
+    from tricklab.training import loop
 
     for path in Path(loop.__file__).parent.glob("*.py"):
         for func in ast.walk(ast.parse(path.read_text())):
@@ -393,7 +393,7 @@ def test_fp16_weights_get_the_fp32_gradients_within_fp16_rounding():
     summed over the batch, which keeps gradients far above fp16's underflow. Gradients of about
     1e-5 (near fp16's smallest normal number, 6e-5, where a mean loss's lose their precision)
     come out as the fp32 ones times the batch size, within fp16 rounding."""
-    from tricklab.train.precision import loss_for
+    from tricklab.training.precision import loss_for
 
     torch.manual_seed(0)
     batch = 256
@@ -416,7 +416,7 @@ def test_a_summed_loss_takes_the_mean_losss_step_with_the_rescaled_lr_and_weight
     """build_optimizer(loss_scale=batch) divides the lr and multiplies the (coupled) weight decay
     by the batch size, so the summed loss's steps are the mean loss's: momentum, Nesterov and
     decoupled_weight_decay included."""
-    from tricklab.train.precision import loss_for, loss_scale_for
+    from tricklab.training.precision import loss_for, loss_scale_for
 
     torch.manual_seed(0)
     batch = 64
@@ -471,7 +471,7 @@ def test_16_mixed_uses_a_fused_optimizer_that_takes_the_scale_on_the_device():
 def test_bf16_falls_back_to_fp16_on_gpus_without_bf16_tensor_cores(
     precision, device, capability, expected
 ):
-    from tricklab.train.precision import precision_for_device
+    from tricklab.training.precision import precision_for_device
 
     assert precision_for_device(precision, device, capability) == expected
 
@@ -489,14 +489,14 @@ def test_bf16_falls_back_to_fp16_on_gpus_without_bf16_tensor_cores(
 def test_compile_auto_compiles_on_cuda_as_the_records_did_and_not_on_the_cpu(
     mode, device, expected
 ):
-    from tricklab.train.resolve import compile_for_device
+    from tricklab.training.resolve import compile_for_device
 
     assert compile_for_device(mode, device) == expected
 
 
 def test_the_device_decides_auto_values_and_the_run_records_what_it_decided():
-    from tricklab.train.recipe import load_recipe
-    from tricklab.train.resolve import for_device
+    from tricklab.recipe.schema import load_recipe
+    from tricklab.training.resolve import for_device
 
     recipe = load_recipe("speedrun94-muon", [])
     assert recipe.tricks.compile == "auto"
@@ -512,7 +512,7 @@ def test_the_device_decides_auto_values_and_the_run_records_what_it_decided():
 def test_muon_compiles_its_newton_schulz_step_when_the_recipe_compiles(monkeypatch):
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn) or fn)
-    from tricklab.train import muon
+    from tricklab.training import muon
 
     cfg = OptimConfig(name="muon")
     eager = build_optimizer(small_net(), cfg, 32)

@@ -9,8 +9,8 @@ test runs in seconds on a CPU."""
 import pytest
 import torch
 
-from tricklab.train import api
-from tricklab.train.recipe import load_recipe
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api
 
 # 230 training images in batches of 60: three full and one of 50; the whitening bias frozen from
 # the second epoch; 90 test images in batches of 40: two full and one of 10. Muon, lookahead and TTA:

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torchvision
 
-from tricklab.cli import main
-from tricklab.clitools import say_notices
+from tricklab.cli.common import say_notices
+from tricklab.cli.main import main
 from tricklab.models import build_model
 
 WEIGHTS = torchvision.models.SqueezeNet1_1_Weights.DEFAULT

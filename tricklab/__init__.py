@@ -11,15 +11,9 @@ register_model) are imported on first use, so `import tricklab` (and the CLI's -
 
 import importlib
 
-__version__ = "0.1.0"
-
-from tricklab.errors import TrickLabError  # noqa: E402
-from tricklab.train.recipe import Recipe, load_recipe  # noqa: E402
-
-# Importing tricklab.train.recipe bound the `tricklab.train` subpackage as an attribute here; the
-# name belongs to the function `tricklab.train(recipe)`. The subpackage stays importable
-# (`from tricklab.train import api`), not reachable by attribute access.
-del train  # noqa: F821
+from tricklab.core.errors import TrickLabError
+from tricklab.core.version import __version__
+from tricklab.recipe.schema import Recipe, load_recipe
 
 _LAZY = {
     "Dataset": "tricklab.data.sources",
@@ -27,18 +21,23 @@ _LAZY = {
     "build_model": "tricklab.models",
     "list_models": "tricklab.models",
     "register_model": "tricklab.models",
-    "RunResult": "tricklab.train.api",
-    "train": "tricklab.train.api",
+    "RunResult": "tricklab.training.api",
+    "train": "tricklab.training.api",
 }
 
 
 # Subpackages reachable as attributes once asked for (`tricklab.experiments.ablate(...)`).
-_SUBMODULES = ("data", "demo", "experiments", "measure", "models", "progress", "report", "speedrun")
+_SUBMODULES = {
+    name: f"tricklab.{name}"
+    for name in ("data", "demo", "experiments", "measure", "models", "profile", "report")
+} | {"progress": "tricklab.core.progress", "speedrun": "tricklab.experiments.speedrun"}
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        return importlib.import_module(f"tricklab.{name}")  # the import binds it here too
+        module = importlib.import_module(_SUBMODULES[name])
+        globals()[name] = module
+        return module
     if name not in _LAZY:
         raise AttributeError(f"module 'tricklab' has no attribute '{name}'")
     value = getattr(importlib.import_module(_LAZY[name]), name)

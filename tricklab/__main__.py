@@ -1,3 +1,3 @@
-from tricklab.cli import run
+from tricklab.cli.main import run
 
 run()

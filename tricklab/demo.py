@@ -15,17 +15,14 @@ refused.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tricklab.errors import TrickLabError
-from tricklab.paths import first_missing, is_disk_full, new_numbered_dir, remove_empty_dirs
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import first_missing, is_disk_full, new_numbered_dir, remove_empty_dirs
 
 if TYPE_CHECKING:
     from tricklab.experiments.runner import ExperimentSummary, RunEvent
@@ -172,9 +169,9 @@ def run_demo(
     `on_run_end` sees every finished run (for progress display).
     """
     from tricklab.experiments.runner import ablate
+    from tricklab.recipe.schema import load_recipe
     from tricklab.report import write_report
-    from tricklab.train.recipe import load_recipe
-    from tricklab.train.setup import resolve_device
+    from tricklab.training.setup import resolve_device
 
     plan = plan or DemoPlan()
     check_seeds(seeds)
@@ -222,79 +219,3 @@ def run_demo(
 
 
 # ---------------------------------------------------------------- CLI
-
-
-def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
-    """One line saying what the demo is about to train."""
-    from tricklab.experiments.plan import format_value
-
-    tricks = ", ".join(f"{k}={'/'.join(map(format_value, vs))}" for k, vs in plan.vary.items())
-    data = f"{plan.train_size or 10_000:,} train / {plan.test_size or 2_000:,} test images"
-    scaled = (
-        f", widths {list(plan.cpu_widths)}, {plan.cpu_precision}" if device_type == "cpu" else ""
-    )
-    return (
-        f"demo: {BASELINE_RECIPE}{scaled} on cifar10-sample ({data}), {plan.epochs:g} epochs, "
-        f"baseline + {tricks} one at a time, {seeds} seeds each, on {device_type}"
-    )
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from tricklab.clitools import INTERRUPTED_EXIT_CODE, check_not_empty, quiet_optuna
-    from tricklab.progress import ProgressDisplay
-    from tricklab.train.setup import resolve_device
-
-    check_not_empty(args, "--out")
-    plan = DemoPlan()
-    if args.out is not None:
-        check_out_dir(Path(args.out))  # before torch's start-up, not after it
-    check_seeds(args.seeds)  # before the plan is printed
-    err = Console(stderr=True, markup=False, highlight=False)
-    if not args.quiet:
-        err.print(describe_plan(plan, args.seeds, resolve_device("auto").type))
-
-    def show(event: RunEvent) -> None:
-        acc = "-" if event.accuracy is None else f"{100 * event.accuracy:.2f}%"
-        secs = "-" if event.train_seconds is None else f"{event.train_seconds:.1f} s"
-        err.print(f"  {event.config_id:<28} seed {event.seed}  {event.status:<9} {acc:>7}  {secs}")
-
-    display = contextlib.nullcontext() if args.quiet else ProgressDisplay(err)  # batch bars
-    try:
-        with quiet_optuna(), display:
-            result = run_demo(
-                args.out, args.seeds, plan=plan, on_run_end=None if args.quiet else show
-            )
-    except DemoInterrupted as stop:
-        err.print(f"interrupted; finished runs are kept: rerun with --out {stop.out_dir} to resume")
-        return INTERRUPTED_EXIT_CODE
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return 0
-    out = Console(markup=False, highlight=False, soft_wrap=True)
-    out.print(f"report: {result.report.html_path}  (and {result.report.md_path.name})")
-    out.print(f"took {result.wall_seconds:.0f} s on {result.device}")
-    out.print()
-    out.print(result.report.summary)
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `tricklab demo` to the main CLI."""
-    p = subparsers.add_parser(
-        "demo",
-        help="a small study on the real CIFAR-10 sample shipped with tricklab, written up as a report",
-        description=(
-            "Train the scaled speedrun94 baseline and three of its tricks switched off one at a "
-            "time (channels_last, BatchNorm-bias lr, label smoothing) on the CIFAR-10 sample "
-            "shipped with tricklab, each over the same seeds with the same fixed budget, then "
-            "write report.md and report.html and print the conclusion. Under 5 minutes on a "
-            "2-core CPU; rerun on the same --out to resume an interrupted demo."
-        ),
-    )
-    p.add_argument("--out", help="folder for the study and the report (default runs/<time>-demo)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress: the report and errors only")
-    p.set_defaults(func=cmd_demo)

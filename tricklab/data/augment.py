@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 
 PAD_MODES = ("reflect", "zeros")
 

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tricklab.errors import TrickLabError
-from tricklab.paths import first_missing, remove_empty_dirs
-from tricklab.progress import decoding
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import first_missing, remove_empty_dirs
+from tricklab.core.progress import decoding
 
 log = logging.getLogger(__name__)
 

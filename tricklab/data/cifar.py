@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tricklab.core.errors import TrickLabError
+from tricklab.core.memory import format_bytes
 from tricklab.data import cache
 from tricklab.data.dataset import (
     LoadedSource,
@@ -24,9 +26,8 @@ from tricklab.data.dataset import (
     data_root,
     resize_images,
 )
-from tricklab.data.limits import MAX_CIFAR_FILE_BYTES, format_bytes
+from tricklab.data.limits import MAX_CIFAR_FILE_BYTES
 from tricklab.data.torchvision_sources import download_with_torchvision, not_found
-from tricklab.errors import TrickLabError
 
 
 @dataclass(frozen=True)

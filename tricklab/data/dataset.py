@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data import limits
-from tricklab.errors import TrickLabError
 
 # The splits of a source as decoded: {"train": (images, labels), "test": (...)}, numpy uint8
 # N×C×H×W and int64 N. A source without "test" gets a held-out one.

@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from tricklab.core.errors import TrickLabError
+from tricklab.core.memory import format_bytes, free_memory_bytes
 from tricklab.data.augment import (
     cutout_centre_range,
     cutout_pixels,
@@ -16,7 +18,6 @@ from tricklab.data.augment import (
     window_view,
     zero_pixels,
 )
-from tricklab.data.limits import format_bytes
 from tricklab.data.loader_common import (
     AUGMENT_STREAM,
     STORAGE_DTYPES,
@@ -27,8 +28,6 @@ from tricklab.data.loader_common import (
     epoch_order,
     num_batches,
 )
-from tricklab.errors import TrickLabError
-from tricklab.measure.memory import free_memory_bytes
 
 
 def device_generator(device: torch.device, seed: int) -> torch.Generator:

@@ -27,12 +27,13 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image, ImageFile
 
+from tricklab.core.errors import TrickLabError
+from tricklab.core.memory import format_bytes
+from tricklab.core.progress import decode_ticker
 from tricklab.data import limits
 from tricklab.data.cache import cached_splits, fingerprint_tree, sha256_file
 from tricklab.data.dataset import LoadedSource, SourceRequest
-from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS, format_bytes
-from tricklab.errors import TrickLabError
-from tricklab.progress import decode_ticker
+from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS
 
 log = logging.getLogger(__name__)
 

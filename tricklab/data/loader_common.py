@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.augment import (
     PAD_MODES,
 )
 from tricklab.data.names import STORAGE_DTYPE_NAMES
-from tricklab.errors import TrickLabError
 
 FLIPS = ("none", "random", "alternating")
 STORAGE_DTYPES = {name: getattr(torch, name) for name in STORAGE_DTYPE_NAMES}

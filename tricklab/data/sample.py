@@ -12,9 +12,9 @@ import dataclasses
 import importlib.resources
 from pathlib import Path
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.dataset import LoadedSource, SourceRequest
 from tricklab.data.imagefolder import load_imagefolder
-from tricklab.errors import TrickLabError
 
 SAMPLE_NAME = "cifar10-sample"
 

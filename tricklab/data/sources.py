@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.augment import channel_stats
 from tricklab.data.dataset import (  # noqa: F401 (Dataset, Split, default_data_dir: public here)
     Dataset,
@@ -31,7 +32,6 @@ from tricklab.data.dataset import (  # noqa: F401 (Dataset, Split, default_data_
 from tricklab.data.imagefolder import printable
 from tricklab.data.limits import MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES, DATASET_SOURCES
-from tricklab.errors import TrickLabError
 
 
 def load_dataset(

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data import limits
 from tricklab.data.dataset import Dataset, LoadedSource, SourceRequest, Split
-from tricklab.errors import TrickLabError
 
 SYNTHETIC_TRAIN_SIZE = 5000
 SYNTHETIC_TEST_SIZE = 1000

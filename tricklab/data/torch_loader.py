@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from tricklab.core.errors import TrickLabError
 from tricklab.data.augment import (
     cutout_centre_range,
 )
@@ -21,7 +22,6 @@ from tricklab.data.loader_common import (
     epoch_order,
     num_batches,
 )
-from tricklab.errors import TrickLabError
 
 
 class _Cutout:

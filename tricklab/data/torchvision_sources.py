@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import first_missing
 from tricklab.data import cache
 from tricklab.data.dataset import (
     LoadedSource,
@@ -22,8 +24,6 @@ from tricklab.data.dataset import (
     data_root,
     resize_images,
 )
-from tricklab.errors import TrickLabError
-from tricklab.paths import first_missing
 
 log = logging.getLogger(__name__)
 

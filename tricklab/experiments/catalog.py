@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, shown_url, storage_url
 
 DB_NAME = "study.db"

@@ -22,7 +22,7 @@ from typing import Any
 
 import optuna
 
-from tricklab.paths import DiskFullError, disk_full_error, is_disk_full
+from tricklab.core.paths import DiskFullError, disk_full_error, is_disk_full
 
 log = logging.getLogger(__name__)
 

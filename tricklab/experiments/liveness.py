@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEFAULT_GRACE_SECONDS = 120.0

@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from tricklab.errors import TrickLabError
-from tricklab.train.recipe import Recipe, all_keys
-from tricklab.train.yamlio import read_yaml
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import Recipe, all_keys
+from tricklab.recipe.yamlio import read_yaml
 
 BASELINE = "baseline"
 SAMPLERS = ("grid", "random", "tpe")

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import claim_folder
 from tricklab.experiments.storage import experiment_dir, storage_url, stored_runs
-from tricklab.paths import claim_folder
 
 RUN_DIR_ATTR = "run_dir"
 RUNS_FOLDER = "runs"

@@ -17,8 +17,10 @@ from typing import Any
 
 import optuna
 
-import tricklab
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
+from tricklab.core.stopping import StopRequest, stop_on_signals
+from tricklab.core.version import __version__
+from tricklab.experiments.busy import study_meta
 from tricklab.experiments.claims import done_count, final_statuses, status_counts
 from tricklab.experiments.dashboard import ablation_params
 from tricklab.experiments.liveness import Liveness
@@ -52,8 +54,7 @@ from tricklab.experiments.workers import (
     run_sampled,
     run_units,
 )
-from tricklab.measure.provenance import finish_record, start_record, study_meta
-from tricklab.stopping import StopRequest, stop_on_signals
+from tricklab.measure.provenance import finish_record, start_record
 
 
 @dataclass
@@ -108,7 +109,7 @@ def _summary(
 
 
 def _default_train() -> TrainFn:
-    from tricklab.train.api import train  # torch: imported when the first run is near
+    from tricklab.training.api import train  # torch: imported when the first run is near
 
     return train
 
@@ -143,7 +144,7 @@ def ablation_attrs(
         "configs": [c.config_id for c in configs],
         "seeds": seeds,
         "grid": grid,
-        "tricklab_version": tricklab.__version__,
+        "tricklab_version": __version__,
     }
 
 
@@ -155,7 +156,7 @@ def sweep_attrs(base: Any, space: SearchSpace, sampler: str, seeds: int) -> dict
         "space": space.to_dict(),
         "sampler": sampler,
         "seeds": seeds,
-        "tricklab_version": tricklab.__version__,
+        "tricklab_version": __version__,
     }
 
 
@@ -177,7 +178,7 @@ def plan_ablation(
     plan = ablation_plan(baseline, vary, grid)
     units = plan_units(plan.configs, seeds)
     if check_runs:
-        from tricklab.train.setup import check_setup  # torch
+        from tricklab.training.setup import check_setup  # torch
 
         check_setup(plan.checked)
     return plan.configs, units
@@ -204,7 +205,7 @@ def ablate(
     file in `out_dir` (default runs/experiments/<study>); see storage.py for the other storages.
     Each run's folder goes to `<study folder>/runs/<config>/seed-<k>` (rundirs.py).
     Calling it again resumes; several processes calling it on one storage share the work.
-    Ctrl-C or SIGTERM (or `stop`, see tricklab.stopping) marks the running trial interrupted and
+    Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) marks the running trial interrupted and
     raises Interrupted.
     """
     configs, units = plan_ablation(baseline, vary, seeds, grid, check_runs=train_fn is None)
@@ -286,7 +287,7 @@ def check_sweep(
     if sampler == "grid":
         space.grid_size()  # too large a grid is refused before any setup is built
     if check_runs:
-        from tricklab.train.setup import check_setup
+        from tricklab.training.setup import check_setup
 
         check_setup([base, *recipes])
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import optuna
 
-import tricklab
+from tricklab.core.stopping import StopRequest
+from tricklab.core.version import __version__
 from tricklab.experiments.rundirs import RUN_DIR_ATTR
 from tricklab.experiments.stats import headline_accuracy
 from tricklab.experiments.storage import COMPLETE_STATUSES
-from tricklab.stopping import StopRequest
 
 TrainFn = Callable[..., Any]  # train(recipe, *, out_dir=..., on_epoch=..., stop=...) -> RunResult
 
@@ -36,7 +36,7 @@ def train_one(
     interrupted run is recorded too (the caller stores it, then stops). `on_epoch(row,
     epoch_number)` sees each epoch's metrics.
     """
-    from tricklab.train.api import RunInterrupted, run_end  # torch, imported when a run starts
+    from tricklab.training.api import RunInterrupted, run_end  # torch, imported when a run starts
 
     epochs: list[dict] = []
 
@@ -69,7 +69,7 @@ def _unfinished_record(
 ) -> dict[str, Any]:
     """The record of a run that left no RunResult: what the epochs it finished show."""
     from tricklab.measure.hardware import hardware_fingerprint  # torch
-    from tricklab.train.setup import resolve_device  # torch
+    from tricklab.training.setup import resolve_device  # torch
 
     return {
         "status": status,
@@ -78,7 +78,7 @@ def _unfinished_record(
         "epochs": epochs,
         "wall_seconds": time.perf_counter() - start,
         "train_seconds": epochs[-1].get("train_seconds", 0.0) if epochs else 0.0,
-        "tricklab_version": tricklab.__version__,
+        "tricklab_version": __version__,
         "hardware": hardware_fingerprint(resolve_device(recipe.run.device)),
     }
 

@@ -31,10 +31,10 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments.plan import MAX_GRID_POINTS, SEEDS_ERROR, format_value
-from tricklab.train.recipe import field_table
-from tricklab.train.yamlio import read_yaml_file
+from tricklab.recipe.schema import field_table
+from tricklab.recipe.yamlio import read_yaml_file
 
 RANGE_KEYS = {"low", "high", "log", "step"}
 

@@ -45,19 +45,19 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tricklab.errors import TrickLabError
-from tricklab.experiments.outcomes import fraction_at_target, target_counts
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import atomic_write
+from tricklab.core.status import fraction_at_target, target_counts
+from tricklab.experiments.claims import is_stale
 from tricklab.experiments.plan import BASELINE
 from tricklab.experiments.storage import (
     COMPLETE_STATUSES,
     DEFAULT_GRACE_SECONDS,
     DONE_STATUSES,
-    is_stale,
     stored_runs,
     trial_status,
 )
 from tricklab.measure.intervals import CONFIDENCE, mean_interval, speedup_interval, welch
-from tricklab.paths import atomic_write
 
 FAILURE_KINDS = ("diverged", "oom", "failed", "pruned", "interrupted")
 

@@ -32,28 +32,22 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import socket
 import sqlite3
 import tempfile
-import threading
 import time
 import warnings
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
+from tricklab.core.status import COMPLETE_STATUSES as COMPLETE_STATUSES  # one home
+from tricklab.core.urls import shown_url as shown_url  # what messages and records show
+from tricklab.core.urls import without_password
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS  # stats.py
-from tricklab.experiments.outcomes import COMPLETE_STATUSES as COMPLETE_STATUSES  # one home
-from tricklab.experiments.urls import shown_url as shown_url  # what messages and records show
-from tricklab.experiments.urls import without_password
 
 try:
     import fcntl
@@ -63,8 +57,6 @@ except ImportError:  # Windows: SQLite claims are then not serialised across pro
 log = logging.getLogger(__name__)
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
-HEARTBEAT_ATTR = "tricklab:heartbeat"
-WORKER_ATTR = "tricklab:worker"
 SCHEMA_RETRIES = 5
 
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
@@ -366,140 +358,3 @@ def trial_status(trial: FrozenTrial) -> str:
 
 
 # ---------------------------------------------------------------- liveness
-
-
-def worker_identity() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def _process_gone(pid: int) -> bool:
-    """True when no live process has this pid (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
-def is_stale(trial: FrozenTrial, grace_seconds: float, now: float | None = None) -> bool:
-    """Whether a RUNNING trial's worker is gone: its process is dead, or it has gone silent."""
-    if trial.state != TrialState.RUNNING:
-        return False
-    worker = trial.system_attrs.get(WORKER_ATTR)
-    me = worker_identity()
-    if isinstance(worker, dict) and worker.get("host") == me["host"]:
-        if worker.get("pid") == me["pid"]:
-            return False  # this process's own trial
-        if _process_gone(int(worker.get("pid", -1))):
-            return True
-    beat = trial.system_attrs.get(HEARTBEAT_ATTR)
-    if beat is None and trial.datetime_start is not None:
-        beat = trial.datetime_start.timestamp()  # naive local time, as Optuna stores it
-    if beat is None:
-        return False
-    return (time.time() if now is None else now) - float(beat) > grace_seconds
-
-
-def fail_stale_trials(
-    study: optuna.Study, storage: optuna.storages.BaseStorage, grace_seconds: float
-) -> list[int]:
-    """Mark RUNNING trials whose worker is gone as FAIL (read as `interrupted`); their numbers."""
-    failed = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not is_stale(trial, grace_seconds):
-            continue
-        try:
-            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-        except UpdateFinishedTrialError:
-            continue  # it finished meanwhile, or another worker got there first
-        log.warning("trial %d: its worker is gone; marked interrupted", trial.number)
-        failed.append(trial.number)
-    return failed
-
-
-@contextlib.contextmanager
-def heartbeat(
-    storage: optuna.storages.BaseStorage, trial_id: int, interval_seconds: float
-) -> Iterator[None]:
-    """Beat every `interval_seconds` until the block ends (the claim named the worker)."""
-    stop = threading.Event()
-
-    def beat() -> bool:
-        try:
-            storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
-            return True
-        except UpdateFinishedTrialError:
-            return False  # another worker took the trial for dead; the runner will hear of it
-        except Exception as exc:  # a transient storage error must not kill the run
-            log.warning("heartbeat of trial %d failed: %s", trial_id, exc)
-            return True
-
-    def loop() -> None:
-        while not stop.wait(interval_seconds) and beat():
-            pass
-
-    beat()
-    thread = threading.Thread(target=loop, name=f"tricklab-heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-@contextlib.contextmanager
-def claim_lock(url: str) -> Iterator[None]:
-    """Serialise trial claims where the storage cannot: SQLite and journal files.
-
-    Optuna claims a WAITING trial with a row lock (SELECT ... FOR UPDATE) that PostgreSQL and MySQL
-    honour and SQLite ignores, so two processes may both claim one trial; the journal storage
-    settles those claims by the order of its log, but not a read-then-write such as the claim of
-    a sampled point's seed (claims.py). A file storage is local, so an advisory lock on a file
-    beside it makes the claim atomic for every process using it.
-    """
-    prefix = next((p for p in ("sqlite:///", "journal:") if url.startswith(p)), None)
-    if prefix is None or fcntl is None:
-        yield
-        return
-    path = Path(url[len(prefix) :] + ".claim-lock")
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def pop_waiting_trial(
-    study: optuna.Study, storage: optuna.storages.BaseStorage, units: set[str] | None = None
-) -> int | None:
-    """Claim the lowest-numbered WAITING trial (of `units`, when given) and return its trial id.
-
-    WAITING -> RUNNING is an atomic state change in Optuna's journal and server-database storages
-    (hold `claim_lock` for SQLite), so two workers never claim the same trial. This is what
-    `Study.ask` does, minus creating a fresh trial when nothing waits.
-    """
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if units is not None and trial.user_attrs.get("unit") not in units:
-            continue
-        try:
-            if storage.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
-                # Named at once: if this worker dies before its heartbeat starts, the next one
-                # sees the process gone instead of waiting out the grace period.
-                storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker_identity())
-                return trial._trial_id
-        except UpdateFinishedTrialError:
-            continue
-    return None
-
-
-def started_since(trial: FrozenTrial, since: datetime) -> bool:
-    """Whether the trial was claimed at or after `since` (naive local time, as Optuna's)."""
-    return trial.datetime_start is not None and trial.datetime_start >= since

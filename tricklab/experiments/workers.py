@@ -25,7 +25,7 @@ folder an interrupted try of the same run left is replaced. Each finished run is
 `on_run_end` with this process's count of runs, the runs the study still wants and the time since
 this process started working (for "run k/N" and an ETA).
 
-A run's status is the one `train()` gave it (see tricklab.stopping and `api.run_end`). An
+A run's status is the one `train()` gave it (see tricklab.core.stopping and `api.run_end`). An
 interrupted run is stored, then the worker raises Interrupted; a SIGKILL leaves the trial RUNNING
 until the next worker sees its process gone (same host) or its heartbeat silent.
 """
@@ -46,20 +46,27 @@ from typing import Any
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
+from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
 from tricklab.experiments.claims import (
     ACTIVE,
     TRAINING_ATTR,
+    WORKER_ATTR,
     attempts,
+    claim_lock,
     claimed,
+    fail_stale_trials,
     finish_trial,
+    heartbeat,
     needs_try,
     planned_runs_left,
+    pop_waiting_trial,
     sampled_units_left,
     seed_owner,
     skip,
     taken_by_other,
     unit_of,
+    worker_identity,
 )
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import Unit, unit_recipe
@@ -74,16 +81,9 @@ from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.storage import (
     COMPLETE_STATUSES,
     RETRY_STATUSES,
-    WORKER_ATTR,
-    claim_lock,
-    fail_stale_trials,
-    heartbeat,
-    pop_waiting_trial,
     stored_runs,
     trial_status,
-    worker_identity,
 )
-from tricklab.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
 
 log = logging.getLogger(__name__)
 

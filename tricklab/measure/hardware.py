@@ -7,7 +7,7 @@ import platform
 
 import torch
 
-import tricklab
+from tricklab.core.version import __version__
 
 
 def cpu_model() -> str:
@@ -33,7 +33,7 @@ def hardware_fingerprint(device: torch.device) -> dict:
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "tricklab": tricklab.__version__,
+        "tricklab": __version__,
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

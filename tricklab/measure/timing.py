@@ -17,18 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tricklab.errors import TrickLabError
+from tricklab.core.device import synchronize
+from tricklab.core.errors import TrickLabError
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so a timer reads finished work (no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def timed_call(fn: Callable[[], object], number: int, device: torch.device) -> float:

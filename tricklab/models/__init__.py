@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 from tricklab.models import airbench, resnet, zoo
 
 TIMM_PREFIX = "timm:"

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 
 DEFAULT_WIDTHS = (64, 256, 256)
 # airbench94 divides the logits by 9: a fixed temperature that suits its label-smoothed loss.

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
 
 log = logging.getLogger(__name__)
 

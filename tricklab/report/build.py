@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.errors import TrickLabError
-from tricklab.paths import first_missing, remove_empty_dirs
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import first_missing, remove_empty_dirs
 from tricklab.report.collect import Source, load_sources
 
 OUTPUTS = ("report.md", "report.html", "figures")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.errors import TrickLabError
-from tricklab.experiments.outcomes import COMPLETE_STATUSES
+from tricklab.core.errors import TrickLabError
+from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.report.fmt import config_name
 from tricklab.report.inputs import (
     check_run_result,
@@ -72,7 +72,7 @@ class Source:
     @property
     def busy(self) -> Any:
         """Whether its timings were taken on a busy machine (measure/provenance.results_busy)."""
-        from tricklab.measure.provenance import results_busy
+        from tricklab.experiments.busy import results_busy
 
         summaries = [self.meta.get("provenance")]
         return results_busy(self.records, self.rows, self.kind == "speedrun", summaries)
@@ -218,7 +218,7 @@ def _changes(recipe: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def _builtin_recipe(name: str) -> dict[str, Any] | None:
-    from tricklab.train.recipe import load_recipe
+    from tricklab.recipe.schema import load_recipe
 
     try:
         return load_recipe(name).to_dict()

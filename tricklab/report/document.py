@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import tricklab
 import tricklab.report.fmt as fmt
+from tricklab.core.version import __version__
 from tricklab.report.collect import COMPLETE, Source
 from tricklab.report.figures import FIGURES, Figure
 from tricklab.report.tables import TableData, per_seed_table, results_table
@@ -240,7 +240,7 @@ def build_document(
     where = where or ("saved profiles" if profiles else "nothing")
     blocks: list[Any] = [
         Heading(1, title),
-        Paragraph(f"Made by tricklab {tricklab.__version__} on {made} from {where}."),
+        Paragraph(f"Made by tricklab {__version__} on {made} from {where}."),
         Heading(2, "Summary"),
         Paragraph(summary),
     ]

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tricklab.data.limits import format_bytes
-from tricklab.errors import TrickLabError
+from tricklab.core.errors import TrickLabError
+from tricklab.core.memory import format_bytes
 
 # Fields a report reads, by the type they must have when present and not null.
 NUMBER_FIELDS = (

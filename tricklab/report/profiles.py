@@ -1,6 +1,6 @@
 """The report's profile section: saved `tricklab profile model|step|loader --json` output, each file
 as the tables its command prints (report.md and report.html; the cells and the notes under each
-table from tricklab.measure.profile_tables, as the terminal's), with the device, torch version and
+table from tricklab.profile.tables, as the terminal's), with the device, torch version and
 date it records.
 
 A file is checked and its tables built when it is loaded, before anything is written: a file that
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tricklab.measure.profile_tables as tables
+import tricklab.profile.tables as tables
 import tricklab.report.document as doc
-from tricklab.errors import TrickLabError
-from tricklab.measure.profile_tables import num
+from tricklab.core.errors import TrickLabError
+from tricklab.profile.tables import num
 from tricklab.report.collect import machine_name, read_json
 from tricklab.report.tables import TableData
 
@@ -115,7 +115,7 @@ def load_profile(path: Path) -> Profile:
 
 
 # ---------------------------------------------------------------- the three kinds
-# The cells and the notes under each table are the terminal's (tricklab.measure.profile_tables);
+# The cells and the notes under each table are the terminal's (tricklab.profile.tables);
 # the titles and the notes that explain a table to a reader of the document are the report's.
 
 

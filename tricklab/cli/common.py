@@ -1,0 +1,165 @@
+"""What every `tricklab` command shares: consoles, the one-line error, argument helpers.
+
+The main CLI (cli.py) and the command modules it registers (speedrun.py, experiments/cli.py,
+measure/profile_cli.py) import from here, never from each other, so no import cycle hides behind
+a function-level import. Nothing here imports torch or Optuna at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import time
+import typing
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import disk_full_error, first_missing, is_disk_full, new_numbered_dir
+
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
+RUNS_ROOT = Path("runs")  # where a command given no --out makes its new folder
+
+# Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
+
+
+def wide_console(stderr: bool = False) -> Console:
+    """A console without markup; when not a terminal (a log, a pipe), wide enough not to wrap
+    tables."""
+    made = Console(stderr=stderr, soft_wrap=True, markup=False)  # config ids print as they are
+    if made.is_terminal:
+        return made
+    return Console(stderr=stderr, soft_wrap=True, markup=False, width=200)
+
+
+def print_error(message: str) -> None:
+    """A user mistake: one line on stderr."""
+    err_console.print(
+        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
+    )
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a usage mistake as one line on stderr (not the usage block), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print_error(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise SystemExit(2)
+
+
+def check_not_empty(args: argparse.Namespace, *options: str) -> None:
+    """An empty --out, --study, ... is a mistake (an unset variable), not a request for the default.
+    A folder or file name (--out, --study, ...) longer than file systems take (NAME_MAX, 255
+    bytes) is refused here, before anything is made; a study name is one folder's name."""
+    for option in options:
+        value = getattr(args, option.lstrip("-").replace("-", "_"))
+        if value is not None and not value.strip():
+            raise TrickLabError(f"{option} is empty; give a value or leave it out")
+        if value is None or option not in PATH_OPTIONS:
+            continue
+        long = next((p for p in value.split(os.sep) if len(os.fsencode(p)) > 255), None)
+        if long is not None:
+            raise TrickLabError(
+                f"{option}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, longer "
+                "than file systems take (255)"
+            )
+        parts = value.replace("\\", "/").split("/")
+        if option == "--study" and (value.startswith(("/", "\\")) or {".", ".."} & set(parts)):
+            raise TrickLabError(
+                f"--study {value!r} is a folder's name under runs/experiments/: give one that "
+                "does not start with '/' and has no '.' or '..' part"
+            )
+
+
+PATH_OPTIONS = ("--out", "--study", "study", "--csv", "--space")  # a path or a folder's name
+
+
+def add_nproc(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--nproc N` of `train` and `speedrun`: `what` (e.g. "training") in N processes."""
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help=f"data-parallel {what} in N processes, one per GPU (CPU: per core), under torchrun",
+    )
+
+
+def recipe_and_overrides(words: list[str]) -> tuple[str | None, list[str]]:
+    """Split positional words into an optional recipe (the first word, without '=') and
+    key=value overrides."""
+    words = list(words)
+    recipe = words.pop(0) if words and "=" not in words[0] else None
+    bad = [w for w in words if "=" not in w]
+    if bad:
+        raise TrickLabError(f"expected key=value overrides after the recipe, got '{bad[0]}'")
+    return recipe, words
+
+
+def recipe_stem(recipe_name: str | None) -> str:
+    """A recipe's name as a folder name: a file's stem without .yaml, `default` for none."""
+    if not recipe_name:
+        return "default"
+    return Path(recipe_name).name.removesuffix(".yaml").removesuffix(".yml")
+
+
+def new_run_folder(label: str) -> tuple[Path, Path]:
+    """A new folder runs/<date>-<time>-<label> (numbered when taken: two commands started in the
+    same second get two), and the outermost folder made for it, to remove if nothing is written."""
+    outermost = first_missing(RUNS_ROOT)
+    try:
+        out = new_numbered_dir(RUNS_ROOT / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}")
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, RUNS_ROOT) from None
+        raise TrickLabError(
+            f"cannot make a new folder under {RUNS_ROOT}: {exc.strerror or exc}"
+        ) from None
+    return out, outermost or out
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> typing.Iterator[None]:
+    """Optuna logs every trial and storage it opens at INFO; keep it to warnings meanwhile."""
+    import optuna  # here, not at the top: commands without Optuna (speedrun, train) start faster
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+class _Notices(logging.Handler):
+    """Log records marked `notice` (extra={"notice": True}) and warnings, as lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "notice", False) or record.levelno >= logging.WARNING:
+            err_console.print(record.getMessage(), highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def say_notices(logger_names: tuple[str, ...] = ("tricklab.models.zoo",)) -> typing.Iterator[None]:
+    """While a command runs, what library code marks for the user to hear of at once (a weights
+    download: minutes, once) said on stderr; the library itself prints nothing. Warnings of those
+    loggers still print, as Python's last-resort handler would print them."""
+    handler = _Notices()
+    saved = []
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.level))
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(level)

@@ -1,0 +1,404 @@
+"""The `tricklab` command line. Library code returns results; this module renders them with rich.
+
+A user mistake (TrickLabError) becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+import tricklab
+from tricklab.cli import demo
+from tricklab.cli import experiments as experiments_cli
+from tricklab.cli import profile as profile_cli
+from tricklab.cli import report as report_cli
+from tricklab.cli import speedrun as speedrun_cli
+from tricklab.cli.common import (
+    INTERRUPTED_EXIT_CODE,
+    Parser,
+    add_nproc,
+    check_not_empty,
+    console,
+    err_console,
+    new_run_folder,
+    print_error,
+    recipe_and_overrides,
+    recipe_stem,
+    say_notices,
+)
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import (
+    disk_full_error,
+    is_disk_full,
+    remove_empty_dirs,
+)
+from tricklab.core.progress import ProgressDisplay
+from tricklab.core.stopping import stop_on_signals
+from tricklab.data.names import DATASET_NAMES
+from tricklab.recipe.schema import builtin_recipes, field_table, load_recipe
+
+MAX_CLASSES = 100_000
+
+
+# ---------------------------------------------------------------- data
+def cmd_data_show(args: argparse.Namespace) -> int:
+    from tricklab.data.sources import describe_dataset, load_dataset
+
+    ds = load_dataset(
+        args.name, args.data_dir, image_size=args.image_size, cache_dir=args.cache_dir
+    )
+    info = describe_dataset(ds)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    table = Table(
+        title=f"{info['name']}: {len(info['classes'])} classes, images {info['image_shape']}"
+    )
+    table.add_column("class")
+    table.add_column("train", justify="right")
+    table.add_column("test", justify="right")
+    for name, n_train, n_test in zip(
+        info["classes"], info["train"]["per_class"], info["test"]["per_class"]
+    ):
+        table.add_row(name, str(n_train), str(n_test))
+    table.add_row("total", str(info["train"]["size"]), str(info["test"]["size"]), style="bold")
+    console.print(table)
+    mean = ", ".join(f"{v:.4f}" for v in info["mean"])
+    std = ", ".join(f"{v:.4f}" for v in info["std"])
+    console.print(f"channel mean [{mean}]  std [{std}]")
+    return 0
+
+
+# ---------------------------------------------------------------- train
+class EpochView:
+    """A table row per epoch, drawn above the progress bars (tricklab.core.progress) and printed
+    whole when the run ends (not at all when it failed before its first epoch)."""
+
+    def __init__(self) -> None:
+        self.table = Table()
+        # val acc of an epoch is without TTA (the run's end adds it); lr is the epoch's last step's
+        columns = ("epoch", "train loss", "train acc", "val loss", "val acc\nno TTA", "end lr")
+        for col in (*columns, "s", "img/s"):
+            self.table.add_column(col, justify="right")
+
+    def __call__(self, row: dict) -> None:
+        def fmt(v, spec):
+            return "-" if v is None else format(v, spec)
+
+        self.table.add_row(
+            str(row["epoch"]),
+            fmt(row["train_loss"], ".4f"),
+            fmt(row["train_acc"], ".4f"),
+            fmt(row["val_loss"], ".4f"),
+            fmt(row["val_acc"], ".4f"),
+            fmt(row["lr"], ".4g"),
+            fmt(row["epoch_seconds"], ".2f"),
+            fmt(row["images_per_second"], ",.0f"),
+        )
+
+
+def print_result(result) -> None:
+    table = Table(title=f"run {result.status}", show_header=False)
+    tta = result.recipe.get("tricks", {}).get("tta", "none")
+    final_lr = result.epochs[-1].get("lr") if result.epochs else None
+    rows = [
+        ("val acc (no TTA)", result.val_acc, ".4f"),
+        (f"val acc (TTA {tta})", result.val_acc_tta, ".4f"),
+        ("val loss", result.val_loss, ".4f"),
+        ("train seconds", result.train_seconds, ".2f"),
+        ("record seconds (airbench's)", result.record_seconds, ".2f"),
+        ("compile seconds", result.compile_seconds, ".2f"),
+        ("wall seconds", result.wall_seconds, ".2f"),
+        ("time to target s", result.time_to_target_seconds, ".2f"),
+        ("images/s", result.images_per_second, ",.0f"),
+        ("peak memory MiB", result.peak_memory_bytes and result.peak_memory_bytes / 2**20, ",.0f"),
+        ("params", result.params, ","),
+        ("forward MACs", result.forward_macs, ","),
+        ("final lr", final_lr, ".4g"),
+    ]
+    for name, value, spec in rows:
+        if value is not None:
+            table.add_row(name, format(value, spec))
+    if result.error:
+        table.add_row("error", result.error)
+    if result.stopped_epoch:
+        table.add_row("stopped at epoch", str(result.stopped_epoch))
+    console.print(table)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    name, overrides = recipe_and_overrides(args.words)
+    check_not_empty(args, "--out")
+    recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
+    from tricklab.training import distributed
+    from tricklab.training.setup import check_setup, resolve_device
+
+    device = resolve_device(recipe.run.device)
+    if args.nproc is not None:  # torchrun for you: this command in --nproc processes
+        distributed.check_launch(args.nproc, device, recipe)
+        check_setup([recipe])  # bad data or model: one line here, not one per process
+        argv = ["train", *args.words, *(["--out", args.out] if args.out else [])]
+        argv += [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
+        return distributed.launch(args.nproc, argv)
+    with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
+        return _train_here(args, recipe, name, world.is_main)
+
+
+def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
+    """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
+    from tricklab.training.api import RunInterrupted, train
+
+    if not main:
+        return 0 if train(recipe, stop=args.stop).status not in ("diverged", "oom", "failed") else 1
+    out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
+    try:
+        if args.json or args.quiet:  # --json: stdout and stderr as without a display
+            result = train(recipe, out_dir=out, stop=args.stop)
+        else:
+            view = EpochView()
+            with ProgressDisplay(err_console, header=view.table):
+                result = train(recipe, out_dir=out, on_epoch=view, stop=args.stop)
+    except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
+        if args.json:
+            print(json.dumps(stopped.result.to_dict()))
+        else:
+            err_console.print(f"run directory: {out}")
+        raise
+    finally:
+        if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
+            remove_empty_dirs(out, made)
+    if result.traceback:  # not a user mistake (those exit 2): a bug or a broken environment
+        print(result.traceback, file=sys.stderr, end="")
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print_result(result)
+        err_console.print(f"run directory: {out}")
+    return 0 if result.status not in ("diverged", "oom", "failed") else 1
+
+
+# ---------------------------------------------------------------- listings
+def cmd_tricks(args: argparse.Namespace) -> int:
+    check_not_empty(args, "--search")
+    rows, title = field_table(), "recipe fields"
+    groups = list(dict.fromkeys(r["key"].split(".")[0] for r in rows))
+    if args.group is not None:
+        if args.group not in groups:
+            close = difflib.get_close_matches(args.group, groups, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TrickLabError(f"unknown group {args.group!r}; {hint}groups: {', '.join(groups)}")
+        rows = [r for r in rows if r["key"].startswith(args.group + ".")]
+        title = f"{args.group} fields"
+    if args.search is not None:
+        word = args.search.lower()
+        said = {r["key"]: " ".join([r["key"], r["doc"], *(r["choices"] or [])]) for r in rows}
+        rows = [r for r in rows if word in said[r["key"]].lower()]
+        title += f" mentioning {args.search!r}"
+    if args.json:
+        print(json.dumps(rows))
+    if not rows:
+        err_console.print(f"no {title}", highlight=False)
+        return 1
+    if args.json:
+        return 0
+    # Two columns, so the list fits 80 columns: the key whole (to copy) over its default; the
+    # allowed values over the doc, which wraps.
+    table = Table(title=f"{title} (key=value on the command line)", box=box.SIMPLE_HEAD)
+    table.add_column("key\n  default", no_wrap=True)
+    table.add_column("allowed\nwhat it does", overflow="fold")
+    for r in rows:
+        allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
+        low, high = (
+            v if isinstance(v, int) or v is None else f"{v:g}" for v in (r["minimum"], r["maximum"])
+        )
+        if low is not None and high is not None:
+            allowed += f" in [{low}, {high}]"
+        elif low is not None:
+            allowed += f" ≥ {low}"
+        table.add_row(
+            Text.assemble((r["key"], "bold"), (f"\n  {r['default']}", "dim")),
+            Text.assemble((allowed, "cyan"), "\n", r["doc"]),
+        )
+    console.print(table)
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    recipes = builtin_recipes()
+    if args.json:
+        print(json.dumps(recipes))
+        return 0
+    table = Table(title="built-in recipes (tricklab train NAME / tricklab speedrun --recipe NAME)")
+    table.add_column("name")
+    table.add_column("what it is")
+    for name, doc in recipes.items():
+        table.add_row(name, doc)
+    console.print(table)
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from tricklab.measure.flops import count_forward_macs, count_params
+    from tricklab.models import build_model, get_model_info, list_models
+
+    if not 1 <= args.num_classes <= MAX_CLASSES:
+        raise TrickLabError(f"--num-classes must be in 1..{MAX_CLASSES}, got {args.num_classes}")
+
+    rows = []
+    # every registered model, or those named (package.module:factory and timm:NAME too)
+    for info in [get_model_info(name) for name in args.names] or list_models():
+        model = build_model(info.name, num_classes=args.num_classes, in_channels=3, image_size=32)
+        rows.append(
+            {
+                "name": info.name,
+                "source": info.source,
+                "params": count_params(model),
+                "forward_macs": count_forward_macs(model, (1, 3, 32, 32)),
+                "doc": info.doc,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    table = Table(title=f"models ({args.num_classes} classes, 3x32x32 input)")
+    for col, justify in (
+        ("name", "left"),
+        ("params", "right"),
+        ("MACs", "right"),
+        ("what it is", "left"),
+    ):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        table.add_row(
+            r["name"], f"{r['params'] / 1e6:.2f} M", f"{r['forward_macs'] / 1e6:,.0f} M", r["doc"]
+        )
+    console.print(table)
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="tricklab",
+        description="Train CIFAR-scale image classifiers fast; measure honestly which tricks help.",
+    )
+    parser.add_argument("--version", action="version", version=f"tricklab {tricklab.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    data_parser = sub.add_parser("data", help="inspect datasets")
+    data_parser.set_defaults(func=lambda args: data_parser.print_help() or 2)  # no ACTION given
+    data = data_parser.add_subparsers(dest="data_command", metavar="ACTION")
+    show = data.add_parser("show", help="split sizes, classes, per-class counts, shape, mean/std")
+    show.add_argument("name", help=" | ".join(DATASET_NAMES))
+    show.add_argument("--data-dir", help="folder holding the dataset files")
+    show.add_argument("--cache-dir", help="decoded-dataset cache (default ~/.cache/tricklab)")
+    show.add_argument("--image-size", type=int, help="resize to this side length")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(func=cmd_data_show)
+
+    tr = sub.add_parser("train", help="train one model from a recipe")
+    tr.add_argument(
+        "words",
+        nargs="*",
+        metavar="[RECIPE] [key=value ...]",
+        help="a built-in recipe name or YAML file, then dotted key=value overrides",
+    )
+    tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
+    tr.add_argument("--json", action="store_true", help="print the result object as the last line")
+    tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
+    add_nproc(tr, "training")
+    tr.set_defaults(func=cmd_train)
+
+    tricks = sub.add_parser("tricks", help="every recipe field: default, allowed values, doc")
+    tricks.add_argument("group", nargs="?", help="only this group's fields (optim, aug, ...)")
+    tricks.add_argument("--search", metavar="WORD", help="only fields whose key or doc has it")
+    tricks.add_argument("--json", action="store_true")
+    tricks.set_defaults(func=cmd_tricks)
+    recipes = sub.add_parser("recipes", help="list the built-in recipes")
+    recipes.add_argument("--json", action="store_true")
+    recipes.set_defaults(func=cmd_recipes)
+    models = sub.add_parser(
+        "models", help="the model registry with params and forward MACs at 32x32"
+    )
+    models.add_argument(
+        "names", nargs="*", metavar="NAME", help="only these (package.module:factory, timm:NAME)"
+    )
+    models.add_argument("--num-classes", type=int, default=10)
+    models.add_argument("--json", action="store_true")
+    models.set_defaults(func=cmd_models)
+
+    # Each command module adds its own commands.
+    for module in (demo, speedrun_cli, experiments_cli, profile_cli, report_cli):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value words after an option (`speedrun --runs 3 data.dir=...`) join the command's own.
+    words = next(
+        (n for n in ("words", "overrides", "baseline") if isinstance(getattr(args, n, None), list)),
+        None,
+    )
+    if extra and (words is None or any(e.startswith("-") or "=" not in e for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        setattr(args, words, [*getattr(args, words), *extra])
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    # Every command runs with Ctrl-C and SIGTERM as one exception, Interrupted, and finds the
+    # stop request in args.stop (train() and the experiment workers check it).
+    with stop_on_signals() as stop, say_notices():  # a weights download said once, here
+        args.stop = stop
+        try:
+            return args.func(args)
+        except TrickLabError as exc:
+            if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+                print_error(str(exc))
+            return 2
+        except OSError as exc:  # a full disk met where no file of ours was written (a storage)
+            if not is_disk_full(exc):
+                raise
+            print_error(str(disk_full_error(exc)))
+            return 2
+        except KeyboardInterrupt:
+            err_console.print("interrupted", highlight=False)
+            return INTERRUPTED_EXIT_CODE
+
+
+def run() -> None:
+    """The `tricklab` command: exit with `main()`'s code.
+
+    After a handled Ctrl-C or SIGTERM it leaves through os._exit, with everything stored and
+    flushed: CPython remembers a KeyboardInterrupt that passed through code a C extension ran with
+    PyRun_* (seen with a Ctrl-C during torch's lazy imports) and then kills itself with SIGINT at
+    exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
+    by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
+    schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(1)
+    if code == INTERRUPTED_EXIT_CODE:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,412 @@
+"""`tricklab speedrun`: repeat a record-class recipe over seeds and report time and accuracy honestly.
+
+One warm-up run that is not counted (cuDNN autotuning, compilation, allocator growth, the data
+cache), then N runs with seeds 0..N-1. The summary: mean ± std accuracy with a 95 % t-interval,
+the fraction of runs at or above the target (`outcomes.fraction_at_target`: a crash is left out),
+mean/median/min/max of two times, compile seconds, peak memory and MFU. The times, each
+device-synchronised, none holding dataset decoding, compilation or the warm-up run:
+- record_seconds, airbench's `total_time_seconds` (the figure its records quote): the whitening
+  layer's fit on 5,000 train images + the training epochs + the final evaluation with the recipe's
+  TTA; compared with airbench's own figure for the recipe (AIRBENCH_RECORDS);
+- train_seconds: the training epochs alone, each batch's loading and augmentation included.
+The accuracy counted is the test-time-augmented one when the recipe has TTA, as airbench reports it.
+
+`speedrun(recipe, runs)` is the library call; speedrun_cli.py is `tricklab speedrun`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import atomic_write
+from tricklab.core.status import fraction_at_target
+from tricklab.core.stopping import Interrupted, StopRequest
+from tricklab.experiments.busy import speedrun_busy
+from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.measure.provenance import finish_record, start_record
+from tricklab.recipe.schema import Recipe, load_recipe
+
+DEFAULT_RECIPE = "speedrun94"
+DEFAULT_RUNS = 10
+# The warm-up's seed lies outside the counted seeds 0..N-1, so it never duplicates a counted run.
+WARMUP_SEED = 1_000_000
+FAILED = ("diverged", "oom", "failed")
+
+
+@dataclass(frozen=True)
+class AirbenchRecord:
+    """airbench's published result for the script a recipe reproduces (its README and the file's
+    header; each recipe's YAML names the file). `seconds` is its total_time_seconds, which is
+    record_seconds here: whitening fit + epochs + final TTA evaluation."""
+
+    file: str  # in KellerJordan/cifar10-airbench
+    seconds: float
+    accuracy: float  # mean over `runs`
+    runs: int
+    device: str
+
+
+AIRBENCH94 = AirbenchRecord("legacy/airbench94.py", 3.83, 0.9401, 1000, "A100")
+AIRBENCH_RECORDS = {
+    "speedrun94": AIRBENCH94,
+    "seed4-airbench94": AIRBENCH94,
+    "speedrun94-muon": AirbenchRecord("airbench94_muon.py", 2.59, 0.9401, 200, "A100 (400 W)"),
+    "speedrun95": AirbenchRecord("legacy/airbench95.py", 10.4, 0.9501, 200, "A100"),
+    "speedrun96": AirbenchRecord("legacy/airbench96.py", 34.7, 0.9603, 400, "A100"),
+}
+
+
+@dataclass
+class SpeedrunRun:
+    """One run of a speedrun: its seed and what it measured."""
+
+    seed: int
+    status: str
+    # The counted accuracy: val_acc_tta when the recipe has TTA, else val_acc.
+    accuracy: float | None
+    val_acc: float | None
+    val_acc_tta: float | None
+    train_seconds: float  # the epochs alone
+    whiten_seconds: float  # the whitening layer's fit (0: the model has none)
+    final_eval_seconds: float | None  # the final evaluation, with the recipe's TTA
+    record_seconds: float | None  # whiten + train + final eval: airbench's total_time_seconds
+    compile_seconds: float
+    time_to_target_seconds: float | None
+    images_per_second: float | None
+    peak_memory_bytes: int | None
+    achieved_tflops: float | None
+    mfu: float | None
+    warmup: bool = False
+    error: str | None = None
+    out_dir: str | None = None
+
+
+@dataclass
+class SpeedrunSummary:
+    """The runs of a speedrun (warm-up apart) and their statistics. `to_dict()` is the JSON form."""
+
+    recipe_name: str
+    runs: list[SpeedrunRun]
+    warmup: SpeedrunRun | None
+    target_accuracy: float | None
+    accuracy_mean: float | None
+    accuracy_std: float | None
+    accuracy_ci95: tuple[float, float] | None
+    accuracy_min: float | None
+    accuracy_max: float | None
+    fraction_at_target: float | None
+    train_seconds_mean: float | None
+    train_seconds_median: float | None
+    train_seconds_min: float | None
+    train_seconds_max: float | None
+    record_seconds_mean: float | None
+    record_seconds_median: float | None
+    record_seconds_min: float | None
+    record_seconds_max: float | None
+    compile_seconds_mean: float
+    warmup_compile_seconds: float | None
+    mfu_mean: float | None
+    achieved_tflops_mean: float | None
+    peak_tflops: float | None
+    peak_tflops_source: str | None
+    peak_memory_bytes: int | None
+    peak_memory_pct: float | None
+    forward_macs: int | None
+    params: int | None
+    device_name: str | None
+    hardware: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)
+    date: str = ""
+    recipe: dict = field(default_factory=dict)
+    runs_planned: int = 0
+    interrupted: bool = False  # stopped by Ctrl-C / SIGTERM: the statistics cover the runs before
+    airbench: AirbenchRecord | None = None  # airbench's own figure for the recipe, if it has one
+    airbench_comparable: bool = False  # the recipe as airbench ran it (`as_airbench_ran_it`)
+    provenance: dict = field(default_factory=dict)  # the speedrun's record (measure/provenance.py)
+    busy_machine: bool = False  # provenance.speedrun_busy: load above the cores, or times spread
+    busy_reason: str | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def failed(self) -> int:
+        return sum(run.status in FAILED for run in self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["n"], data["failed"] = self.n, self.failed
+        return data
+
+
+def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
+    """Two-sided 95 % Student-t confidence interval of the mean; None for fewer than two values."""
+    from tricklab.measure.intervals import mean_interval  # numpy: kept out of `tricklab --help`
+
+    _, _, low, high = mean_interval(values, 0.95)
+    return None if low is None else (low, high)
+
+
+def _resolve_peak(
+    hardware: dict, precision: str, override: float | None
+) -> tuple[float | None, str | None]:
+    if override is not None:
+        return override, "--peak-tflops"
+    if hardware.get("device_type") != "cuda":
+        return None, None
+    found = peak_tflops(hardware.get("device_name", ""), precision)
+    return (found[0], found[1]) if found else (None, None)
+
+
+def _run_record(
+    result, seed: int, peak: float | None, warmup: bool, out: Path | None
+) -> SpeedrunRun:
+    accuracy = result.val_acc_tta if result.val_acc_tta is not None else result.val_acc
+    return SpeedrunRun(
+        seed=seed,
+        status=result.status,
+        accuracy=accuracy,
+        val_acc=result.val_acc,
+        val_acc_tta=result.val_acc_tta,
+        train_seconds=result.train_seconds,
+        whiten_seconds=result.whiten_seconds,
+        final_eval_seconds=result.final_eval_seconds,
+        record_seconds=result.record_seconds,
+        compile_seconds=result.compile_seconds,
+        time_to_target_seconds=result.time_to_target_seconds,
+        images_per_second=result.images_per_second,
+        peak_memory_bytes=result.peak_memory_bytes,
+        achieved_tflops=achieved_tflops(result.forward_macs, result.images_per_second),
+        # images/s of all processes of a data-parallel run, each on its own device
+        mfu=mfu(result.forward_macs, result.images_per_second, peak and peak * result.world_size),
+        warmup=warmup,
+        error=result.error,
+        out_dir=str(out) if out is not None else None,
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _spread(values: list[float | None]) -> tuple[float | None, ...]:
+    """(mean, median, min, max) of the values present; Nones when there is none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None, None, None, None
+    return statistics.fmean(present), statistics.median(present), min(present), max(present)
+
+
+MAX_RUNS = 10_000  # as experiments.plan.MAX_SEEDS
+
+
+def check_arguments(
+    runs: int, peak_tflops: float | None, target: float | None, warmup_epochs: float | None
+) -> None:
+    """Refuse bad speedrun arguments before anything runs or prints."""
+    if runs < 1:
+        raise TrickLabError(f"--runs must be at least 1, got {runs}")
+    if runs > MAX_RUNS:  # a typo: as ablate's --seeds, hours of runs
+        raise TrickLabError(f"--runs {runs} is too many; at most {MAX_RUNS:,}")
+    if peak_tflops is not None and not 0 < peak_tflops < math.inf:
+        raise TrickLabError(
+            f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
+        )
+    if target is not None and not 0 < target <= 1:
+        raise TrickLabError(f"--target must be an accuracy in (0, 1], got {target}")
+    if warmup_epochs is not None and not 0 <= warmup_epochs < math.inf:
+        raise TrickLabError(f"--warmup-epochs must be a number >= 0, got {warmup_epochs}")
+
+
+def speedrun(
+    recipe: Recipe,
+    runs: int = DEFAULT_RUNS,
+    *,
+    peak_tflops: float | None = None,
+    out_dir: str | Path | None = None,
+    on_run: Callable[[SpeedrunRun], None] | None = None,
+    target_accuracy: float | None = None,
+    warmup_epochs: float | None = None,
+    recipe_name: str = "recipe",
+    stop: StopRequest | None = None,
+) -> SpeedrunSummary:
+    """Train `recipe` once to warm up (not counted), then `runs` times with seeds 0..runs-1.
+
+    `peak_tflops` overrides the device's peak from the table in `tricklab.measure.mfu` (needed for
+    MFU on a device the table lacks, the CPU included). `target_accuracy` defaults to the recipe's
+    run.target_accuracy. `warmup_epochs`: None trains the warm-up for the recipe's full length,
+    0 skips it, a number shortens it (one epoch meets every batch shape, which cuDNN autotunes;
+    with tricks.compile each run compiles in its own warm-up steps, timed apart). With `out_dir`,
+    each run writes its directory (warmup/, seed-0/, ...) and summary.json goes beside them.
+    `on_run` is called with each finished run, the warm-up included (its `warmup` is True).
+    Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) after some counted runs raises
+    SpeedrunInterrupted with their summary (also written to summary.json)."""
+    from tricklab.training.api import train
+
+    check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
+    if isinstance(out_dir, str) and not out_dir.strip():
+        raise TrickLabError("--out is empty: give a folder name")
+    target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:  # refused now, not after a warm-up run has trained
+        taken = [
+            f
+            for f in ("summary.json", "warmup", *(f"seed-{i}" for i in range(runs)))
+            if (out / f).exists()
+        ]
+        if taken:
+            raise TrickLabError(
+                f"--out {out} already holds a speedrun ({', '.join(taken[:3])}); give another folder"
+            )
+    peak, peak_source = peak_tflops, None
+    provenance = start_record(recipe.run.device)
+
+    warmup = None
+    if warmup_epochs is None or warmup_epochs > 0:
+        changes = [f"run.seed={WARMUP_SEED}"]
+        if warmup_epochs is not None and warmup_epochs < recipe.run.epochs:
+            changes.append(f"run.epochs={warmup_epochs}")
+        run_out = out / "warmup" if out is not None else None
+        result = train(recipe.override(changes), out_dir=run_out, stop=stop)
+        peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
+        warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
+        if on_run is not None:
+            on_run(warmup)
+
+    records, results = [], []
+    interrupted = False
+    try:
+        for seed in range(runs):
+            run_out = out / f"seed-{seed}" if out is not None else None
+            result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop)
+            if warmup is None and seed == 0:
+                peak, peak_source = _resolve_peak(
+                    result.hardware, recipe.tricks.precision, peak_tflops
+                )
+            record = _run_record(result, seed, peak, False, run_out)
+            records.append(record)
+            results.append(result)
+            if on_run is not None:
+                on_run(record)
+    except KeyboardInterrupt:
+        if not records:
+            raise
+        interrupted = True
+
+    summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
+    summary.runs_planned, summary.interrupted = runs, interrupted
+    summary.provenance = finish_record(provenance)
+    seconds = [r.train_seconds for r in records if r.status not in FAILED]
+    busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
+    summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
+    if out is not None:
+        with atomic_write(out / "summary.json") as handle:
+            handle.write(json.dumps(summary.to_dict(), indent=2))
+    if interrupted:
+        raise SpeedrunInterrupted(summary)
+    return summary
+
+
+class SpeedrunInterrupted(Interrupted):
+    """Ctrl-C (or SIGTERM) after some counted runs; `summary` holds their statistics (and went to
+    summary.json with --out). Still a KeyboardInterrupt for callers that only stop."""
+
+    def __init__(self, summary: SpeedrunSummary) -> None:
+        super().__init__(f"interrupted after {summary.n} of {summary.runs_planned} runs")
+        self.summary = summary
+
+
+def summarize(
+    records: list[SpeedrunRun],
+    results: list,
+    recipe: Recipe,
+    recipe_name: str,
+    target: float | None,
+    peak: float | None,
+    peak_source: str | None,
+    warmup: SpeedrunRun | None,
+) -> SpeedrunSummary:
+    """Statistics over the counted runs. A failed run has no accuracy; the fraction at the target
+    is `outcomes.fraction_at_target`'s, as `tricklab results` counts it (a diverged run is a miss,
+    a crash, failed or oom, is left out)."""
+    accs = [r.accuracy for r in records if r.accuracy is not None]
+    finished = [r for r in records if r.status not in FAILED]
+    train_mean, train_median, train_min, train_max = _spread([r.train_seconds for r in finished])
+    record_mean, record_median, record_min, record_max = _spread(
+        [r.record_seconds for r in finished]
+    )
+    memories = [r.peak_memory_bytes for r in records if r.peak_memory_bytes is not None]
+    first = results[0]
+    memory_pcts = [res.peak_memory.get("peak_memory_pct") for res in results]
+    memory_pcts = [p for p in memory_pcts if p is not None]
+    hardware = first.hardware
+    return SpeedrunSummary(
+        recipe_name=recipe_name,
+        runs=records,
+        warmup=warmup,
+        target_accuracy=target,
+        accuracy_mean=statistics.fmean(accs) if accs else None,
+        accuracy_std=statistics.stdev(accs) if len(accs) > 1 else None,
+        accuracy_ci95=accuracy_ci95(accs),
+        accuracy_min=min(accs) if accs else None,
+        accuracy_max=max(accs) if accs else None,
+        fraction_at_target=fraction_at_target([(r.status, r.accuracy) for r in records], target),
+        train_seconds_mean=train_mean,
+        train_seconds_median=train_median,
+        train_seconds_min=train_min,
+        train_seconds_max=train_max,
+        record_seconds_mean=record_mean,
+        record_seconds_median=record_median,
+        record_seconds_min=record_min,
+        record_seconds_max=record_max,
+        compile_seconds_mean=statistics.fmean(r.compile_seconds for r in records),
+        warmup_compile_seconds=warmup.compile_seconds if warmup is not None else None,
+        mfu_mean=_mean([r.mfu for r in records]),
+        achieved_tflops_mean=_mean([r.achieved_tflops for r in records]),
+        peak_tflops=peak,
+        peak_tflops_source=peak_source,
+        peak_memory_bytes=max(memories) if memories else None,
+        peak_memory_pct=max(memory_pcts) if memory_pcts else None,
+        forward_macs=first.forward_macs,
+        params=first.params,
+        device_name=hardware.get("device_name"),
+        hardware=hardware,
+        dataset={
+            "name": recipe.data.name,
+            "dir": recipe.data.dir,
+            "train_size": recipe.data.train_size,
+            "test_size": recipe.data.test_size,
+        },
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        recipe=recipe.to_dict(),
+        airbench=AIRBENCH_RECORDS.get(recipe_name),
+        airbench_comparable=as_airbench_ran_it(recipe, recipe_name),
+    )
+
+
+# What may differ from a built-in recipe whose time still compares with airbench's figure.
+WHERE_FIELDS = {"data": ("name", "dir", "cache_dir"), "run": ("seed", "device")}
+
+
+def as_airbench_ran_it(recipe: Recipe, recipe_name: str) -> bool:
+    """Whether `recipe` is the built-in `recipe_name` that reproduces an airbench script, trained on
+    the whole CIFAR-10 (downloaded, or the JPEG copy as an image folder): only where the data lies
+    and the device differ. Only then do its record seconds compare with airbench's figure."""
+    if recipe_name not in AIRBENCH_RECORDS or recipe.data.name not in ("cifar10", "imagefolder"):
+        return False
+    shipped, ours = load_recipe(recipe_name).to_dict(), recipe.to_dict()
+    for data in (shipped, ours):
+        for section, names in WHERE_FIELDS.items():
+            data[section] = {k: v for k, v in data[section].items() if k not in names}
+    return ours == shipped

@@ -1,0 +1,208 @@
+"""`tricklab profile loader`: images/s of loader configurations with a recipe's augmentations.
+
+Seed reports 0 and 3 judged num_workers and pin_memory only through end-to-end training time. Here
+each configuration (loader.kind device | torch; for torch every num_workers x pin_memory) is built
+from the recipe as `train` builds it (`build_loaders`: its augmentations, batch size, precision,
+memory format, device) and timed alone: one measurement takes `batches` batches (default one
+epoch) from a fresh epoch, device-synchronised; the configurations take turns round by round and
+report medians. A fresh epoch, so that no batch is prefetched while another configuration runs;
+its start (the device loader's draws for the epoch, the workers' first batches) then counts once
+per measurement, which weighs more than in training when `batches` is less than an epoch. Worker processes are persistent and started before timing (their start-up is
+`setup_seconds`), as the loader benchmark had them.
+
+With `with_step`, the recipe's step on a batch already on the device is timed too (the step
+profile's `no_loading` variant) and each configuration gets the fraction of the step its loading
+would cost: load / (load + step) per batch. That holds when a batch is loaded before each step, as
+the device loader does; worker processes overlap loading with the step, so for them it is an
+upper bound (on a CPU-only machine they also take cores from the step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+from tricklab.core.device import synchronize
+from tricklab.core.errors import TrickLabError
+from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.timing import Contender, interleave, summary_ms
+from tricklab.recipe.schema import LoaderConfig, Recipe
+
+DEFAULT_REPEATS = 3
+WARMUP_BATCHES = 2
+KINDS = tuple(
+    next(f for f in dataclasses.fields(LoaderConfig) if f.name == "kind").metadata["choices"]
+)
+NO_ACCELERATOR_PIN_NOTE = (
+    "pin_memory pins host memory for copies to an accelerator; with the batches on the CPU it "
+    "changes nothing, only a GPU shows its effect"
+)
+OVERLAP_NOTE = (
+    "step fraction = load / (load + step) per batch, loading before each step; worker processes "
+    "overlap loading with the step, so for them it is an upper bound"
+)
+
+
+class _Measurement:
+    """One timed pass: `batches` batches from a fresh epoch of `loader` (into the next if needed)."""
+
+    def __init__(self, loader, batches: int, device: torch.device) -> None:
+        self.loader, self.batches, self.device = loader, batches, device
+        self.images = 0
+
+    def __call__(self) -> None:
+        taken = images = 0
+        while taken < self.batches:
+            for batch, _ in self.loader:
+                images += batch.shape[0]
+                taken += 1
+                if taken == self.batches:
+                    break
+        synchronize(self.device)
+        self.images = images
+
+
+def check_options(
+    kinds: Sequence[str],
+    num_workers: Sequence[int],
+    pin_memory: Sequence[bool],
+    batch_size: int | None,
+    batches: int | None,
+    repeats: int,
+) -> None:
+    """Raise TrickLabError on an empty list or a value out of range."""
+    if not kinds:
+        raise TrickLabError("no loader kinds given; give device, torch or both")
+    for kind in kinds:
+        if kind not in KINDS:
+            raise TrickLabError(f"unknown loader kind {kind!r}; one of {', '.join(KINDS)}")
+    if "torch" in kinds and (not num_workers or not pin_memory):
+        raise TrickLabError("the torch loader needs at least one num_workers and pin_memory value")
+    for workers in num_workers:
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256:
+            raise TrickLabError(f"num_workers must be integers in 0..256, got {workers!r}")
+    for name, value in (("batch size", batch_size), ("batches", batches)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise TrickLabError(f"{name} must be an integer >= 1, got {value!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise TrickLabError(f"repeats must be an integer >= 1, got {repeats!r}")
+
+
+def configurations(
+    kinds: Sequence[str], num_workers: Sequence[int], pin_memory: Sequence[bool]
+) -> list[dict]:
+    """{kind, num_workers, pin_memory} of each configuration; the device loader has neither."""
+    out = []
+    for kind in dict.fromkeys(kinds):
+        if kind == "device":
+            out.append({"kind": "device", "num_workers": None, "pin_memory": None})
+        else:
+            for workers in dict.fromkeys(num_workers):
+                for pin in dict.fromkeys(pin_memory):
+                    out.append({"kind": "torch", "num_workers": workers, "pin_memory": pin})
+    return out
+
+
+def _recipe_for(recipe: Recipe, config: dict) -> Recipe:
+    overrides = [f"loader.kind={config['kind']}"]
+    if config["kind"] == "torch":
+        workers = config["num_workers"]
+        overrides += [
+            f"loader.num_workers={workers}",
+            f"loader.pin_memory={str(config['pin_memory']).lower()}",
+            f"loader.persistent_workers={str(workers > 0).lower()}",
+        ]
+        if workers == 0:
+            overrides.append("loader.prefetch_factor=null")
+    return recipe.override(overrides)
+
+
+def profile_loader(
+    recipe: Recipe,
+    *,
+    recipe_name: str | None = None,
+    kinds: Sequence[str] = KINDS,
+    num_workers: Sequence[int] = (0, 2),
+    pin_memory: Sequence[bool] = (False,),
+    batch_size: int | None = None,
+    batches: int | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    with_step: bool = False,
+) -> dict:
+    """Images/s of every loader configuration; a JSON-ready dict (keys in the README).
+
+    `batch_size` overrides the recipe's loader.batch_size (for the step too); `batches` is the
+    batches per measurement (default: one epoch)."""
+    from tricklab.data.augment import channel_stats
+    from tricklab.training.setup import build_loaders, load_data, resolve_device
+
+    check_options(kinds, num_workers, pin_memory, batch_size, batches, repeats)
+    if batch_size is not None:
+        recipe = recipe.override([f"loader.batch_size={batch_size}"])
+    device = resolve_device(recipe.run.device)
+    dataset = load_data(recipe)
+    mean, std = channel_stats(dataset.train.images)
+    configs = configurations(kinds, num_workers, pin_memory)
+    notes, contenders, measurements = [], [], []
+    for index, config in enumerate(configs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            start = time.perf_counter()
+            loader = build_loaders(_recipe_for(recipe, config), dataset, device, mean, std)[0]
+            _Measurement(loader, min(WARMUP_BATCHES, len(loader)), device)()  # starts workers
+            config["setup_seconds"] = time.perf_counter() - start
+        if config["pin_memory"] and any("pin_memory" in str(w.message) for w in caught):
+            if NO_ACCELERATOR_PIN_NOTE not in notes:
+                notes.append(NO_ACCELERATOR_PIN_NOTE)
+        config["batches_per_epoch"] = len(loader)
+        measurement = _Measurement(loader, batches or len(loader), device)
+        measurements.append(measurement)
+        contenders.append(Contender(str(index), measurement))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*pin_memory.*")
+        samples = interleave(contenders, repeats, device)
+    for index, (config, measurement) in enumerate(zip(configs, measurements)):
+        rates = [measurement.images / seconds for seconds in samples[str(index)]]
+        config["images_per_measurement"] = measurement.images
+        config["images_per_second"] = statistics.median(rates)
+        config["images_per_second_all"] = rates
+        config["ms_per_batch"] = summary_ms(
+            [s * recipe.loader.batch_size / measurement.images for s in samples[str(index)]]
+        )
+    base = configs[0]["images_per_second"]
+    for config in configs:
+        config["vs_first"] = config["images_per_second"] / base
+    del contenders, measurements, loader
+    step = None
+    if with_step:
+        from tricklab.profile.step import device_step_seconds
+
+        seconds, step_batch = device_step_seconds(recipe, max(repeats, 3))
+        step = {"seconds": seconds, "batch_size": step_batch}
+        for config in configs:
+            load = config["ms_per_batch"]["median_ms"] / 1e3
+            config["step_fraction"] = load / (load + seconds)
+        notes.append(OVERLAP_NOTE)
+    return {
+        "kind": "loader",
+        "recipe": recipe_name,
+        "dataset": recipe.data.name,
+        "device": str(device),
+        "hardware": hardware_fingerprint(device),
+        "train_images": len(dataset.train.labels),
+        "image_shape": list(dataset.image_shape),
+        "batch_size": recipe.loader.batch_size,
+        "batches_per_measurement": batches,
+        "repeats": repeats,
+        "augment": dataclasses.asdict(recipe.aug),
+        "configs": configs,
+        "step": step,
+        "notes": notes,
+    }

@@ -1,0 +1,368 @@
+"""`tricklab profile model`: what a model costs, counted (params, FLOPs, MACs) and measured (latency).
+
+Seed report 1 found MobileNetV2, with 4x fewer MACs than ResNet-18, not 4x faster: MACs count
+arithmetic, not the memory traffic and kernel launches of depthwise convolutions, norms and
+activations. This module puts both side by side: per model its params and forward FLOPs/MACs
+(FlopCounterMode on an eager copy), then for every batch size x precision x compile mode x memory
+format the forward latency (eval mode, inference) and the train-step latency (forward,
+cross-entropy, backward, SGD-with-momentum step), as medians with their spread over repeats taken
+after a warm-up, device-synchronised, all combinations interleaved round by round. From those:
+images/s, achieved FLOP/s, MFU against the device's peak, and milliseconds per GMAC, which is
+equal across models only where MACs predict speed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tricklab.core.device import synchronize
+from tricklab.core.errors import TrickLabError
+from tricklab.measure.flops import count_forward_flops, count_params
+from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
+from tricklab.models import build_model, get_model_info
+from tricklab.recipe.schema import MAX_BATCH, TricksConfig
+from tricklab.training import precision as precision_lib
+from tricklab.training.resolve import compile_for_device
+
+MACS_NOTE = (
+    "MACs = FLOPs / 2: FlopCounterMode counts 2 FLOPs per multiply-accumulate of convolutions and "
+    "matrix products; norms, activations and pools are not counted"
+)
+TRAIN_STEP_NOTE = (
+    "train step = forward + cross-entropy + backward + SGD (momentum 0.9) step on one fixed batch; "
+    "train FLOP/s and MFU count 3 x forward FLOPs per image (forward + backward)"
+)
+DEFAULT_BATCH_SIZES = (1, 32, 256)
+DEFAULT_REPEATS = 5
+WARMUP_CALLS = 2
+MIN_SAMPLE_SECONDS = 0.05  # a timed sample repeats a short call until it lasts this long
+MAX_CALLS_PER_SAMPLE = 200
+INIT_IMAGES = 512  # random images for a data-dependent init (airbench's whitening): speed only
+
+
+def _choices(name: str) -> tuple[str, ...]:
+    """Allowed values of a tricks.* recipe field: one list, the recipe's."""
+    field = next(f for f in dataclasses.fields(TricksConfig) if f.name == name)
+    return tuple(field.metadata["choices"])
+
+
+PRECISIONS = _choices("precision")
+COMPILE_MODES = _choices("compile")
+
+
+@dataclass(frozen=True)
+class Combination:
+    batch_size: int
+    precision: str
+    compile: str
+    channels_last: bool
+
+
+def check_options(
+    models: Sequence[str],
+    batch_sizes: Sequence[int],
+    precisions: Sequence[str],
+    compile_modes: Sequence[str],
+    channels_last: Sequence[bool],
+    repeats: int,
+    peak: float | None,
+) -> None:
+    """Raise TrickLabError on an empty list, an unknown name or a value out of range."""
+    for option, values in (
+        ("models", models),
+        ("batch sizes", batch_sizes),
+        ("precisions", precisions),
+        ("compile modes", compile_modes),
+        ("channels-last settings", channels_last),
+    ):
+        if not values:
+            raise TrickLabError(f"no {option} given; give at least one")
+    for name in models:
+        get_model_info(name)  # unknown: names the closest one
+    for batch_size in batch_sizes:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise TrickLabError(f"batch sizes must be integers >= 1, got {batch_size!r}")
+        if batch_size > MAX_BATCH:  # loader.batch_size's bound: beyond it, allocation fails
+            raise TrickLabError(f"batch sizes must be <= {MAX_BATCH}, got {batch_size}")
+    for value, allowed, option in (
+        *((p, PRECISIONS, "precision") for p in precisions),
+        *((c, COMPILE_MODES, "compile mode") for c in compile_modes),
+    ):
+        if value not in allowed:
+            raise TrickLabError(f"unknown {option} {value!r}; one of {', '.join(allowed)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise TrickLabError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if peak is not None and not 0 < peak < math.inf:
+        raise TrickLabError(f"peak TFLOP/s must be a positive number, got {peak}")
+
+
+def check_precision_runs(precision: str, device: torch.device) -> None:
+    """Raise TrickLabError if `device` cannot train a conv-BN-ReLU-linear net in `precision`."""
+    if device.type == "cuda" and precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
+        raise TrickLabError(f"precision bf16-mixed cannot run on {torch.cuda.get_device_name()}")
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2)
+    ).to(device)
+    if precision == "16-true-bn32":
+        precision_lib.half_with_fp32_batchnorm(net)
+    images = torch.randn(2, 3, 8, 8, device=device, dtype=precision_lib.input_dtype(precision))
+    try:
+        with precision_lib.autocast_for(precision, device.type):
+            loss = net(images).float().sum()
+        loss.backward()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TrickLabError(
+            f"precision {precision} cannot run on this {device.type} device: {first_line}"
+        ) from None
+
+
+class _Setup:
+    """One model copy made ready for one combination: its forward and its train step."""
+
+    def __init__(self, base: nn.Module, combo: Combination, device: torch.device, shape) -> None:
+        self.combo = combo
+        self.model = copy.deepcopy(base).to(device)
+        if combo.precision == "16-true-bn32":
+            precision_lib.half_with_fp32_batchnorm(self.model)
+        memory_format = torch.channels_last if combo.channels_last else torch.contiguous_format
+        if combo.channels_last:
+            precision_lib.apply_channels_last(self.model)
+        self.forward = (
+            self.model if combo.compile == "off" else torch.compile(self.model, mode=combo.compile)
+        )
+        generator = torch.Generator().manual_seed(0)
+        self.images = (
+            torch.randn((combo.batch_size, *shape), generator=generator)
+            .to(device, precision_lib.input_dtype(combo.precision))
+            .contiguous(memory_format=memory_format)
+        )
+        num_classes = self._num_classes(shape, device)
+        self.labels = torch.randint(0, num_classes, (combo.batch_size,), generator=generator).to(
+            device
+        )
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
+        self.scaler = precision_lib.grad_scaler_for(combo.precision, device.type)
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def _num_classes(self, shape, device) -> int:
+        with torch.no_grad():
+            self.model.eval()
+            probe = torch.zeros((1, *shape), device=device, dtype=self.images.dtype)
+            with precision_lib.autocast_for(self.combo.precision, device.type):
+                return int(self.model(probe).shape[-1])
+
+    def train_mode(self) -> None:
+        self.model.train()
+
+    def eval_mode(self) -> None:
+        self.model.eval()
+
+    def train_step(self) -> None:
+        with precision_lib.autocast_for(self.combo.precision, self.images.device.type):
+            loss = self.loss_fn(self.forward(self.images), self.labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def forward_only(self) -> None:
+        with (
+            torch.inference_mode(),
+            precision_lib.autocast_for(self.combo.precision, self.images.device.type),
+        ):
+            self.forward(self.images)
+
+
+def _build_base(
+    name: str, width: float, widths: Sequence[int] | None, image_size: int, num_classes: int
+) -> nn.Module:
+    model = build_model(
+        name,
+        num_classes=num_classes,
+        in_channels=3,
+        image_size=image_size,
+        width=width,
+        widths=widths,
+    )
+    init = getattr(model, "init_from_data", None)
+    if init is not None:  # the timings do not depend on the values, only NaN-free weights matter
+        init(
+            torch.randn(
+                INIT_IMAGES, 3, image_size, image_size, generator=torch.Generator().manual_seed(0)
+            )
+        )
+    return model
+
+
+def _warm_up(setup: _Setup, device: torch.device) -> tuple[float, float, float]:
+    """(seconds of the warm-up calls, seconds per train step, seconds per forward) after them."""
+    synchronize(device)
+    start = time.perf_counter()
+    setup.train_mode()
+    for _ in range(WARMUP_CALLS):
+        setup.train_step()
+    setup.eval_mode()
+    for _ in range(WARMUP_CALLS):
+        setup.forward_only()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    setup.train_mode()
+    train = timed_call(setup.train_step, 1, device)
+    setup.eval_mode()
+    forward = timed_call(setup.forward_only, 1, device)
+    return seconds, train, forward
+
+
+def profile_models(
+    models: Sequence[str],
+    *,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    precisions: Sequence[str] = ("32-true",),
+    compile_modes: Sequence[str] = ("off",),
+    channels_last: Sequence[bool] = (False,),
+    device: str = "auto",
+    repeats: int = DEFAULT_REPEATS,
+    peak_tflops_override: float | None = None,
+    width: float = 1.0,
+    widths: Sequence[int] | None = None,
+    image_size: int = 32,
+    num_classes: int = 10,
+) -> dict:
+    """Count and time every model in every combination; a JSON-ready dict (keys in the README).
+
+    `width`/`widths` apply to every model (one that does not take them is an error). A compiled
+    combination's warm-up (compilation) is timed apart as `compile_seconds`."""
+    from tricklab.training.setup import resolve_device
+
+    check_options(
+        models, batch_sizes, precisions, compile_modes, channels_last, repeats, peak_tflops_override
+    )
+    torch_device = resolve_device(device)
+    for precision in precisions:
+        check_precision_runs(precision, torch_device)
+    shape = (3, image_size, image_size)
+    combos = [
+        Combination(b, p, compile_for_device(c, torch_device.type), cl)  # auto: the device's mode
+        for b in batch_sizes
+        for p in precisions
+        for c in compile_modes
+        for cl in channels_last
+    ]
+    model_rows, setups = [], []
+    for name in models:
+        base = _build_base(name, width, widths, image_size, num_classes)
+        flops = count_forward_flops(copy.deepcopy(base), (1, *shape))  # eager, batch of one
+        model_rows.append(
+            {
+                "name": name,
+                "params": count_params(base),
+                "forward_flops": flops,
+                "forward_macs": flops // 2,
+            }
+        )
+        for combo in combos:
+            setups.append((name, flops, _Setup(base, combo, torch_device, shape)))
+        del base
+    contenders, first_calls = [], {}
+    for index, (name, _, setup) in enumerate(setups):
+        try:
+            seconds, train, forward = _warm_up(setup, torch_device)
+        except ValueError as exc:  # torch's own argument checks, e.g. BatchNorm on one value
+            raise TrickLabError(
+                f"{name} cannot train at batch {setup.combo.batch_size} on {image_size}×"
+                f"{image_size} images: {str(exc).splitlines()[0]}"
+            ) from None
+        except RuntimeError as exc:
+            if setup.combo.compile != "off":
+                first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+                raise TrickLabError(
+                    f"{name}: torch.compile(mode={setup.combo.compile}) failed on this machine: "
+                    f"{first_line}"
+                ) from None
+            raise
+        first_calls[index] = seconds
+        contenders.append(
+            Contender(
+                f"{index}/train",
+                setup.train_step,
+                calls_per_sample(train, MIN_SAMPLE_SECONDS, MAX_CALLS_PER_SAMPLE),
+                before=setup.train_mode,
+            )
+        )
+        contenders.append(
+            Contender(
+                f"{index}/forward",
+                setup.forward_only,
+                calls_per_sample(forward, MIN_SAMPLE_SECONDS, MAX_CALLS_PER_SAMPLE),
+                before=setup.eval_mode,
+            )
+        )
+    samples = interleave(contenders, repeats, torch_device)
+    peaks = {p: _peak(torch_device, p, peak_tflops_override) for p in precisions}
+    results = []
+    for index, (name, flops, setup) in enumerate(setups):
+        combo = setup.combo
+        macs = flops // 2
+        forward, train = (
+            summary_ms(samples[f"{index}/forward"]),
+            summary_ms(samples[f"{index}/train"]),
+        )
+        forward_ips = combo.batch_size / (forward["median_ms"] / 1e3)
+        train_ips = combo.batch_size / (train["median_ms"] / 1e3)
+        batch_gmacs = macs * combo.batch_size / 1e9
+        peak, _ = peaks[combo.precision]
+        results.append(
+            {
+                "model": name,
+                **dataclasses.asdict(combo),
+                "forward_ms": forward,
+                "train_step_ms": train,
+                "forward_images_per_second": forward_ips,
+                "train_images_per_second": train_ips,
+                "forward_tflops": flops * forward_ips / 1e12,
+                "train_tflops": achieved_tflops(macs, train_ips),
+                "mfu": mfu(macs, train_ips, peak),
+                "forward_ms_per_gmac": forward["median_ms"] / batch_gmacs if batch_gmacs else None,
+                "train_ms_per_gmac": train["median_ms"] / batch_gmacs if batch_gmacs else None,
+                "compile_seconds": first_calls[index] if combo.compile != "off" else None,
+                "calls_per_sample": {
+                    "train": next(c.number for c in contenders if c.name == f"{index}/train"),
+                    "forward": next(c.number for c in contenders if c.name == f"{index}/forward"),
+                },
+            }
+        )
+    return {
+        "kind": "model",
+        "device": str(torch_device),
+        "hardware": hardware_fingerprint(torch_device),
+        "repeats": repeats,
+        "image_shape": list(shape),
+        "macs_note": MACS_NOTE,
+        "train_step_note": TRAIN_STEP_NOTE,
+        "peak_tflops": {p: v for p, (v, _) in peaks.items()},
+        "peak_source": {p: s for p, (_, s) in peaks.items()},
+        "models": model_rows,
+        "results": results,
+    }
+
+
+def _peak(
+    device: torch.device, precision: str, override: float | None
+) -> tuple[float | None, str | None]:
+    if override is not None:
+        return override, "--peak-tflops"
+    if device.type != "cuda":
+        return None, None  # no table of CPU peaks: MFU unavailable, never guessed
+    found = peak_tflops(torch.cuda.get_device_name(device), precision)
+    return found if found is not None else (None, None)

@@ -1,0 +1,106 @@
+"""A recipe value checked against its field: type, allowed values and bounds; returned typed.
+
+A field's metadata (doc, choices, minimum, maximum) is written beside it in recipe.py; this module
+reads it, so that one bad value anywhere (a file, an override, a sweep space) gets the same line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+from tricklab.core.errors import TrickLabError
+
+INT_MAX = 2**31 - 1  # the bound of an int field that names none: C-sized for torch
+SHOWN_CHARS = 60  # of a bad value in its error line
+
+# YAML 1.1 words that PyYAML would read as booleans. Recipes are read with YAML 1.2's booleans
+# (true/false only, see yamlio), so `tricks.compile: off` names the choice "off"; a bool field
+# still takes these words.
+_YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": True, "n": False}
+_BAD = object()
+
+
+def type_name(tp: Any) -> str:
+    """`int`, `float | None`, `list[int] | None`: a field's type as `tricklab tricks` shows it."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return type_name(inner[0]) + " | None"
+    if typing.get_origin(tp) is list:
+        return f"list[{type_name(args[0])}]"
+    return tp.__name__
+
+
+def shown(value: Any) -> str:
+    """`repr(value)`, cut to SHOWN_CHARS, so that a bad value of any size fits its error line."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
+def coerce(key: str, value: Any, spec: dataclasses.Field, tp: Any) -> Any:
+    """`value` as field `spec` (of type `tp`) holds it; TrickLabError naming `key` if it is not
+    valid. Bounds hold for each item of a list field."""
+    meta = spec.metadata
+    optional = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    base = next(a for a in typing.get_args(tp) if a is not type(None)) if optional else tp
+    if value is None:
+        if optional:
+            return None
+        raise TrickLabError(f"{key} cannot be empty (expected {type_name(tp)})")
+    typed = _as_type(base, value)
+    if typed is _BAD:
+        allowed = f"one of {', '.join(meta['choices'])}" if meta["choices"] else type_name(tp)
+        if base is float:
+            allowed = f"a finite number ({allowed})"
+        raise TrickLabError(f"{key}={shown(value)} is not valid; expected {allowed}")
+    if meta["choices"] and typed not in meta["choices"]:
+        raise TrickLabError(
+            f"{key}={shown(value)} is not allowed; choose one of {', '.join(meta['choices'])}"
+        )
+    is_list = typing.get_origin(base) is list
+    items = typed if is_list else [typed]
+    item_type = typing.get_args(base)[0] if is_list else base
+    each = ": each" if is_list else ""
+    maximum = meta["maximum"]
+    if maximum is None and item_type is int:
+        maximum = INT_MAX
+    if meta["minimum"] is not None and any(v < meta["minimum"] for v in items):
+        raise TrickLabError(f"{key}={shown(value)}{each} must be >= {meta['minimum']}")
+    if maximum is not None and any(v > maximum for v in items):
+        raise TrickLabError(f"{key}={shown(value)}{each} must be <= {maximum}")
+    return typed
+
+
+def _as_type(base: Any, value: Any) -> Any:
+    if typing.get_origin(base) is list:
+        (item,) = typing.get_args(base)
+        if not isinstance(value, (list, tuple)):
+            return _BAD
+        items = [_as_type(item, v) for v in value]
+        return _BAD if any(i is _BAD for i in items) else items
+    if base is bool:
+        if isinstance(value, str):
+            return _YAML11_BOOL_WORDS.get(value.lower(), _BAD)
+        return value if isinstance(value, bool) else _BAD
+    if base is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    if base is float:
+        # YAML 1.1 reads 1e-3 (no dot) as a string; an int of 400 digits overflows a float
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return _BAD
+        try:
+            value = float(value)
+        except (ValueError, OverflowError):
+            return _BAD
+        return value if math.isfinite(value) else _BAD  # no NaN or infinity
+    if base is str:
+        return (
+            str(value)
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+            else _BAD
+        )
+    return _BAD

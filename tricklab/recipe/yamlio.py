@@ -1,0 +1,130 @@
+"""Recipe YAML (files, command-line values, sweep spaces) read safely, within fixed limits.
+
+A recipe is a few kilobytes of plain values, so what goes far beyond that is refused with one
+line before it can cost time or memory:
+- a file larger than MAX_YAML_BYTES is refused unread;
+- values nest at most MAX_YAML_DEPTH deep (a recipe needs 3: section, field, list);
+- a document holds at most MAX_YAML_NODES values;
+- no aliases (`*name`): nested aliases are how 300 bytes expand to a billion values
+  ("billion laughs"), and a recipe has nothing it needs to share;
+- mapping keys are scalars (names, numbers), each given once;
+- booleans are YAML 1.2's true/false only, so `tricks.compile: off` names the choice "off".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tricklab.core.errors import TrickLabError
+
+# Each far beyond any real recipe or space (a few kilobytes, a hundred values, 4 levels), and
+# small enough that PyYAML reads the worst file within them in well under a second.
+MAX_YAML_BYTES = 256 * 1024
+MAX_YAML_DEPTH = 32
+MAX_YAML_NODES = 10_000
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans that refuses what the module doc lists, as it composes."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth, self.nodes = 0, 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        line = f"line {event.start_mark.line + 1}"
+        if isinstance(event, yaml.AliasEvent):
+            raise TrickLabError(
+                f"{line}: YAML aliases (*{event.anchor}) are not allowed; write the value out"
+            )
+        self.nodes += 1
+        if self.nodes > MAX_YAML_NODES:
+            raise TrickLabError(f"{line}: more than {MAX_YAML_NODES:,} values")
+        if self.depth >= MAX_YAML_DEPTH:
+            raise TrickLabError(f"{line}: nested deeper than {MAX_YAML_DEPTH} levels")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise TrickLabError(
+                    f"line {key_node.start_mark.line + 1}: a mapping key must be a name, "
+                    "not a list or a mapping"
+                )
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise TrickLabError(f"'{key}' is given twice (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def read_yaml(text: str) -> Any:
+    """One YAML document (a file's text or a command-line value), read safely within the limits.
+
+    Raises yaml.YAMLError for text that is not YAML (callers say where it came from, and
+    `describe_yaml_error` says what is wrong), TrickLabError for what the limits refuse."""
+    if len(text) > MAX_YAML_BYTES:
+        raise TrickLabError(f"larger than {MAX_YAML_BYTES:,} bytes")
+    return yaml.load(text, Loader=_RecipeLoader)
+
+
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """'not valid YAML at line L, column C (what the parser expected)' for a parse error."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = problem or getattr(exc, "reason", None)  # a ReaderError: a control character
+    return f"not valid YAML{where} ({problem or type(exc).__name__})"
+
+
+def read_yaml_file(path: str | Path, what: str) -> Any:
+    """The YAML document in the file at `path`; `what` names the file in errors ("recipe file").
+
+    Every failure is one TrickLabError line: missing, a folder, not a regular file, a folder on
+    the way that may not be entered, unreadable, too large (not read past the limit), not UTF-8,
+    not YAML, or beyond the limits."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise TrickLabError(f"{what} {path} is a folder, not a YAML file")
+        if not stat.S_ISREG(mode):
+            raise TrickLabError(f"{what} {path} is not a regular file")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_YAML_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        raise TrickLabError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise TrickLabError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise TrickLabError(f"{what} {path} is larger than {MAX_YAML_BYTES:,} bytes")
+    try:
+        return read_yaml(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise TrickLabError(f"{what} {path} is not UTF-8 text (not valid YAML)") from None
+    except yaml.YAMLError as exc:
+        raise TrickLabError(f"{path}: {describe_yaml_error(exc)}") from None
+    except TrickLabError as exc:
+        raise TrickLabError(f"{path}: {exc}") from None

@@ -1,0 +1,357 @@
+"""`train(recipe) -> RunResult`: build data, model and tricks from a recipe, run the loop, measure.
+
+The setup lives in train/setup.py and the run folder's files in train/runfiles.py; their public
+names are re-exported here."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tricklab.core.device import synchronize
+from tricklab.core.errors import TrickLabError
+from tricklab.core.memory import peak_memory, reset_peak_memory
+from tricklab.core.paths import (
+    atomic_write,
+    disk_full_error,
+    first_missing,
+    is_disk_full,
+    remove_empty_dirs,
+)
+from tricklab.core.progress import current as current_progress
+from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
+from tricklab.core.version import __version__
+from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.provenance import finish_record, start_record
+from tricklab.recipe.schema import Recipe
+from tricklab.training import distributed
+from tricklab.training.backend import backend_settings
+from tricklab.training.loggers import RunLoggers
+from tricklab.training.loop import Outcome, Parts, evaluate, run_loop
+from tricklab.training.runfiles import (
+    RUN_FILES,
+    json_safe,
+    load_checkpoint,
+    make_run_dir,
+    save_checkpoint,
+    write_json_atomic,
+)
+from tricklab.training.setup import (
+    INIT_FROM_DATA_IMAGES,
+    SetupCache,
+    build_loaders,
+    build_run_model,
+    check_setup,
+    init_sample,
+    load_data,
+    prepare,
+    resolve_device,
+)
+from tricklab.training.warmup import needs_warm_up, warm_up
+
+__all__ = [  # with the moved names, so that `from tricklab.training.api import X` keeps working
+    "INIT_FROM_DATA_IMAGES",
+    "RUN_FILES",
+    "RunInterrupted",
+    "RunResult",
+    "SetupCache",
+    "build_loaders",
+    "build_run_model",
+    "check_setup",
+    "init_sample",
+    "json_safe",
+    "load_checkpoint",
+    "load_data",
+    "out_of_memory_error",
+    "prepare",
+    "resolve_device",
+    "run_end",
+    "save_checkpoint",
+    "train",
+]
+
+
+@dataclass
+class RunResult:
+    """What one training run measured. `to_dict()` is what result.json holds."""
+
+    status: str  # complete | stopped-early | reached-target | diverged | oom | failed | interrupted
+    val_acc: float | None = None
+    val_loss: float | None = None
+    val_acc_tta: float | None = None
+    val_loss_tta: float | None = None
+    train_seconds: float = 0.0  # training epochs with batch loading, synced; no eval, no compile
+    # airbench's total_time_seconds, each part synced and timed apart (no warm-up, no decoding):
+    whiten_seconds: float = 0.0  # the whitening layer's fit on 5,000 train images (0: no layer)
+    final_eval_seconds: float | None = None  # the final evaluation, with the recipe's TTA
+    record_seconds: float | None = None  # whiten + train + final_eval; None: no final evaluation
+    compile_seconds: float = 0.0  # warm-up (torch.compile, cuDNN autotuning), measured apart
+    # what the device decided: tricks.compile (auto), tricks.precision (bf16 without bf16
+    # tensor cores runs as 16-mixed), and in `notes` why anything differs from the recipe
+    resolved: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0  # everything, data loading included
+    time_to_target_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory: dict = field(default_factory=dict)
+    images_per_second: float | None = None
+    epochs_completed: int = 0
+    stopped_epoch: int | None = None
+    time_budget_reached: bool = False  # run.time_budget_seconds stopped it (at stopped_epoch)
+    diverged_step: int | None = None
+    error: str | None = None
+    traceback: str | None = None  # where a failed run broke
+    params: int | None = None
+    forward_macs: int | None = None
+    epochs: list[dict] = field(default_factory=list)
+    hardware: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)  # measure/provenance.py: command, git, load
+    world_size: int = 1  # processes of a data-parallel run (torchrun), each on its batch share
+    dist_backend: str | None = None  # their process group's: nccl, gloo; None: one process
+    tricklab_version: str = __version__
+    recipe: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def train(
+    recipe: Recipe,
+    *,
+    out_dir: str | Path | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+    stop: StopRequest | None = None,
+) -> RunResult:
+    """Train one model as the recipe says and return what was measured.
+
+    With `out_dir`, writes recipe.yaml (resolved), metrics.jsonl (a line per epoch), result.json and,
+    with run.checkpoint, checkpoint.pt. How the run ended is decided here, once (`run_end`), and
+    is the result's status: complete (or stopped-early, reached-target), diverged (NaN loss), oom,
+    failed (an unexpected error: its message in `error`, its traceback in `traceback`), all
+    returned; interrupted (Ctrl-C, SIGTERM, or `stop` requested) raises RunInterrupted, which
+    carries the result. `stop` is checked at each epoch end and when the run ends, so a stop whose
+    KeyboardInterrupt Python dropped still ends the run. Exceptions raised by `on_epoch` (e.g.
+    optuna.TrialPruned) propagate, with result.json recording the epochs so far. Bad input
+    (TrickLabError) found while setting up (data, model, tricks, a logger that cannot start)
+    propagates with nothing written: no run directory is left behind. The run directory is
+    claimed before anything is written (one run at a time: a second one is refused); a full disk
+    raises TrickLabError naming the disk, with the files this run wrote removed, so the same call
+    runs again once there is space."""
+    wall_start = time.perf_counter()
+    if isinstance(out_dir, str) and not out_dir.strip():
+        raise TrickLabError("the run directory name is empty")
+    main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
+    out = Path(out_dir) if out_dir is not None and main else None
+    device = resolve_device(recipe.run.device)
+    # a missing package, a logger without a folder: refused before the folder is made
+    loggers = RunLoggers(recipe, out, has_folder=out_dir is not None)
+    created = first_missing(out) if out is not None else None  # what to remove if setup fails
+    claim = None
+    try:
+        claim = make_run_dir(out) if out is not None else None
+        return _train(recipe, out, device, on_epoch, stop, wall_start, loggers)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        if out is not None:  # nothing half kept: the folder is as it was before the run
+            for name in RUN_FILES:
+                with contextlib.suppress(OSError):
+                    (out / name).unlink(missing_ok=True)
+        raise disk_full_error(exc, out) from None
+    finally:
+        loggers.close()  # however the run ended: files flushed, the W&B run finished
+        if claim is not None:
+            claim.release()
+        if out is not None:
+            remove_empty_dirs(out, created)
+
+
+def _train(
+    recipe: Recipe,
+    out: Path | None,
+    device: torch.device,
+    on_epoch: Callable[[dict], None] | None,
+    stop: StopRequest | None,
+    wall_start: float,
+    loggers: RunLoggers,
+) -> RunResult:
+    """`train` in a claimed run directory (or none)."""
+    result = RunResult(
+        status="failed",
+        recipe=recipe.to_dict(),
+        hardware=hardware_fingerprint(device),
+        provenance=start_record(device),
+        world_size=distributed.world().world_size,
+        dist_backend=distributed.world().backend,
+    )
+    started = False
+    callback_error: list[BaseException] = []  # what the caller's on_epoch raised, if anything
+
+    def record_epoch(row: dict) -> None:
+        result.epochs.append(row)
+        loggers.log_epoch(json_safe(row))  # as metrics.jsonl holds it: NaN as None
+        if stop is not None:
+            stop.check()
+        if on_epoch is not None:
+            try:
+                on_epoch(row)
+            except Exception as exc:
+                callback_error.append(exc)
+                raise
+
+    try:
+        dataset = load_data(recipe)
+        reset_peak_memory(device)
+        with (
+            backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
+            warnings.catch_warnings(),
+        ):
+            # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while it
+            # finds its scale); the schedule steps anyway, and torch warns as if it were a mistake.
+            warnings.filterwarnings(
+                "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
+            )
+            parts, info = prepare(recipe, dataset, device)
+            parts = distributed.data_parallel(
+                parts, recipe.tricks.sync_batchnorm, info["resolved"]["compile"]
+            )
+            result.params, result.forward_macs = info["params"], info["forward_macs"]
+            result.whiten_seconds = info["whiten_seconds"]
+            result.resolved = info["resolved"]
+            loggers.open(result)  # run.loggers; one that cannot start is a setup error
+            if out is not None:
+                with atomic_write(out / "recipe.yaml") as handle:
+                    handle.write(recipe.to_yaml())
+            started = True
+            if needs_warm_up(recipe.tricks, device):
+                result.compile_seconds = warm_up(parts, recipe.tricks.tta)
+            parts.progress = current_progress()  # the CLI's display; None: silent
+            outcome = run_loop(parts, recipe.run, record_epoch)
+            _finish(result, parts, outcome, recipe)
+            if recipe.run.checkpoint and out is not None and outcome.status != "diverged":
+                save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
+        if stop is not None:
+            stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
+        _record_peak_memory(result, device)
+    except BaseException as exc:
+        if (isinstance(exc, TrickLabError) and not started) or is_disk_full(exc):
+            raise  # nothing recorded: train() removes what was written and the folders it made
+        _record_peak_memory(result, device)  # for an oom run, the number that matters most
+        result.status, result.error = run_end(exc, stop)
+        if result.status == "failed":
+            result.traceback = "".join(traceback.format_exception(exc))
+        result.epochs_completed = len(result.epochs)
+        if result.epochs:
+            result.train_seconds = result.epochs[-1]["train_seconds"]
+        # Raised on: the caller's own exception, a user mistake met mid-run, and a stop (the
+        # caller must stop too). An oom or a failed run is returned; its memory is freed below,
+        # outside `except`, whose traceback keeps the run's tensors alive.
+        raised = isinstance(exc, TrickLabError) or exc in callback_error
+        if raised or result.status == "interrupted":
+            result.wall_seconds = time.perf_counter() - wall_start
+            result.provenance = finish_record(result.provenance)
+            if out is not None:
+                write_json_atomic(out / "result.json", result.to_dict())
+            if result.status == "interrupted" and not isinstance(exc, SystemExit):
+                raise RunInterrupted(result) from exc
+            raise
+    if result.status in ("oom", "failed"):  # free what the run held, so the next run can go on
+        parts = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    result.wall_seconds = time.perf_counter() - wall_start
+    result.provenance = finish_record(result.provenance)
+    if out is not None:
+        write_json_atomic(out / "result.json", result.to_dict())
+    return result
+
+
+class RunInterrupted(Interrupted):
+    """A run stopped by Ctrl-C or SIGTERM; `result` is its RunResult, status interrupted, with the
+    epochs it finished (and result.json holds it when the run had a directory)."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(result.error)
+        self.result = result
+
+
+def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, str]:
+    """How a run that raised `exc` ended, as (status, error): `interrupted` for Ctrl-C, SIGTERM or
+    an exit, and for any error once a stop was requested (a library may turn the KeyboardInterrupt
+    into an error of its own); `oom` for out of memory; `failed` for anything else."""
+    if is_interrupt(exc) or (stop is not None and stop.requested):
+        return "interrupted", INTERRUPTED_ERROR
+    if oom := out_of_memory_error(exc):
+        return "oom", oom
+    return "failed", f"{type(exc).__name__}: {exc}"
+
+
+def _record_peak_memory(result: RunResult, device: torch.device) -> None:
+    result.peak_memory = peak_memory(device)
+    result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
+
+
+def out_of_memory_error(exc: BaseException) -> str | None:
+    """The one-line error of an out-of-memory (torch.cuda.OutOfMemoryError, a CUDA error from a
+    library such as cuBLAS or cuDNN: `CUDA error: out of memory`, the CPU allocator's `can't
+    allocate memory`); None for other errors."""
+    text = str(exc).lower()
+    oom = isinstance(exc, torch.cuda.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError)
+        and ("out of memory" in text or "can't allocate memory" in text)  # CPU: DefaultCPUAllocator
+    )
+    if not oom:
+        return None
+    return str(exc).splitlines()[0] if str(exc) else "out of memory"
+
+
+def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -> None:
+    """Fill the result from the loop's outcome; the final TTA evaluation happens here, timed as
+    airbench times it (record_seconds: whitening fit + epochs + this evaluation, or without TTA
+    the last epoch's evaluation, which is then the final one)."""
+    result.status = outcome.status
+    result.epochs = outcome.epochs
+    result.epochs_completed = len(outcome.epochs)
+    result.train_seconds = outcome.train_seconds
+    result.images_per_second = (
+        outcome.images_seen / outcome.train_seconds if outcome.train_seconds > 0 else None
+    )
+    result.stopped_epoch, result.diverged_step = outcome.stopped_epoch, outcome.diverged_step
+    result.time_to_target_seconds = outcome.time_to_target_seconds
+    result.time_budget_reached = outcome.time_budget_reached
+    if outcome.status == "diverged":
+        result.error = outcome.error
+        return
+    evaluated = [row for row in outcome.epochs if row["val_acc"] is not None]
+    if evaluated:
+        result.val_acc, result.val_loss = evaluated[-1]["val_acc"], evaluated[-1]["val_loss"]
+    synchronize(parts.device)
+    start = time.perf_counter()
+    if parts.ema is not None:
+        parts.ema.copy_to_model()
+        parts.ema = None
+    if recipe.tricks.tta != "none":
+        result.val_acc_tta, result.val_loss_tta = evaluate(parts, recipe.tricks.tta)
+        synchronize(parts.device)
+        result.final_eval_seconds = time.perf_counter() - start
+    elif outcome.epochs:
+        result.final_eval_seconds = outcome.epochs[-1].get("eval_seconds")
+    if result.final_eval_seconds is not None:
+        result.record_seconds = (
+            result.whiten_seconds + result.train_seconds + result.final_eval_seconds
+        )

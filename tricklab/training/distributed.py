@@ -1,0 +1,304 @@
+"""Data-parallel training with PyTorch's own engine: DistributedDataParallel over the process
+group torchrun describes in its environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT).
+
+`tricklab train --nproc N` (`launch`) starts torchrun for you; `torchrun --nproc-per-node N -m
+tricklab train ...` is the same. Each process opens the group (`process_group`: nccl on CUDA, gloo
+on the CPU), trains on its shard of every global batch (the loaders' rank/world_size), and the
+loop's decisions stay identical on every rank: gradients are averaged by DDP, the epoch's sums and
+evaluation counts are added over ranks, a time read is the slowest rank's. Only rank 0 prints and
+writes the run folder. Without torchrun's environment every function here is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+from tricklab.core.errors import TrickLabError
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """This process's place in the data-parallel job: rank 0 of 1 without one."""
+
+    rank: int = 0
+    world_size: int = 1
+    backend: str | None = None  # nccl | gloo; None: no process group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def world() -> World:
+    """The process group's rank, size and backend, or a world of one when none is open."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return World()
+    return World(dist.get_rank(), dist.get_world_size(), dist.get_backend())
+
+
+def launched_by_torchrun() -> bool:
+    """Whether torchrun (or a launcher like it) described a process group in the environment."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):  # Linux: what the scheduler lets it use
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """`device` for this rank: cuda:LOCAL_RANK under torchrun, the CPU as it is."""
+    if not launched_by_torchrun() or device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise TrickLabError(
+            f"data-parallel training runs on cuda or cpu, not {device.type}; set run.device=cpu"
+        )
+    local_rank, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if local_rank >= count:
+        raise TrickLabError(
+            f"torchrun started {os.environ.get('LOCAL_WORLD_SIZE', local_rank + 1)} processes on "
+            f"this machine, and it has {count} CUDA GPUs; start at most {count}"
+        )
+    return torch.device("cuda", local_rank)
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device, timeout_seconds: float) -> Iterator[World]:
+    """The process group torchrun's environment describes, open for the block: nccl for a CUDA
+    `device` (`rank_device`'s), gloo for the CPU; a collective waits `timeout_seconds` for the
+    other ranks, then raises. Without torchrun, or with a group already open (the caller's),
+    nothing is opened or closed."""
+    if not launched_by_torchrun() or dist.is_initialized():
+        yield world()
+        return
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_seconds))
+    try:
+        yield world()
+        # Every rank done with its collectives before any closes its connections; a rank that
+        # died has failed this one's run already (recorded): its barrier error adds nothing.
+        with contextlib.suppress(RuntimeError):
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- bad input, before any process
+
+
+def local_batch_size(
+    batch_size: int, accumulate_steps: int = 1, world_size: int | None = None
+) -> int:
+    """The batch each rank's loader yields per optimizer step (loader.batch_size is the global
+    batch); TrickLabError unless it divides evenly over ranks and micro-batches."""
+    size = world().world_size if world_size is None else world_size
+    if batch_size % (size * accumulate_steps):
+        raise TrickLabError(
+            f"loader.batch_size={batch_size} is the global batch and must divide evenly over "
+            f"{size} processes x optim.accumulate_steps={accumulate_steps}: give a multiple of "
+            f"{size * accumulate_steps}"
+        )
+    return batch_size // size
+
+
+def check_launch(nproc: int, device: torch.device, recipe) -> None:
+    """TrickLabError unless `nproc` processes fit the machine (one GPU each on CUDA, one core
+    each on the CPU) and the recipe's global batch divides evenly over them."""
+    if nproc < 1:
+        raise TrickLabError(f"--nproc must be at least 1, got {nproc}")
+    if device.type == "cuda":
+        have, what = torch.cuda.device_count(), "CUDA GPUs"
+    elif device.type == "cpu":
+        have, what = usable_cores(), "CPU cores"
+    else:
+        raise TrickLabError(
+            f"data-parallel training runs on cuda or cpu, not {device.type}; set run.device=cpu"
+        )
+    if nproc > have:
+        raise TrickLabError(
+            f"--nproc {nproc} asks for {nproc} processes on {device.type}, and this machine has "
+            f"{have} {what}; give --nproc {have} or fewer"
+        )
+    local_batch_size(recipe.loader.batch_size, recipe.optim.accumulate_steps, nproc)
+
+
+# ---------------------------------------------------------------- the wrap
+
+
+def data_parallel(parts, sync_batchnorm: bool, compile_mode: str):
+    """`parts` (loop.Parts) training across the process group: BatchNorm layers synchronised
+    (`tricks.sync_batchnorm`), the model in DistributedDataParallel (the loop calls it; the
+    optimizer, EMA and checkpoint keep the bare model, whose parameters are the same tensors),
+    torch.compile applied after the wrap, and DDP's no_sync for accumulating micro-steps.
+    Unchanged without a process group."""
+    if not dist.is_initialized():
+        return parts
+    model, device = parts.model, parts.device
+    if sync_batchnorm and device.type == "cpu":  # torch's SyncBatchNorm takes GPU tensors only
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.__class__ = CpuSyncBatchNorm  # the same state, a forward that syncs
+    elif sync_batchnorm:
+        nn.SyncBatchNorm.convert_sync_batchnorm(model)  # same Parameters and buffers, new layers
+    # model.whiten_bias_epochs freezing a parameter within the run: DDP must not wait for its
+    # gradient after that (at the cost of a walk over the autograd graph per step)
+    epochs = -(-parts.total_steps // len(parts.train_loader))
+    freezes = any(after < epochs for after in parts.freeze_after_epochs.values())
+    ddp = nn.parallel.DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=freezes,
+    )
+    forward = ddp if compile_mode == "off" else torch.compile(ddp, mode=compile_mode)
+    return dataclasses.replace(parts, forward=forward, no_sync=ddp.no_sync)
+
+
+class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """What nn.SyncBatchNorm does, for CPU tensors (torch's kernels for it, and DDP, take GPU
+    modules only): in training, the batch mean and variance over every rank's batch from two
+    all_reduce sums that carry gradients (`_SummedOverRanks`), so the gradients flow across
+    ranks as torch's SyncBatchNorm sends them; running statistics updated as BatchNorm updates
+    them. Elsewhere (eval, one process) it is BatchNorm. Any BatchNorm layer becomes one in place."""
+
+    def _check_input_dim(self, x: torch.Tensor) -> None:
+        if x.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or not dist.is_initialized():
+            return super().forward(x)
+        dims, shape = [0, *range(2, x.dim())], [1, -1, *[1] * (x.dim() - 2)]
+        count = x.new_tensor([x.numel() // x.shape[1]])
+        sums = _SummedOverRanks.apply(torch.cat([x.sum(dims), count]))
+        count = sums[-1].detach()
+        mean = sums[:-1] / count
+        centred = x - mean.view(shape)
+        var = _SummedOverRanks.apply(centred.square().sum(dims)) / count
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                factor = self.momentum
+                if factor is None:  # a cumulative average, as BatchNorm's momentum=None
+                    factor = 1.0 / float(self.num_batches_tracked)
+                self.running_mean.lerp_(mean.detach(), factor)
+                self.running_var.lerp_(var.detach() * count / (count - 1), factor)
+        out = centred * torch.rsqrt(var + self.eps).view(shape)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        return out
+
+
+def accumulate_gradients(parts, images: torch.Tensor, labels: torch.Tensor):
+    """The gradients of one optimizer step's batch, in parts.accumulate_steps micro-batches:
+    each backward adds to the ones before (a mean loss weighted by its micro-batch's share of the
+    batch, 1/k for equal parts), DDP's all-reduce skipped (no_sync) on all but the last. Returns
+    (the batch's loss, its logits), as one forward of the whole batch would."""
+    parts.optimizer.zero_grad(set_to_none=True)
+    k = parts.accumulate_steps
+    micro = list(zip(images.chunk(k), labels.chunk(k)))  # the last batch may give fewer parts
+    loss, logits = 0, []
+    for index, (part_images, part_labels) in enumerate(micro):
+        share = 1.0 if parts.loss_fn.reduction == "sum" else len(part_labels) / len(labels)
+        with parts.no_sync() if index < len(micro) - 1 else contextlib.nullcontext():
+            with parts.autocast():
+                logits.append(parts.forward(part_images))
+                part_loss = parts.loss_fn(logits[-1], part_labels) * share
+            parts.scaler.scale(part_loss).backward()
+        loss = loss + part_loss.detach()
+    return loss, torch.cat(logits)
+
+
+class _SummedOverRanks(torch.autograd.Function):
+    """all_reduce (sum) with a gradient: every rank's output is the sum, so the gradient of each
+    rank's input is the sum of the output gradients of all ranks."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        summed = tensor.clone()
+        dist.all_reduce(summed)
+        return summed
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        summed = grad.clone()
+        dist.all_reduce(summed)
+        return summed
+
+
+# ---------------------------------------------------------------- reductions the loop makes
+
+
+def reduce_epoch(
+    first_bad: torch.Tensor, loss_sum: torch.Tensor, correct: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An epoch's (first NaN/Inf step or -1, loss sum, correct predictions) over all ranks: the
+    sums added, the earliest bad step; as they are in one process. Device tensors, no host read."""
+    if not dist.is_initialized():
+        return first_bad, loss_sum, correct
+    sums = torch.stack([loss_sum, correct])
+    dist.all_reduce(sums)
+    first = torch.where(first_bad < 0, torch.inf, first_bad)
+    dist.all_reduce(first, op=dist.ReduceOp.MIN)
+    first = torch.where(torch.isinf(first), -1.0, first).to(first_bad.dtype)
+    return first, sums[0], sums[1]
+
+
+def sum_over_ranks(*values: torch.Tensor) -> Sequence[torch.Tensor]:
+    """Device scalars of one dtype added over all ranks (one all_reduce); as given in one process."""
+    if not dist.is_initialized():
+        return values
+    stacked = torch.stack(values)
+    dist.all_reduce(stacked)
+    return stacked.unbind()
+
+
+def slowest(seconds: float, device: torch.device) -> float:
+    """The largest of every rank's `seconds`, so that all ranks time and stop alike."""
+    if not dist.is_initialized():
+        return seconds
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value)
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank when it is True on any (a time budget reached by the slowest)."""
+    return slowest(float(flag), device) > 0
+
+
+# ---------------------------------------------------------------- torchrun for you
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """`python -m tricklab ARGV` in `nproc` processes under torchrun (torch.distributed.run, on a
+    free local port), each rank printing only as rank 0 does; returns the exit code of the first
+    process that failed (its one-line error already printed), else 0."""
+    # torchrun's default is one OpenMP thread per process; the cores, shared out, do better.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nproc)))
+    args = torchrun.parse_args(
+        ["--standalone", f"--nproc-per-node={nproc}", "-m", "tricklab", *argv]
+    )
+    try:
+        torchrun.run(args)
+    except ChildFailedError as exc:
+        _, failure = exc.get_first_failure()
+        return failure.exitcode if failure.exitcode > 0 else 1
+    except SignalException:
+        return 130  # Ctrl-C or SIGTERM: the agent stopped every rank
+    return 0

@@ -1,0 +1,97 @@
+"""What a run writes in its folder: claiming the folder, result.json (strict JSON), the checkpoint."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import (
+    FolderClaim,
+    atomic_write,
+    claim_folder,
+    claim_holder,
+    disk_full_error,
+    is_disk_full,
+)
+from tricklab.recipe.schema import Recipe
+
+# What a run writes in its directory; a directory holding any of them is not reused.
+RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as None: strict JSON (RFC 8259) has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def make_run_dir(out: Path) -> FolderClaim:
+    """Make `out` and claim it for this run (paths.claim_folder: one run at a time), refusing it
+    when another run writes there or a run is already in it."""
+    blocking = next((f for f in [out, *out.parents] if f.exists() and not f.is_dir()), None)
+    if blocking is not None:
+        raise TrickLabError(
+            f"cannot make the run directory {out}: {blocking} is a file, not a folder"
+        )
+    try:
+        for attempt in range(3):  # a run whose setup failed may remove the folder meanwhile
+            out.mkdir(parents=True, exist_ok=True)
+            try:
+                claim = claim_folder(out)  # also proves the folder writable
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out) from None
+        raise TrickLabError(f"cannot write the run directory {out}: {exc.strerror}") from None
+    if claim is None:
+        raise TrickLabError(
+            f"run directory {out} is being written by another run ({claim_holder(out)}); "
+            "give another one"
+        )
+    previous = [name for name in RUN_FILES if (out / name).exists()]
+    if previous:
+        claim.release()
+        raise TrickLabError(
+            f"run directory {out} already holds a run ({', '.join(previous)}); "
+            "give another one or remove it"
+        )
+    return claim
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(data, indent=2))
+
+
+def save_checkpoint(model: nn.Module, recipe: Recipe, path: str | Path) -> None:
+    """Weights and the resolved recipe, written atomically (temp file, fsync, rename). Serialised
+    in memory first: torch's writer turns a full disk into a RuntimeError without its errno."""
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "recipe": recipe.to_dict()}, buffer)
+    with atomic_write(Path(path), "wb") as handle:
+        handle.write(buffer.getbuffer())
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """A checkpoint written by `save_checkpoint`, loaded with weights_only=True (no code runs)."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise TrickLabError(f"checkpoint {path} does not exist") from None
+    except Exception as exc:  # torch raises several kinds for a corrupt file
+        raise TrickLabError(f"checkpoint {path} cannot be loaded: {type(exc).__name__}") from None
