@@ -43,8 +43,10 @@ from tricklab.core.paths import (
     remove_empty_dirs,
 )
 from tricklab.core.progress import ProgressDisplay
+from tricklab.core.status import FAILED_STATUSES
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
+from tricklab.recipe.reference import recipes_markdown, tricks_markdown
 from tricklab.recipe.schema import builtin_recipes, field_table, load_recipe
 
 MAX_CLASSES = 100_000
@@ -159,7 +161,7 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
     from tricklab.training.api import RunInterrupted, train
 
     if not main:
-        return 0 if train(recipe, stop=args.stop).status not in ("diverged", "oom", "failed") else 1
+        return 0 if train(recipe, stop=args.stop).status not in FAILED_STATUSES else 1
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
         if args.json or args.quiet:  # --json: stdout and stderr as without a display
@@ -184,7 +186,7 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
     else:
         print_result(result)
         err_console.print(f"run directory: {out}")
-    return 0 if result.status not in ("diverged", "oom", "failed") else 1
+    return 0 if result.status not in FAILED_STATUSES else 1
 
 
 # ---------------------------------------------------------------- listings
@@ -204,12 +206,16 @@ def cmd_tricks(args: argparse.Namespace) -> int:
         said = {r["key"]: " ".join([r["key"], r["doc"], *(r["choices"] or [])]) for r in rows}
         rows = [r for r in rows if word in said[r["key"]].lower()]
         title += f" mentioning {args.search!r}"
-    if args.json:
+    if args.json or args.format == "json":
         print(json.dumps(rows))
     if not rows:
         err_console.print(f"no {title}", highlight=False)
         return 1
-    if args.json:
+    if args.json or args.format == "json":
+        return 0
+    if args.format == "md":
+        title = "Every recipe field" if title == "recipe fields" else title[0].upper() + title[1:]
+        print(tricks_markdown(rows, title), end="")
         return 0
     # Two columns, so the list fits 80 columns: the key whole (to copy) over its default; the
     # allowed values over the doc, which wraps.
@@ -235,8 +241,11 @@ def cmd_tricks(args: argparse.Namespace) -> int:
 
 def cmd_recipes(args: argparse.Namespace) -> int:
     recipes = builtin_recipes()
-    if args.json:
+    if args.json or args.format == "json":
         print(json.dumps(recipes))
+        return 0
+    if args.format == "md":
+        print(recipes_markdown(), end="")
         return 0
     table = Table(title="built-in recipes (tricklab train NAME / tricklab speedrun --recipe NAME)")
     table.add_column("name")
@@ -322,10 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
     tricks = sub.add_parser("tricks", help="every recipe field: default, allowed values, doc")
     tricks.add_argument("group", nargs="?", help="only this group's fields (optim, aug, ...)")
     tricks.add_argument("--search", metavar="WORD", help="only fields whose key or doc has it")
-    tricks.add_argument("--json", action="store_true")
+    tricks.add_argument("--json", action="store_true", help="as --format json")
+    tricks.add_argument(
+        "--format",
+        choices=("table", "md", "json"),
+        default="table",
+        help="table (terminal), md (docs/reference/tricks.md) or json; default table",
+    )
     tricks.set_defaults(func=cmd_tricks)
     recipes = sub.add_parser("recipes", help="list the built-in recipes")
-    recipes.add_argument("--json", action="store_true")
+    recipes.add_argument("--json", action="store_true", help="as --format json")
+    recipes.add_argument(
+        "--format",
+        choices=("table", "md", "json"),
+        default="table",
+        help="table (terminal), md (docs/reference/recipes.md: each recipe's YAML too) or json",
+    )
     recipes.set_defaults(func=cmd_recipes)
     models = sub.add_parser(
         "models", help="the model registry with params and forward MACs at 32x32"

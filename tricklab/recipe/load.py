@@ -31,6 +31,11 @@ def builtin_recipes() -> dict[str, str]:
     return out
 
 
+def builtin_recipe_text(name: str) -> str:
+    """The YAML file of the built-in recipe `name`, as shipped."""
+    return _BUILTIN.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+
+
 def read_recipe(name: str) -> tuple[Any, str]:
     """A YAML file's data, else a built-in recipe's (a folder named like one does not hide it),
     and the name errors give it."""
@@ -40,7 +45,7 @@ def read_recipe(name: str) -> tuple[Any, str]:
         )
     path, builtin = Path(name), builtin_recipes()
     if name in builtin and not os.path.isfile(path):
-        text = _BUILTIN.joinpath(f"{name}.yaml").read_text()
+        text = builtin_recipe_text(name)
         try:
             return read_yaml(text), name
         except yaml.YAMLError as exc:
