@@ -31,7 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tricklab.data.augment import channel_stats
-from tricklab.data.loaders import AugmentSpec, DeviceLoader, TorchLoader
+from tricklab.data.loaders import AugmentSpec, DeviceLoader, LoaderSpec, TorchLoader
 from tricklab.data.sources import load_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -154,8 +154,7 @@ def count_ops(recipes: list[str], dataset, repeats: int) -> None:
     """Print the op and byte table for the train loader each recipe builds, on the CPU, with its
     images/s (median over `repeats` epochs, loaders taking turns)."""
     from tricklab.recipe.schema import load_recipe
-    from tricklab.training import precision
-    from tricklab.training.api import build_loaders
+    from tricklab.training.api import LoaderInputs, build_loaders
 
     mean, std = channel_stats(dataset.train.images)
     print(
@@ -164,19 +163,16 @@ def count_ops(recipes: list[str], dataset, repeats: int) -> None:
         "| kernels of one batch |"
     )
     print("|---|---|---:|---:|---:|---:|---|---:|---:|---|")
-    loaders = {}
+    loaders, inputs = {}, {}
     for name in recipes:
-        recipe = load_recipe(name)
-        loaders[name] = build_loaders(recipe, dataset, torch.device("cpu"), mean, std)[0]
+        inputs[name] = LoaderInputs.of(load_recipe(name), torch.device("cpu"))
+        loaders[name] = build_loaders(inputs[name], dataset, mean, std)[0]
     rates = {name: [] for name in recipes}
     for _ in range(repeats):
         for name, loader in loaders.items():
             rates[name].append(epoch_images_per_second(loader))
     for name, loader in loaders.items():
-        recipe = load_recipe(name)
-        p = recipe.tricks.precision
-        model_dtype = precision.AUTOCAST_DTYPES.get(p, precision.input_dtype(p))
-        costs = count_loader_ops(loader, model_dtype)
+        costs = count_loader_ops(loader, inputs[name].policy.compute_dtype)
         ops, kernels, written, read = costs["batch"]
         _, epoch_kernels, epoch_written, _ = costs["epoch"]
         shape = "×".join(map(str, costs["batch_shape"]))
@@ -221,18 +217,18 @@ def main() -> None:
         return
     mean, std = channel_stats(train.images)
     spec = AugmentSpec(flip="random", translate=2, pad_mode="reflect", cutout=8)
-    common = dict(batch_size=args.batch_size, augment=spec, mean=mean, std=std, seed=0)
+    loader_spec = LoaderSpec(args.batch_size, augment=spec, mean=mean, std=std, seed=0)
 
     # (name, workers, loader, setup seconds, repeats, rates), all built first so turns interleave
     contenders = []
     start = time.perf_counter()
-    device_loader = DeviceLoader(train.images, train.labels, **common)
+    device_loader = DeviceLoader(train.images, train.labels, loader_spec)
     setup = time.perf_counter() - start
     contenders.append(("DeviceLoader", "-", device_loader, setup, args.repeats, []))
     for workers in args.workers:
         extra = dict(num_workers=workers, persistent_workers=workers > 0)
         start = time.perf_counter()
-        torch_loader = TorchLoader(train.images, train.labels, **common, **extra)
+        torch_loader = TorchLoader(train.images, train.labels, loader_spec, **extra)
         setup = time.perf_counter() - start
         contenders.append(
             ("TorchLoader", str(workers), torch_loader, setup, args.torch_repeats, [])

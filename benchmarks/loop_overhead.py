@@ -39,7 +39,7 @@ from torch import nn
 
 from tricklab.core.progress import ProgressDisplay
 from tricklab.data.augment import channel_stats, normalize
-from tricklab.data.loaders import DeviceLoader
+from tricklab.data.loaders import DeviceLoader, LoaderSpec
 from tricklab.data.sources import load_dataset
 from tricklab.measure.intervals import mean_interval
 from tricklab.models import build_model
@@ -94,11 +94,7 @@ def parts(batch: int):
     loader = DeviceLoader(
         ds.train.images,
         ds.train.labels,
-        batch,
-        mean=mean,
-        std=std,
-        drop_last=True,
-        device=DEVICE,
+        LoaderSpec(batch, mean=mean, std=std, drop_last=True, device=DEVICE),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     return model, optimizer, loader

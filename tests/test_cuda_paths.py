@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tricklab.data import device_loader, loaders
-from tricklab.data.loaders import AugmentSpec, DeviceLoader, derived_seed
-from tricklab.experiments.speedrun import _resolve_peak
 from tricklab.core import device, memory
+from tricklab.data import device_loader, loaders
+from tricklab.data.loaders import AugmentSpec, DeviceLoader, LoaderSpec, derived_seed
+from tricklab.experiments.speedrun import _resolve_peak
 from tricklab.measure import hardware
 from tricklab.profile.model import _peak
 from tricklab.recipe.schema import load_recipe
@@ -105,7 +105,7 @@ def test_the_loader_draws_its_augmentations_from_a_generator_on_its_own_device(m
     monkeypatch.setattr(device_loader, "device_generator", spy)
     images, labels = torch.zeros(12, 3, 8, 8, dtype=torch.uint8), torch.arange(12)
     spec = AugmentSpec(flip="random", translate=2, cutout=2)
-    loader = DeviceLoader(images, labels, 4, augment=spec, seed=4, rank=1, world_size=2)
+    loader = DeviceLoader(images, labels, LoaderSpec(4, augment=spec, seed=4, rank=1, world_size=2))
     loader.set_epoch(3)
     iter(loader)
     # seed, epoch, stream, 0: every rank draws the whole epoch as rank 0 (one process) does

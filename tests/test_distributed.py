@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from tricklab.data.loaders import AugmentSpec, DeviceLoader
+from tricklab.data.loaders import AugmentSpec, DeviceLoader, LoaderSpec
 from tricklab.recipe.schema import load_recipe
 from tricklab.training import api, distributed, loop
 
@@ -166,9 +166,11 @@ def test_two_processes_with_the_global_batch_train_as_one_process(two_ranks, con
 def test_the_ranks_batches_make_one_process_batch_with_its_augmentations():
     images = torch.randint(0, 256, (70, 3, 8, 8), dtype=torch.uint8)
     spec = AugmentSpec(flip="random", translate=2, cutout=3)
-    one = DeviceLoader(images, torch.arange(70), 16, augment=spec, seed=5)
+    one = DeviceLoader(images, torch.arange(70), LoaderSpec(16, augment=spec, seed=5))
     ranks = [
-        DeviceLoader(images, torch.arange(70), 8, augment=spec, seed=5, rank=r, world_size=2)
+        DeviceLoader(
+            images, torch.arange(70), LoaderSpec(8, augment=spec, seed=5, rank=r, world_size=2)
+        )
         for r in range(2)
     ]
     for _ in range(2):  # epochs: 5 global batches, the last of 6 images (3 per rank)

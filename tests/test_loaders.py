@@ -9,6 +9,7 @@ from tricklab.data.augment import crop_at, normalize, pad
 from tricklab.data.loaders import (
     AugmentSpec,
     DeviceLoader,
+    LoaderSpec,
     TorchLoader,
     alternating_flip_bits,
     epoch_order,
@@ -57,7 +58,9 @@ def matching_window(candidates, out, labels):
 @pytest.mark.parametrize("Loader", [DeviceLoader, TorchLoader])
 def test_eval_loader_yields_the_split_in_order_and_normalized(Loader):
     images, labels = split(n=50)
-    out, out_labels = epoch_batches(Loader(images, labels, 16, train=False, mean=MEAN, std=STD))
+    out, out_labels = epoch_batches(
+        Loader(images, labels, LoaderSpec(16, train=False, mean=MEAN, std=STD))
+    )
     assert torch.equal(out_labels, labels)
     assert out.dtype == torch.float32 and out_labels.dtype == torch.int64
     assert torch.equal(out, normalize(images, MEAN, STD))
@@ -65,27 +68,27 @@ def test_eval_loader_yields_the_split_in_order_and_normalized(Loader):
 
 def test_without_mean_and_std_images_are_only_scaled_to_0_1():
     images, labels = split(n=10)
-    out, _ = epoch_batches(DeviceLoader(images, labels, 4, train=False))
+    out, _ = epoch_batches(DeviceLoader(images, labels, LoaderSpec(4, train=False)))
     torch.testing.assert_close(out, images.float() / 255, rtol=0, atol=1e-7)
 
 
 def test_permutations_differ_per_epoch_and_repeat_per_seed():
     images, labels = split()
-    loader = DeviceLoader(images, labels, 32, seed=3)
+    loader = DeviceLoader(images, labels, LoaderSpec(32, seed=3))
     epoch0 = epoch_batches(loader)[1]
     epoch1 = epoch_batches(loader)[1]
     assert not torch.equal(epoch0, epoch1)
     assert sorted(epoch0.tolist()) == sorted(epoch1.tolist()) == list(range(96))
-    again = DeviceLoader(images, labels, 32, seed=3)
+    again = DeviceLoader(images, labels, LoaderSpec(32, seed=3))
     assert torch.equal(epoch_batches(again)[1], epoch0)
     assert torch.equal(epoch_batches(again)[1], epoch1)
-    other_seed = DeviceLoader(images, labels, 32, seed=4)
+    other_seed = DeviceLoader(images, labels, LoaderSpec(32, seed=4))
     assert not torch.equal(epoch_batches(other_seed)[1], epoch0)
 
 
 def test_iterating_advances_the_epoch_and_set_epoch_selects_one():
     images, labels = split()
-    loader = DeviceLoader(images, labels, 32)
+    loader = DeviceLoader(images, labels, LoaderSpec(32))
     assert loader.epoch == 0
     first = epoch_batches(loader)[1]
     assert loader.epoch == 1
@@ -98,11 +101,14 @@ def test_iterating_advances_the_epoch_and_set_epoch_selects_one():
 def test_shards_of_all_ranks_partition_the_epoch(world_size):
     images, labels = split(n=103)  # 103 % 2, 3, 4 != 0: the remainder of the order is dropped
     shards = [
-        epoch_batches(DeviceLoader(images, labels, 8, seed=1, rank=r, world_size=world_size))[1]
+        epoch_batches(
+            DeviceLoader(images, labels, LoaderSpec(8, seed=1, rank=r, world_size=world_size))
+        )[1]
         for r in range(world_size)
     ]
     loaders = [
-        DeviceLoader(images, labels, 8, rank=r, world_size=world_size) for r in range(world_size)
+        DeviceLoader(images, labels, LoaderSpec(8, rank=r, world_size=world_size))
+        for r in range(world_size)
     ]
     assert len({len(loader) for loader in loaders}) == 1  # equal steps on every rank
     assert all(len(shard) == 103 // world_size for shard in shards)
@@ -115,24 +121,28 @@ def test_shards_of_all_ranks_partition_the_epoch(world_size):
 
 def test_drop_last_drops_the_partial_batch():
     images, labels = split(n=50)
-    loader = DeviceLoader(images, labels, 16, drop_last=True)
+    loader = DeviceLoader(images, labels, LoaderSpec(16, drop_last=True))
     sizes = [len(batch_labels) for _, batch_labels in loader]
     assert len(loader) == 3 and sizes == [16, 16, 16]
-    keep = DeviceLoader(images, labels, 16)
+    keep = DeviceLoader(images, labels, LoaderSpec(16))
     assert len(keep) == 4 and [len(b) for _, b in keep] == [16, 16, 16, 2]
 
 
 def test_channels_last_output_is_channels_last_contiguous():
     images, labels = split()
     for Loader in (DeviceLoader, TorchLoader):
-        loader = Loader(images, labels, 32, channels_last=True, augment=AugmentSpec(cutout=2))
+        loader = Loader(
+            images, labels, LoaderSpec(32, channels_last=True, augment=AugmentSpec(cutout=2))
+        )
         out, _ = next(iter(loader))
         assert out.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_output_dtype_follows_dtype():
     images, labels = split()
-    out, _ = next(iter(DeviceLoader(images, labels, 32, train=False, dtype=torch.bfloat16)))
+    out, _ = next(
+        iter(DeviceLoader(images, labels, LoaderSpec(32, train=False, dtype=torch.bfloat16)))
+    )
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, (images[:32].float() / 255).bfloat16())
 
@@ -143,7 +153,7 @@ def test_output_dtype_follows_dtype():
 def test_alternating_flip_shows_each_image_mirrored_on_alternate_epochs():
     images, labels = split()
     loader = DeviceLoader(
-        images, labels, 32, augment=AugmentSpec(flip="alternating"), mean=MEAN, std=STD
+        images, labels, LoaderSpec(32, augment=AugmentSpec(flip="alternating"), mean=MEAN, std=STD)
     )
     seen = []
     for _ in range(3):
@@ -159,7 +169,7 @@ def test_alternating_flip_shows_each_image_mirrored_on_alternate_epochs():
 def test_random_flip_mirrors_about_half_each_epoch():
     images, labels = split(n=400)
     loader = DeviceLoader(
-        images, labels, 100, augment=AugmentSpec(flip="random"), mean=MEAN, std=STD
+        images, labels, LoaderSpec(100, augment=AugmentSpec(flip="random"), mean=MEAN, std=STD)
     )
     out, out_labels = epoch_batches(loader)
     plain = normalize(images, MEAN, STD)[out_labels]
@@ -172,7 +182,7 @@ def test_random_flip_mirrors_about_half_each_epoch():
 def test_translate_yields_shifted_crops_of_every_offset(pad_mode):
     images, labels = split(n=300)
     spec = AugmentSpec(flip="random", translate=2, pad_mode=pad_mode)
-    loader = DeviceLoader(images, labels, 64, augment=spec, mean=MEAN, std=STD)
+    loader = DeviceLoader(images, labels, LoaderSpec(64, augment=spec, mean=MEAN, std=STD))
     out, out_labels = epoch_batches(loader)
     match = matching_window(windows(images, 2, pad_mode), out, out_labels)
     assert torch.all(match.any(0))  # each output is one flipped/shifted window
@@ -182,7 +192,7 @@ def test_translate_yields_shifted_crops_of_every_offset(pad_mode):
 def test_cutout_zeroes_a_clipped_square_after_normalization():
     images = torch.full((200, 3, 8, 8), 200, dtype=torch.uint8)  # normalizes to non-zero values
     loader = DeviceLoader(
-        images, torch.arange(200), 50, augment=AugmentSpec(cutout=4), mean=MEAN, std=STD
+        images, torch.arange(200), LoaderSpec(50, augment=AugmentSpec(cutout=4), mean=MEAN, std=STD)
     )
     out, _ = epoch_batches(loader)
     zeros = (out == 0).sum(dim=(2, 3))
@@ -197,7 +207,9 @@ def test_cutout_zeroes_a_clipped_square_after_normalization():
 def test_cutout_inside_zeroes_a_whole_square_inside_the_image_reaching_every_border(Loader):
     images = torch.full((400, 3, 8, 8), 200, dtype=torch.uint8)
     spec = AugmentSpec(cutout=3, cutout_inside=True)
-    out, _ = epoch_batches(Loader(images, torch.arange(400), 50, augment=spec, mean=MEAN, std=STD))
+    out, _ = epoch_batches(
+        Loader(images, torch.arange(400), LoaderSpec(50, augment=spec, mean=MEAN, std=STD))
+    )
     zeroed = out[:, 0] == 0
     assert torch.all(zeroed.sum(dim=(1, 2)) == 9) and torch.equal(zeroed, (out == 0).all(1))
     rows, cols = zeroed.any(2).float(), zeroed.any(1).float()
@@ -210,16 +222,17 @@ def test_cutout_inside_zeroes_a_whole_square_inside_the_image_reaching_every_bor
 def test_cutout_inside_larger_than_the_image_is_refused():
     with pytest.raises(TrickLabError, match="cutout_inside"):
         DeviceLoader(
-            torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.arange(4), 2,
-            augment=AugmentSpec(cutout=9, cutout_inside=True),
-        )  # fmt: skip
+            torch.zeros(4, 3, 8, 8, dtype=torch.uint8),
+            torch.arange(4),
+            LoaderSpec(2, augment=AugmentSpec(cutout=9, cutout_inside=True)),
+        )
 
 
 def test_augmentations_repeat_for_the_same_seed_and_epoch():
     images, labels = split()
     spec = AugmentSpec(flip="random", translate=2, cutout=3)
-    first = DeviceLoader(images, labels, 32, augment=spec, seed=5)
-    second = DeviceLoader(images, labels, 32, augment=spec, seed=5)
+    first = DeviceLoader(images, labels, LoaderSpec(32, augment=spec, seed=5))
+    second = DeviceLoader(images, labels, LoaderSpec(32, augment=spec, seed=5))
     first.set_epoch(2)
     second.set_epoch(2)
     a, b = epoch_batches(first), epoch_batches(second)
@@ -231,7 +244,7 @@ def test_no_augmentation_when_not_training():
     images, labels = split()
     spec = AugmentSpec(flip="random", translate=2, cutout=3)
     out, _ = epoch_batches(
-        DeviceLoader(images, labels, 32, train=False, augment=spec, mean=MEAN, std=STD)
+        DeviceLoader(images, labels, LoaderSpec(32, train=False, augment=spec, mean=MEAN, std=STD))
     )
     assert torch.equal(out, normalize(images, MEAN, STD))
 
@@ -246,8 +259,8 @@ def test_normalized_storage_equals_the_uint8_float32_path_rounded_to_its_dtype(
     images, labels = split()
     spec = AugmentSpec(flip="alternating", translate=2, cutout=3)
     kwargs = dict(augment=spec, mean=MEAN, std=STD, seed=2, channels_last=channels_last)
-    uint8_fp32 = DeviceLoader(images, labels, 32, storage_dtype=torch.uint8, **kwargs)
-    stored = DeviceLoader(images, labels, 32, dtype=dtype, **kwargs)
+    uint8_fp32 = DeviceLoader(images, labels, LoaderSpec(32, **kwargs), storage_dtype=torch.uint8)
+    stored = DeviceLoader(images, labels, LoaderSpec(32, dtype=dtype, **kwargs))
     assert stored.storage_dtype == dtype
     for _ in range(2):
         reference, out = epoch_batches(uint8_fp32), epoch_batches(stored)
@@ -259,8 +272,8 @@ def test_normalized_storage_equals_the_uint8_float32_path_rounded_to_its_dtype(
 def test_stored_batches_equal_torchvisions_float32_batches_rounded_to_their_dtype(dtype):
     images, labels = split()
     kwargs = dict(augment=AugmentSpec(flip="alternating"), mean=MEAN, std=STD, seed=1)
-    device = DeviceLoader(images, labels, 32, dtype=dtype, channels_last=True, **kwargs)
-    torch_ = TorchLoader(images, labels, 32, **kwargs)
+    device = DeviceLoader(images, labels, LoaderSpec(32, dtype=dtype, channels_last=True, **kwargs))
+    torch_ = TorchLoader(images, labels, LoaderSpec(32, **kwargs))
     for _ in range(2):
         a, b = epoch_batches(device), epoch_batches(torch_)
         assert torch.equal(a[1], b[1]) and torch.equal(a[0], b[0].to(dtype))
@@ -269,11 +282,11 @@ def test_stored_batches_equal_torchvisions_float32_batches_rounded_to_their_dtyp
 def test_batches_come_out_in_the_dtype_the_split_is_stored_in():
     images, labels = split(n=40, size=8)
     spec = AugmentSpec(flip="random", translate=2)
-    bf16 = DeviceLoader(images, labels, 8, augment=spec, dtype=torch.bfloat16)
+    bf16 = DeviceLoader(images, labels, LoaderSpec(8, augment=spec, dtype=torch.bfloat16))
     assert bf16.storage_dtype == torch.bfloat16
     assert next(iter(bf16))[0].dtype == torch.bfloat16  # not upcast to float32
     assert bf16.storage_bytes == 2 * 40 * 3 * 12 * 12 * 2  # mirrored copy, padded, 2 bytes
-    raw = DeviceLoader(images, labels, 8, augment=spec, storage_dtype=torch.uint8)
+    raw = DeviceLoader(images, labels, LoaderSpec(8, augment=spec), storage_dtype=torch.uint8)
     assert raw.storage_dtype == torch.uint8 and raw.storage_bytes == bf16.storage_bytes // 2
     assert next(iter(raw))[0].dtype == torch.float32  # normalized per batch into dtype
 
@@ -281,7 +294,7 @@ def test_batches_come_out_in_the_dtype_the_split_is_stored_in():
 def test_a_float_storage_dtype_other_than_the_batches_dtype_is_refused():
     images, labels = split(n=8)
     with pytest.raises(TrickLabError, match="batches come out in the dtype the split is stored"):
-        DeviceLoader(images, labels, 4, storage_dtype=torch.bfloat16)  # dtype float32
+        DeviceLoader(images, labels, LoaderSpec(4), storage_dtype=torch.bfloat16)  # dtype float32
 
 
 def test_a_split_that_does_not_fit_on_its_device_is_refused_before_allocating(monkeypatch):
@@ -294,11 +307,13 @@ def test_a_split_that_does_not_fit_on_its_device_is_refused_before_allocating(mo
     images, labels = split(n=40, size=8)
     spec = AugmentSpec(flip="random", translate=2)
     with pytest.raises(TrickLabError, match=r"40 images stored as float32, padded, with a mirror"):
-        DeviceLoader(images, labels, 8, augment=spec)  # 2 × 40 × 3 × 12 × 12 × 4 bytes
+        DeviceLoader(images, labels, LoaderSpec(8, augment=spec))  # 2 × 40 × 3 × 12 × 12 × 4 bytes
     with pytest.raises(TrickLabError, match="loader.storage_dtype=uint8"):
-        DeviceLoader(images, labels, 8, augment=spec)
+        DeviceLoader(images, labels, LoaderSpec(8, augment=spec))
     assert asked == [torch.device("cpu")] * 2
-    DeviceLoader(images, labels, 8, train=False, storage_dtype=torch.uint8)  # no copy: no check
+    DeviceLoader(
+        images, labels, LoaderSpec(8, train=False), storage_dtype=torch.uint8
+    )  # no copy: no check
 
 
 class KernelRecorder(TorchDispatchMode):
@@ -330,9 +345,12 @@ def test_a_batch_is_one_gather_and_one_fill_for_cutout(spec, kernels, channels_l
     whole-split flip and crop per epoch and a gather per batch)."""
     images, labels = split(n=40)
     loader = DeviceLoader(
-        images, labels, 8, augment=spec, mean=MEAN, std=STD, dtype=torch.bfloat16,
-        channels_last=channels_last,
-    )  # fmt: skip
+        images,
+        labels,
+        LoaderSpec(
+            8, augment=spec, mean=MEAN, std=STD, dtype=torch.bfloat16, channels_last=channels_last
+        ),
+    )
     batches = iter(loader)
     for _ in range(len(loader)):
         with KernelRecorder() as recorder:
@@ -356,7 +374,9 @@ def test_iterating_draws_the_epochs_order_and_augmentations_before_its_first_bat
         device_loader, "device_generator", lambda *a: events.append("draws") or real_generator(*a)
     )
     images, labels = split(n=40)
-    batches = iter(DeviceLoader(images, labels, 8, augment=AugmentSpec(flip="random", cutout=2)))
+    batches = iter(
+        DeviceLoader(images, labels, LoaderSpec(8, augment=AugmentSpec(flip="random", cutout=2)))
+    )
     assert events == ["order", "draws"]
     next(batches)
     assert events == ["order", "draws"]
@@ -369,8 +389,8 @@ def test_torch_loader_matches_device_loader_exactly_without_augmentation():
     images, labels = split(n=70)
     for train in (False, True):
         kwargs = dict(train=train, mean=MEAN, std=STD, seed=7, rank=1, world_size=2)
-        device = epoch_batches(DeviceLoader(images, labels, 16, **kwargs))
-        torch_ = epoch_batches(TorchLoader(images, labels, 16, **kwargs))
+        device = epoch_batches(DeviceLoader(images, labels, LoaderSpec(16, **kwargs)))
+        torch_ = epoch_batches(TorchLoader(images, labels, LoaderSpec(16, **kwargs)))
         assert torch.equal(torch_[1], device[1])  # same order and shard
         assert torch.equal(torch_[0], device[0])  # bit-identical normalization
 
@@ -379,8 +399,8 @@ def test_torch_loader_alternating_flip_matches_device_loader_exactly():
     images, labels = split()
     kwargs = dict(augment=AugmentSpec(flip="alternating"), mean=MEAN, std=STD, seed=1)
     device, torch_ = (
-        DeviceLoader(images, labels, 32, **kwargs),
-        TorchLoader(images, labels, 32, **kwargs),
+        DeviceLoader(images, labels, LoaderSpec(32, **kwargs)),
+        TorchLoader(images, labels, LoaderSpec(32, **kwargs)),
     )
     for _ in range(2):
         a, b = epoch_batches(device), epoch_batches(torch_)
@@ -392,7 +412,7 @@ def test_torch_loader_flip_and_translate_yield_the_same_windows(pad_mode):
     images, labels = split(n=300)
     spec = AugmentSpec(flip="random", translate=2, pad_mode=pad_mode)
     out, out_labels = epoch_batches(
-        TorchLoader(images, labels, 64, augment=spec, mean=MEAN, std=STD)
+        TorchLoader(images, labels, LoaderSpec(64, augment=spec, mean=MEAN, std=STD))
     )
     match = matching_window(windows(images, 2, pad_mode), out, out_labels)
     assert torch.all(match.any(0))
@@ -402,7 +422,7 @@ def test_torch_loader_flip_and_translate_yield_the_same_windows(pad_mode):
 def test_torch_loader_cutout_zeroes_a_clipped_square_after_normalization():
     images = torch.full((200, 3, 8, 8), 200, dtype=torch.uint8)
     loader = TorchLoader(
-        images, torch.arange(200), 50, augment=AugmentSpec(cutout=4), mean=MEAN, std=STD
+        images, torch.arange(200), LoaderSpec(50, augment=AugmentSpec(cutout=4), mean=MEAN, std=STD)
     )
     out, _ = epoch_batches(loader)
     zeros = (out == 0).sum(dim=(2, 3))
@@ -417,9 +437,9 @@ def test_torch_loader_augmentations_repeat_per_seed_and_leave_the_global_rng_alo
     torch.manual_seed(123)
     expected_next = torch.rand(3)
     torch.manual_seed(123)
-    a = epoch_batches(TorchLoader(images, labels, 32, augment=spec, seed=4))
+    a = epoch_batches(TorchLoader(images, labels, LoaderSpec(32, augment=spec, seed=4)))
     assert torch.equal(torch.rand(3), expected_next)
-    b = epoch_batches(TorchLoader(images, labels, 32, augment=spec, seed=4))
+    b = epoch_batches(TorchLoader(images, labels, LoaderSpec(32, augment=spec, seed=4)))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
@@ -427,8 +447,10 @@ def test_torch_loader_with_two_workers_yields_the_same_epoch():
     images, labels = split(n=100)
     spec = AugmentSpec(flip="alternating")
     kwargs = dict(augment=spec, mean=MEAN, std=STD, seed=3, drop_last=True)
-    loader = TorchLoader(images, labels, 16, num_workers=2, persistent_workers=True, **kwargs)
-    reference = DeviceLoader(images, labels, 16, **kwargs)
+    loader = TorchLoader(
+        images, labels, LoaderSpec(16, **kwargs), num_workers=2, persistent_workers=True
+    )
+    reference = DeviceLoader(images, labels, LoaderSpec(16, **kwargs))
     for _ in range(2):
         a, b = epoch_batches(loader), epoch_batches(reference)
         assert torch.equal(a[1], b[1]) and torch.equal(a[0], b[0])
@@ -458,17 +480,17 @@ def test_bad_arguments_raise_trick_lab_error(Loader, kwargs, message):
     images, labels = split(n=40)
     kwargs = {"batch_size": 8, **kwargs}
     with pytest.raises(TrickLabError, match=message):
-        Loader(images, labels, **kwargs)
+        Loader(images, labels, LoaderSpec(**kwargs))
 
 
 def test_bad_storage_dtype_and_images_raise_trick_lab_error():
     images, labels = split(n=8)
     with pytest.raises(TrickLabError, match="uint8, float16, bfloat16"):
-        DeviceLoader(images, labels, 4, storage_dtype=torch.int32)
+        DeviceLoader(images, labels, LoaderSpec(4), storage_dtype=torch.int32)
     with pytest.raises(TrickLabError, match="uint8"):
-        DeviceLoader(images.float(), labels, 4)
+        DeviceLoader(images.float(), labels, LoaderSpec(4))
     with pytest.raises(TrickLabError, match="persistent_workers"):
-        TorchLoader(images, labels, 4, persistent_workers=True)
+        TorchLoader(images, labels, LoaderSpec(4), persistent_workers=True)
 
 
 # ---------------------------------------------------------------- what train() builds
@@ -477,13 +499,13 @@ def test_bad_storage_dtype_and_images_raise_trick_lab_error():
 def recipe_loaders(*overrides):
     from tricklab.data.sources import load_dataset
     from tricklab.recipe.schema import load_recipe
-    from tricklab.training.api import build_loaders
+    from tricklab.training.api import LoaderInputs, build_loaders
 
     recipe = load_recipe(
         None, ["loader.kind=device", "loader.batch_size=16", "run.device=cpu", *overrides]
     )
     dataset = load_dataset("synthetic", train_size=40, test_size=20, image_size=8)
-    return build_loaders(recipe, dataset, torch.device("cpu"), MEAN, STD)
+    return build_loaders(LoaderInputs.of(recipe, torch.device("cpu")), dataset, MEAN, STD)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ data/loaders.py for what both loaders mean)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -21,7 +21,7 @@ from tricklab.data.augment import (
 from tricklab.data.loader_common import (
     AUGMENT_STREAM,
     STORAGE_DTYPES,
-    AugmentSpec,
+    LoaderSpec,
     alternating_flip_bits,
     check_common,
     derived_seed,
@@ -71,25 +71,12 @@ class DeviceLoader:
         self,
         images: Tensor,
         labels: Tensor,
-        batch_size: int,
+        spec: LoaderSpec,
         *,
-        train: bool = True,
-        augment: AugmentSpec | None = None,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
         storage_dtype: torch.dtype | None = None,
-        drop_last: bool = False,
-        channels_last: bool = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
     ) -> None:
-        augment = check_common(
-            images, labels, batch_size, augment=augment, mean=mean, std=std, dtype=dtype,
-            seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
-        )  # fmt: skip
+        self.augment = check_common(images, labels, spec)
+        dtype = spec.dtype
         storage_dtype = dtype if storage_dtype is None else storage_dtype
         if storage_dtype not in (*STORAGE_DTYPES.values(), dtype):
             raise TrickLabError(
@@ -100,23 +87,23 @@ class DeviceLoader:
                 f"storage_dtype {storage_dtype} differs from dtype {dtype}: batches come out in "
                 "the dtype the split is stored in; give dtype the same, or storage_dtype uint8"
             )
-        self.batch_size = batch_size
-        self.train = train
-        self.augment = augment if train else AugmentSpec()
-        self.device = torch.device(device)
+        self.batch_size = spec.batch_size
+        self.train = spec.train
+        self.device = torch.device(spec.device)
         self.dtype = dtype
         self.storage_dtype = storage_dtype
-        self.drop_last = drop_last
-        self.channels_last = channels_last
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
+        self.drop_last = spec.drop_last
+        self.channels_last = spec.channels_last
+        self.seed = spec.seed
+        self.rank = spec.rank
+        self.world_size = spec.world_size
         self.epoch = 0
         self.num_images = images.shape[0]
-        self.num_samples = self.num_images // world_size
+        self.num_samples = self.num_images // spec.world_size
         self.image_shape = tuple(images.shape[1:])
 
         channels = images.shape[1]
+        mean, std = spec.mean, spec.std
         self._mean = torch.as_tensor(
             mean if mean is not None else [0.0] * channels, dtype=torch.float32, device=self.device
         )
@@ -127,11 +114,11 @@ class DeviceLoader:
         self._mirrored = self.augment.flip != "none"
         self._stored = self._build_storage(images)  # copies × N × C × (H+2t) × (W+2t)
         self._windows = window_view(
-            self._stored, *self.image_shape[1:], channels_last=channels_last
+            self._stored, *self.image_shape[1:], channels_last=self.channels_last
         )
-        self._image_index = torch.arange(batch_size, device=self.device)[:, None]
+        self._image_index = torch.arange(self.batch_size, device=self.device)[:, None]
         self._base_flip = (
-            alternating_flip_bits(self.num_images, seed).to(self.device)
+            alternating_flip_bits(self.num_images, self.seed).to(self.device)
             if self.augment.flip == "alternating"
             else None
         )

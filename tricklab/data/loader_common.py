@@ -5,6 +5,7 @@ dtypes a recipe's loader.storage_dtype gives."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,9 +116,37 @@ def alternating_flip_bits(num_images: int, seed: int) -> Tensor:
 # ---------------------------------------------------------------- argument checks
 
 
-def check_common(
-    images, labels, batch_size, *, augment, mean, std, dtype, seed, rank, world_size, drop_last
-) -> AugmentSpec:
+@dataclass(frozen=True)
+class LoaderSpec:
+    """How a loader batches a split; the same meaning in `DeviceLoader` and `TorchLoader`.
+
+    batch_size: images per batch (per rank); train: shuffle each epoch and augment (else the
+    split in order, unaugmented); augment: the training augmentations (default none);
+    mean/std: per-channel normalization after 0..1 scaling (neither: 0..1 scaling only);
+    device/dtype: where batches come out and in which floating dtype; drop_last: drop the last,
+    smaller batch; channels_last: batches in channels-last memory order; seed: the one seed of
+    the epoch order and the augmentations; rank/world_size: this rank's share of every epoch.
+    """
+
+    batch_size: int
+    train: bool = True
+    augment: AugmentSpec | None = None
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
+    device: str | torch.device = "cpu"
+    dtype: torch.dtype = torch.float32
+    drop_last: bool = False
+    channels_last: bool = False
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+
+
+def check_common(images: Tensor, labels: Tensor, spec: LoaderSpec) -> AugmentSpec:
+    """Raise TrickLabError on a split or spec no loader can batch; returns the augmentations the
+    loader applies (none for an eval loader)."""
+    batch_size, world_size, rank = spec.batch_size, spec.world_size, spec.rank
+    mean, std = spec.mean, spec.std
     if not isinstance(images, Tensor) or images.ndim != 4 or images.dtype != torch.uint8:
         raise TrickLabError("images must be a uint8 tensor of shape N×C×H×W")
     if not isinstance(labels, Tensor) or labels.ndim != 1 or labels.shape[0] != images.shape[0]:
@@ -132,10 +161,12 @@ def check_common(
         raise TrickLabError(
             f"rank must be in 0..world_size-1 and world_size >= 1 (got rank {rank}, world_size {world_size})"
         )
-    if seed < 0:
-        raise TrickLabError(f"seed must be >= 0 (got {seed})")
-    if not dtype.is_floating_point:
-        raise TrickLabError(f"dtype must be a floating dtype such as torch.float32 (got {dtype})")
+    if spec.seed < 0:
+        raise TrickLabError(f"seed must be >= 0 (got {spec.seed})")
+    if not spec.dtype.is_floating_point:
+        raise TrickLabError(
+            f"dtype must be a floating dtype such as torch.float32 (got {spec.dtype})"
+        )
     if (mean is None) != (std is None):
         raise TrickLabError(
             "give both mean and std for normalization, or neither (0..1 scaling only)"
@@ -148,13 +179,13 @@ def check_common(
     num_samples = images.shape[0] // world_size
     if num_samples == 0:
         raise TrickLabError(f"{images.shape[0]} images cannot be shared by {world_size} ranks")
-    if drop_last and num_samples < batch_size:
+    if spec.drop_last and num_samples < batch_size:
         raise TrickLabError(
             f"drop_last with batch_size {batch_size} > {num_samples} samples per rank gives no batches"
         )
-    augment = augment if augment is not None else AugmentSpec()
+    augment = spec.augment if spec.augment is not None else AugmentSpec()
     augment.validate(tuple(images.shape[-2:]))
-    return augment
+    return augment if spec.train else AugmentSpec()
 
 
 def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:

@@ -1,6 +1,7 @@
 """Two loaders with one meaning: `DeviceLoader` (the fast path) and `TorchLoader` (the baseline).
 
-Both take a whole split as uint8 N×C×H×W images and int64 labels, and yield
+Both take a whole split as uint8 N×C×H×W images and int64 labels, and a `LoaderSpec` (batch size,
+train or eval, augmentations, normalization, device and dtype, seed, rank), and yield
 `(images of dtype on device, normalized and augmented; labels int64 on device)`.
 
 Epochs: each `__iter__` is one epoch, whose order (and, in `DeviceLoader`, augmentations) is
@@ -18,6 +19,7 @@ from tricklab.data.loader_common import (
     FLIPS,
     STORAGE_DTYPES,
     AugmentSpec,
+    LoaderSpec,
     alternating_flip_bits,
     batch_dtypes,
     derived_seed,
@@ -30,6 +32,7 @@ __all__ = [
     "STORAGE_DTYPES",
     "AugmentSpec",
     "DeviceLoader",
+    "LoaderSpec",
     "TorchLoader",
     "alternating_flip_bits",
     "batch_dtypes",

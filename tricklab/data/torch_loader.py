@@ -4,7 +4,7 @@ data/loaders.py for what both loaders mean)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -15,7 +15,7 @@ from tricklab.data.augment import (
 )
 from tricklab.data.loader_common import (
     AUGMENT_STREAM,
-    AugmentSpec,
+    LoaderSpec,
     alternating_flip_bits,
     check_common,
     derived_seed,
@@ -113,63 +113,48 @@ class TorchLoader:
         self,
         images: Tensor,
         labels: Tensor,
-        batch_size: int,
+        spec: LoaderSpec,
         *,
-        train: bool = True,
-        augment: AugmentSpec | None = None,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        drop_last: bool = False,
-        channels_last: bool = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
         num_workers: int = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
     ) -> None:
-        augment = check_common(
-            images, labels, batch_size, augment=augment, mean=mean, std=std, dtype=dtype,
-            seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
-        )  # fmt: skip
+        self.augment = check_common(images, labels, spec)
         if num_workers < 0:
             raise TrickLabError(f"num_workers must be >= 0 (got {num_workers})")
         if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
             raise TrickLabError("persistent_workers and prefetch_factor need num_workers >= 1")
-        self.batch_size = batch_size
-        self.train = train
-        self.augment = augment if train else AugmentSpec()
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.drop_last = drop_last
-        self.channels_last = channels_last
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
+        self.batch_size = spec.batch_size
+        self.train = spec.train
+        self.device = torch.device(spec.device)
+        self.dtype = spec.dtype
+        self.drop_last = spec.drop_last
+        self.channels_last = spec.channels_last
+        self.seed = spec.seed
+        self.rank = spec.rank
+        self.world_size = spec.world_size
         self.num_workers = num_workers
         self.epoch = 0
         self._iter_epoch = 0
         self.num_images = images.shape[0]
-        self.num_samples = self.num_images // world_size
+        self.num_samples = self.num_images // spec.world_size
 
         base_flip = (
-            alternating_flip_bits(self.num_images, seed)
+            alternating_flip_bits(self.num_images, self.seed)
             if self.augment.flip == "alternating"
             else None
         )
         self._dataset = _SampleDataset(
             images.cpu(),
             labels.cpu().to(torch.int64),
-            self._transform(images, mean, std),
+            self._transform(images, spec.mean, spec.std),
             base_flip,
         )
         self._loader_kwargs = dict(
-            batch_size=batch_size,
+            batch_size=self.batch_size,
             sampler=_EpochSampler(self),
-            drop_last=drop_last,
+            drop_last=self.drop_last,
             num_workers=num_workers,
             pin_memory=pin_memory,
             persistent_workers=persistent_workers,

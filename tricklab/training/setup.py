@@ -18,7 +18,13 @@ from torch import nn
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
 from tricklab.data.augment import channel_stats, normalize
-from tricklab.data.loaders import AugmentSpec, DeviceLoader, TorchLoader, batch_dtypes
+from tricklab.data.loaders import (
+    AugmentSpec,
+    DeviceLoader,
+    LoaderSpec,
+    TorchLoader,
+    batch_dtypes,
+)
 from tricklab.data.sources import Dataset, load_dataset
 from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.models import build_model, set_batchnorm_momentum
@@ -108,21 +114,21 @@ def build_loaders(
     train = cls(
         dataset.train.images,
         dataset.train.labels,
-        distributed.local_batch_size(lc.batch_size, recipe.optim.accumulate_steps),
-        train=True,
-        augment=spec,
-        drop_last=lc.drop_last,
-        rank=world.rank,
-        world_size=world.world_size,
-        **common,
+        LoaderSpec(
+            distributed.local_batch_size(lc.batch_size, recipe.optim.accumulate_steps),
+            train=True,
+            augment=spec,
+            drop_last=lc.drop_last,
+            rank=world.rank,
+            world_size=world.world_size,
+            **common,
+        ),
     )
     shard = slice(world.rank, None, world.world_size)
     evaluation = cls(
         dataset.test.images[shard],
         dataset.test.labels[shard],
-        lc.eval_batch_size,
-        train=False,
-        **common,
+        LoaderSpec(lc.eval_batch_size, train=False, **common),
     )
     return train, evaluation
 
