@@ -25,11 +25,13 @@ from PIL import Image
 
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
+from tricklab.core import memory as core_memory
 from tricklab.data import cache, imagefolder, limits
 from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES
 from tricklab.data.sources import (
     Dataset,
+    Sampling,
     Split,
     balanced_subset,
     describe_dataset,
@@ -362,7 +364,10 @@ def test_imagefolder_archive_with_an_extra_top_folder_is_refused_naming_it(tmp_p
 def test_imagefolder_without_test_holds_out_a_stratified_val_fraction(tmp_path):
     make_tree(tmp_path / "data", per_split={"train": 10})
     ds = load_dataset(
-        "imagefolder", tmp_path / "data", val_fraction=0.2, cache_dir=tmp_path / "cache"
+        "imagefolder",
+        tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        sampling=Sampling(val_fraction=0.2),
     )
     assert torch.bincount(ds.test.labels).tolist() == [2, 2, 2]
     assert torch.bincount(ds.train.labels).tolist() == [8, 8, 8]
@@ -372,7 +377,10 @@ def test_imagefolder_val_split_is_seeded(tmp_path):
     make_tree(tmp_path / "data", per_split={"train": 10})
     a, b, c = (
         load_dataset(
-            "imagefolder", tmp_path / "data", seed=s, cache_dir=tmp_path / "cache"
+            "imagefolder",
+            tmp_path / "data",
+            cache_dir=tmp_path / "cache",
+            sampling=Sampling(seed=s),
         ).test.images
         for s in (0, 0, 1)
     )
@@ -823,7 +831,10 @@ def test_val_fraction_out_of_range_raises(tmp_path):
     make_tree(tmp_path / "data", per_split={"train": 4})
     with pytest.raises(TrickLabError, match=r"val_fraction=1\.5 must be between 0 and 1"):
         load_dataset(
-            "imagefolder", tmp_path / "data", val_fraction=1.5, cache_dir=tmp_path / "cache"
+            "imagefolder",
+            tmp_path / "data",
+            cache_dir=tmp_path / "cache",
+            sampling=Sampling(val_fraction=1.5),
         )
 
 
@@ -1213,9 +1224,9 @@ def test_available_memory_counts_an_address_space_limit():
 def test_available_memory_counts_a_cgroup_limit(tmp_path):
     (tmp_path / "memory.max").write_text("300000000\n")
     (tmp_path / "memory.current").write_text("100000000\n")
-    assert limits.cgroup_headroom_bytes(tmp_path) == 200_000_000
+    assert core_memory.cgroup_headroom_bytes(tmp_path) == 200_000_000
     (tmp_path / "memory.max").write_text("max\n")
-    assert limits.cgroup_headroom_bytes(tmp_path) is None
+    assert core_memory.cgroup_headroom_bytes(tmp_path) is None
 
 
 def write_zeros_member(tar: tarfile.TarFile, name: str, size: int) -> None:

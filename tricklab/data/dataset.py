@@ -62,6 +62,16 @@ class Dataset:
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """Which images of a source a dataset keeps, where a choice is drawn: `seed` draws the
+    class-balanced subsets (`train_size`, `test_size`) and the hold-out; `val_fraction` is the
+    class-stratified share of train held out as test by an image folder without test/."""
+
+    seed: int = 0
+    val_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
 class SourceRequest:
     """What `load_dataset` asks of a source's loader (sizes already checked).
 

@@ -25,6 +25,7 @@ from tricklab.data.augment import channel_stats
 from tricklab.data.dataset import (  # noqa: F401 (Dataset, Split, default_data_dir: public here)
     Dataset,
     LoadedSource,
+    Sampling,
     SourceRequest,
     Split,
     default_data_dir,
@@ -41,21 +42,22 @@ def load_dataset(
     train_size: int | None = None,
     test_size: int | None = None,
     image_size: int | None = None,
-    val_fraction: float = 0.1,
-    seed: int = 0,
     cache_dir: str | Path | None = None,
     download: bool = True,
+    sampling: Sampling | None = None,
 ) -> Dataset:
     """Load a dataset by name (one of `DATASET_NAMES`).
 
     `data_dir`: where the files are (ignored by "synthetic"; required by "imagefolder"; default
     `default_data_dir()` for the downloadable ones). `train_size`/`test_size`: a seeded,
     class-balanced subset of that split. `image_size`: resize every image to that square size
-    (at most `MAX_IMAGE_SIZE`). `val_fraction`: for an image folder without a test split, the
-    class-stratified share of train held out as test. `cache_dir`: where decoded splits are
-    cached (default `$TRICKLAB_CACHE` or `~/.cache/tricklab`). `download`: fetch missing files
-    with torchvision.
+    (at most `MAX_IMAGE_SIZE`). `cache_dir`: where decoded splits are cached (default
+    `$TRICKLAB_CACHE` or `~/.cache/tricklab`). `download`: fetch missing files with torchvision.
+    `sampling`: the seed of the subsets and the hold-out, and the share of train an image folder
+    without a test split holds out as test (`Sampling(seed=0, val_fraction=0.1)`).
     """
+    sampling = sampling if sampling is not None else Sampling()
+    seed, val_fraction = sampling.seed, sampling.val_fraction
     if name not in DATASET_SOURCES:
         raise TrickLabError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASET_NAMES)}")
     _check_positive("train_size", train_size)

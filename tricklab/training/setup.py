@@ -25,7 +25,7 @@ from tricklab.data.loaders import (
     TorchLoader,
     batch_dtypes,
 )
-from tricklab.data.sources import Dataset, load_dataset
+from tricklab.data.sources import Dataset, Sampling, load_dataset
 from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.recipe.schema import Recipe
@@ -68,9 +68,8 @@ def load_data(recipe: Recipe) -> Dataset:
         train_size=d.train_size,
         test_size=d.test_size,
         image_size=d.image_size,
-        val_fraction=d.val_fraction,
-        seed=d.seed,
         cache_dir=d.cache_dir,
+        sampling=Sampling(seed=d.seed, val_fraction=d.val_fraction),
     )
 
 
