@@ -9,6 +9,7 @@ BatchNorms train only their bias. Written for tricklab from the published design
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -144,6 +145,16 @@ class ConvGroup(nn.Module):
         return x
 
 
+@dataclass(frozen=True)
+class AirbenchNorms:
+    """The net's normalization constants: BatchNorm momentum (torch's, weighing the new batch) and
+    eps, and the eps added to the whitening eigenvalues."""
+
+    bn_momentum: float = DEFAULT_BN_MOMENTUM
+    bn_eps: float = DEFAULT_BN_EPS
+    whiten_eps: float = DEFAULT_WHITEN_EPS
+
+
 class AirbenchNet(nn.Module):
     """Patch whitening → GELU → three ConvGroups → global max-pool → bias-free linear × logit_scale.
 
@@ -159,16 +170,15 @@ class AirbenchNet(nn.Module):
         depth: int = 2,
         residual: bool = False,
         logit_scale: float = DEFAULT_LOGIT_SCALE,
-        bn_momentum: float = DEFAULT_BN_MOMENTUM,
-        bn_eps: float = DEFAULT_BN_EPS,
-        whiten_eps: float = DEFAULT_WHITEN_EPS,
+        norms: AirbenchNorms | None = None,
     ):
         super().__init__()
         if depth < 1 or (residual and depth < 2):
             raise TrickLabError(
                 f"airbench depth must be >= 1 (>= 2 with residual groups), got {depth}"
             )
-        self.whiten = PatchWhitening(in_channels, eps=whiten_eps)
+        norms = norms if norms is not None else AirbenchNorms()
+        self.whiten = PatchWhitening(in_channels, eps=norms.whiten_eps)
         group_inputs = [self.whiten.out_channels, *widths[:-1]]
         self.groups = nn.Sequential(
             *(
@@ -177,8 +187,8 @@ class AirbenchNet(nn.Module):
                     c_out,
                     depth=depth,
                     residual=residual,
-                    bn_momentum=bn_momentum,
-                    bn_eps=bn_eps,
+                    bn_momentum=norms.bn_momentum,
+                    bn_eps=norms.bn_eps,
                 )
                 for c_in, c_out in zip(group_inputs, widths)
             )
