@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +30,15 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 # further from 1. Five steps cost a few hundred microseconds per training step for these shapes.
 NS_STEPS = 5
 NS_EPS = 1e-7
+
+
+@dataclass(frozen=True)
+class NewtonSchulz:
+    """How Muon orthogonalises a filter's update: `steps` iterations of `newton_schulz`, run
+    through torch.compile when `compiled` (as airbench94_muon compiles it)."""
+
+    steps: int = NS_STEPS
+    compiled: bool = False
 
 
 def has_torch_muon() -> bool:
@@ -103,7 +113,8 @@ class MuonSGD(torch.optim.Optimizer):
     - momentum is an EMA (torch.optim.Muon's form; the orthogonalisation removes its scale);
     - weight_decay is decoupled, p ← p·(1 − lr·wd);
     - the step is lr·sqrt(max(1, rows/cols)) times the orthogonalised (Nesterov) momentum.
-    `backend`: "own" (foreach kernels and `newton_schulz`, compiled with `compile_newton_schulz`)
+    `orthogonalize`: Newton–Schulz's steps and whether it is compiled (`NewtonSchulz`).
+    `backend`: "own" (foreach kernels and `newton_schulz`, compiled when `orthogonalize` says)
     or "torch" (torch.optim.Muon, the reference). The other groups step with torch.optim.SGD,
     fused when every parameter is on CUDA, foreach otherwise.
     """
@@ -116,11 +127,12 @@ class MuonSGD(torch.optim.Optimizer):
         momentum: float = 0.0,
         nesterov: bool = False,
         weight_decay: float = 0.0,
-        ns_steps: int = NS_STEPS,
+        orthogonalize: NewtonSchulz | None = None,
         normalize_filters: bool = True,
         backend: str = "own",
-        compile_newton_schulz: bool = False,
     ) -> None:
+        orthogonalize = orthogonalize if orthogonalize is not None else NewtonSchulz()
+        ns_steps = orthogonalize.steps
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, muon=False
         )
@@ -140,7 +152,7 @@ class MuonSGD(torch.optim.Optimizer):
         self.normalize_filters = normalize_filters
         # airbench94_muon compiles its Newton–Schulz function with torch.compile's defaults.
         self.newton_schulz = (
-            torch.compile(newton_schulz) if compile_newton_schulz else newton_schulz
+            torch.compile(newton_schulz) if orthogonalize.compiled else newton_schulz
         )
         self._sgd = self._build_sgd(lr, momentum, nesterov)
         self._torch_muon: torch.optim.Optimizer | None = None

@@ -11,7 +11,7 @@ from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.schema import OptimConfig
-from tricklab.training.muon import MuonSGD
+from tricklab.training.muon import MuonSGD, NewtonSchulz
 
 
 def scaled_lr(lr: float, batch_size: int, reference_batch_size: int, rule: str) -> float:
@@ -133,8 +133,7 @@ def build_optimizer(
             lr=lr / loss_scale,
             momentum=cfg.momentum,
             nesterov=cfg.nesterov,
-            ns_steps=cfg.muon_ns_steps,
-            compile_newton_schulz=compile_mode != "off",
+            orthogonalize=NewtonSchulz(cfg.muon_ns_steps, compiled=compile_mode != "off"),
         )
     groups = _rescaled(param_groups(model, cfg, lr), loss_scale)
     lr = lr / loss_scale
