@@ -11,7 +11,7 @@ from PIL import Image
 
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
-from tricklab.data import cache, imagefolder
+from tricklab.data import cache, imagefolder_decode
 from tricklab.data.sources import load_dataset
 
 
@@ -33,7 +33,7 @@ def refuse_to_decode(monkeypatch) -> None:
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded an image although the cache holds the dataset")
 
-    monkeypatch.setattr(imagefolder, "decode_image", no_decoding)
+    monkeypatch.setattr(imagefolder_decode, "decode_image", no_decoding)
 
 
 def test_second_load_is_bit_identical_to_the_first(tmp_path):
@@ -191,9 +191,11 @@ def test_tampered_cache_file_is_a_miss_and_rebuilt_from_the_source(
     with open(path, "wb") as f:
         np.savez(f, **arrays)  # right dtypes and lengths, wrong content
     decoded = []
-    decode_image = imagefolder.decode_image
+    decode_image = imagefolder_decode.decode_image
     monkeypatch.setattr(
-        imagefolder, "decode_image", lambda *args: decoded.append(args) or decode_image(*args)
+        imagefolder_decode,
+        "decode_image",
+        lambda *args: decoded.append(args) or decode_image(*args),
     )
     second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
     assert decoded  # a miss: the source was decoded again

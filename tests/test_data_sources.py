@@ -24,9 +24,9 @@ from cifar10_names import CIFAR10_CLASSES
 from PIL import Image
 
 from tricklab.cli.main import main
-from tricklab.core.errors import TrickLabError
 from tricklab.core import memory as core_memory
-from tricklab.data import cache, imagefolder, limits
+from tricklab.core.errors import TrickLabError
+from tricklab.data import cache, imagefolder_decode, limits
 from tricklab.data.limits import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES
 from tricklab.data.sources import (
@@ -1174,7 +1174,7 @@ def test_imagefolder_too_large_for_memory_is_refused_before_decoding(tmp_path, m
     make_tree(tmp_path / "data")  # 18 images: 18 x 3 x 1000 x 1000 bytes, twice over while decoding
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 50_000_000)
     decoded = []
-    monkeypatch.setattr(imagefolder, "decode_image", lambda *args: decoded.append(args))
+    monkeypatch.setattr(imagefolder_decode, "decode_image", lambda *args: decoded.append(args))
     with pytest.raises(
         TrickLabError, match=r"imagefolder does not fit in memory: .*103\.0 MiB.* 47\.7 MiB avail"
     ):
@@ -1187,10 +1187,12 @@ def test_imagefolder_of_large_images_is_refused_after_decoding_only_the_first(
 ):
     make_tree(tmp_path / "data", size=64)  # 18 images of 64 x 64: 442 kB decoded, twice over
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 400_000)
-    decode_image = imagefolder.decode_image
+    decode_image = imagefolder_decode.decode_image
     decoded = []
     monkeypatch.setattr(
-        imagefolder, "decode_image", lambda *args: decoded.append(args) or decode_image(*args)
+        imagefolder_decode,
+        "decode_image",
+        lambda *args: decoded.append(args) or decode_image(*args),
     )
     with pytest.raises(TrickLabError, match=r"does not fit in memory: 18 images of 3x64x64"):
         load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "c")

@@ -30,7 +30,7 @@ from tricklab.data.dataset import (  # noqa: F401 (Dataset, Split, default_data_
     Split,
     default_data_dir,
 )
-from tricklab.data.imagefolder import printable
+from tricklab.data.imagefolder_files import printable
 from tricklab.data.limits import MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES, DATASET_SOURCES
 
