@@ -97,11 +97,11 @@ def test_light_commands_do_not_load_torch():
         "assert main(['train', 'optim.lrr=1']) == 2\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "from tricklab.training import loop\n"
-        "assert callable(tricklab.train) and tricklab.training.__module__ == 'tricklab.training.api'\n"
+        "assert callable(tricklab.train) and tricklab.train.__module__ == 'tricklab.training.api'\n"
         "assert 'torch' in sys.modules\n"
-        "assert callable(tricklab.experiments.speedrun.speedrun) and callable(tricklab.experiments.ablate)\n"
+        "assert callable(tricklab.speedrun.speedrun) and callable(tricklab.experiments.ablate)\n"
         "assert callable(tricklab.report.write_report) and callable(tricklab.demo.run_demo)\n"
-        "assert callable(tricklab.core.progress.ProgressDisplay)\n"
+        "assert callable(tricklab.progress.ProgressDisplay)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
