@@ -10,8 +10,7 @@ import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli.main import main
-from tricklab.core.urls import shown_command, without_password
-from tricklab.experiments.storage import shown_url
+from tricklab.core.urls import shown_command, shown_url, without_password
 from tricklab.measure.provenance import command_line
 
 PASSWORD = "Sekr3t-hunter2"

@@ -23,12 +23,12 @@ from tricklab.cli.common import (
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay
+from tricklab.core.status import FAILED_STATUSES
 from tricklab.experiments.busy import BUSY_WORDS
 from tricklab.experiments.plan import normalize_target
 from tricklab.experiments.speedrun import (
     DEFAULT_RECIPE,
     DEFAULT_RUNS,
-    FAILED,
     SpeedrunInterrupted,
     SpeedrunRun,
     SpeedrunSummary,
@@ -242,11 +242,12 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
         out_console.print(run_line(None), highlight=False, style="bold")
 
     def show(run: SpeedrunRun) -> None:
-        style = "red" if run.status in FAILED else ("dim" if run.warmup else None)
+        style = "red" if run.status in FAILED_STATUSES else ("dim" if run.warmup else None)
         if display:
             out_console.print(run_line(run), highlight=False, style=style)
             display.run_done(counted=not run.warmup)
-        if run.status in FAILED and run.error:  # the traceback of a failed run: its result.json
+        # The traceback of a failed run is in its result.json.
+        if run.status in FAILED_STATUSES and run.error:
             err.print(f"  seed {run.seed}: {run.error}", highlight=False, style="red")
 
     try:

@@ -1,33 +1,66 @@
-"""What a run's status says about training, and the one definition of "fraction >= target" that
-`tricklab speedrun` (speedrun.py) and `tricklab results` (stats.py) both use.
+"""The status words of a run and of an experiment's trial, their groups, and the one definition of
+"fraction >= target" that `tricklab speedrun` (speedrun.py) and `tricklab results` (stats.py) use.
 
-No torch, numpy or Optuna here: `tricklab speedrun` imports it without loading the experiment code.
+A status is stored as its plain string (result.json, an Optuna trial's `status` attr): `Status` is
+a `str`, so a stored "complete" equals `Status.COMPLETE` and files written by any version read
+the same. No torch, numpy or Optuna here: the loop, the loggers, the experiments and the report
+all import it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import Enum
 
-# The run trained to its end (its budget, an early stop, or the target reached) and has a final
-# accuracy.
-COMPLETE_STATUSES = ("complete", "stopped-early", "reached-target")
-# The recipe's own outcome: completed, or the loss went to NaN/inf (the recipe failed to train).
-# A crash (failed, oom), a run stopped from outside (interrupted, pruned) or one not finished
-# (running, waiting) is no outcome of the recipe and is left out.
-TRAINED_STATUSES = (*COMPLETE_STATUSES, "diverged")
+
+class Status(str, Enum):
+    """How a run or a trial ended (or that it has not yet)."""
+
+    COMPLETE = "complete"  # trained its whole budget
+    STOPPED_EARLY = "stopped-early"  # early stopping ended it
+    REACHED_TARGET = "reached-target"  # stopped at run.target_accuracy
+    DIVERGED = "diverged"  # the loss went to NaN/inf: the recipe failed to train
+    OOM = "oom"  # out of memory
+    FAILED = "failed"  # a crash: a bug, a broken file
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, or its worker died
+    PRUNED = "pruned"  # a sweep's pruner stopped it
+    SKIPPED = "skipped"  # a trial a worker claimed and gave up: its unit was taken (no run)
+    RUNNING = "running"
+    WAITING = "waiting"
+
+    def __str__(self) -> str:  # f-strings and str() show the stored word, as StrEnum does
+        return self.value
+
+
+# Trained to its end (its budget, an early stop, the target reached), with a final accuracy.
+COMPLETE_STATUSES = frozenset({Status.COMPLETE, Status.STOPPED_EARLY, Status.REACHED_TARGET})
+# The recipe's own outcome: completed, or the loss went to NaN/inf. A crash (failed, oom), a run
+# stopped from outside (interrupted, pruned) or one not finished is no outcome of the recipe. A
+# sampled point's seed that ended so is taken by a later draw of the point, not trained again.
+TRAINED_STATUSES = COMPLETE_STATUSES | {Status.DIVERGED}
+# A unit's final outcome: rerunning would only repeat it (a seeded divergence diverges again).
+DONE_STATUSES = TRAINED_STATUSES | {Status.PRUNED}
+# Outcomes a rerun of the command tries again: they say little about the configuration.
+RETRY_STATUSES = frozenset({Status.FAILED, Status.OOM, Status.INTERRUPTED})
+# A run that ended without a model to count: `train` and `speedrun` exit 1 after one.
+FAILED_STATUSES = frozenset({Status.DIVERGED, Status.OOM, Status.FAILED})
+# The statuses an Optuna trial in state FAIL may carry.
+FAIL_STATE_STATUSES = FAILED_STATUSES | {Status.INTERRUPTED, Status.SKIPPED}
+# Not finished yet.
+PENDING_STATUSES = frozenset({Status.RUNNING, Status.WAITING})
 
 
 def target_counts(runs: Iterable[tuple[str, float | None]], target: float) -> tuple[int, int]:
     """(runs at or above `target`, runs counted) of (status, accuracy) pairs.
 
-    Counted: the completed runs with an accuracy (complete, stopped-early, reached-target) and the
+    Counted: the trained runs (TRAINED_STATUSES): the completed ones with an accuracy, and the
     diverged ones, which count as below the target. Not counted: crashes (failed, oom: a bug or
     too little memory, not a training outcome), runs stopped from outside (interrupted, pruned) and
     runs not finished (running, waiting). A run reaches the target when its final accuracy (with
     test-time augmentation where the recipe has it) is >= `target`."""
     reached = counted = 0
     for status, accuracy in runs:
-        if status == "diverged":
+        if status == Status.DIVERGED:
             counted += 1
         elif status in COMPLETE_STATUSES and accuracy is not None:
             counted += 1

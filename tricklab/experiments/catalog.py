@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
-from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, shown_url, storage_url
+from tricklab.core.urls import shown_url
+from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_url
 
 DB_NAME = "study.db"
 

@@ -48,10 +48,10 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, is_interrupt
 from tricklab.experiments.dashboard import trial_attrs
-from tricklab.experiments.storage import DONE_STATUSES, trial_status
+from tricklab.experiments.storage import trial_status
 
 try:
     import fcntl
@@ -73,7 +73,7 @@ def attempts(trials: Iterable[FrozenTrial]) -> dict[str, list[FrozenTrial]]:
     """Each unit's tries, in trial-number order; `skipped` trials are no tries."""
     out: dict[str, list[FrozenTrial]] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        if trial_status(t) != "skipped":
+        if trial_status(t) != Status.SKIPPED:
             out.setdefault(unit_of(t), []).append(t)
     return out
 
@@ -114,7 +114,7 @@ def taken_by_other(study: optuna.Study, claimed: FrozenTrial) -> int | None:
     """The number of another trial that owns the claimed trial's unit, if any (step 4 above)."""
     unit = unit_of(claimed)
     for t in study.get_trials(deepcopy=False):
-        if t.number == claimed.number or unit_of(t) != unit or trial_status(t) == "skipped":
+        if t.number == claimed.number or unit_of(t) != unit or trial_status(t) == Status.SKIPPED:
             continue
         if trial_status(t) in DONE_STATUSES:
             return t.number
@@ -138,7 +138,7 @@ def seed_owner(study: optuna.Study, number: int, config_id: str, seed: int) -> i
 def skip(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> None:
     """Give up a claimed trial that is no run (its unit is taken, or it is a surplus)."""
     with contextlib.suppress(UpdateFinishedTrialError):
-        storage.set_trial_user_attr(trial_id, "status", "skipped")
+        storage.set_trial_user_attr(trial_id, "status", Status.SKIPPED)
         storage.set_trial_user_attr(trial_id, "error", reason)
         storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
 
@@ -152,9 +152,8 @@ def claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[Non
         interrupted = is_interrupt(exc)
         with contextlib.suppress(Exception):
             if storage.get_trial(trial_id).state == TrialState.RUNNING:
-                storage.set_trial_user_attr(
-                    trial_id, "status", "interrupted" if interrupted else "failed"
-                )
+                status = Status.INTERRUPTED if interrupted else Status.FAILED
+                storage.set_trial_user_attr(trial_id, "status", status)
                 error = INTERRUPTED_ERROR if interrupted else f"{type(exc).__name__}: {exc}"
                 storage.set_trial_user_attr(trial_id, "error", error)
                 storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
@@ -168,12 +167,12 @@ def finish_trial(
     complete = [r["accuracy"] for r in records if r["status"] in COMPLETE_STATUSES]
     value = sum(complete) / len(complete) if status in COMPLETE_STATUSES and complete else None
     if status in COMPLETE_STATUSES and value is None:
-        status, error = "failed", "no complete run"
+        status, error = Status.FAILED, "no complete run"
     state = (
         TrialState.COMPLETE
         if status in COMPLETE_STATUSES
         else TrialState.PRUNED
-        if status == "pruned"
+        if status == Status.PRUNED
         else TrialState.FAIL
     )
     try:  # each attr is one storage write: status, error and the means for people (and the

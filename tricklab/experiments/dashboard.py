@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from optuna.distributions import CategoricalDistribution
 
+from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.experiments.plan import Config, format_value
 from tricklab.experiments.space import SearchSpace
-from tricklab.experiments.storage import COMPLETE_STATUSES
 
 # Run-record fields a trial shows as the mean over its complete runs.
 MEAN_ATTRS = ("accuracy", "train_seconds", "record_seconds")

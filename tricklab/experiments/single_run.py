@@ -12,11 +12,11 @@ from typing import Any
 
 import optuna
 
+from tricklab.core.status import COMPLETE_STATUSES, Status
 from tricklab.core.stopping import StopRequest
 from tricklab.core.version import __version__
 from tricklab.experiments.rundirs import RUN_DIR_ATTR
 from tricklab.experiments.stats import headline_accuracy
-from tricklab.experiments.storage import COMPLETE_STATUSES
 
 TrainFn = Callable[..., Any]  # train(recipe, *, out_dir=..., on_epoch=..., stop=...) -> RunResult
 
@@ -52,7 +52,7 @@ def train_one(
     except RunInterrupted as stopped:
         record = stopped.result.to_dict()
     except optuna.TrialPruned as exc:
-        record = _unfinished_record(recipe, epochs, start, "pruned", str(exc) or None)
+        record = _unfinished_record(recipe, epochs, start, Status.PRUNED, str(exc) or None)
     except (Exception, KeyboardInterrupt) as exc:  # a train_fn other than train() raised
         record = _unfinished_record(recipe, epochs, start, *run_end(exc, stop))
     record["accuracy"] = headline_accuracy(record)
@@ -60,7 +60,7 @@ def train_one(
     if out_dir is not None:
         record[RUN_DIR_ATTR] = str(out_dir)
     if record["status"] in COMPLETE_STATUSES and record["accuracy"] is None:
-        record.update(status="failed", error="the run finished without a validation accuracy")
+        record.update(status=Status.FAILED, error="the run finished without a validation accuracy")
     return _jsonable(record)
 
 

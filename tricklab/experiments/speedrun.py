@@ -2,7 +2,7 @@
 
 One warm-up run that is not counted (cuDNN autotuning, compilation, allocator growth, the data
 cache), then N runs with seeds 0..N-1. The summary: mean ± std accuracy with a 95 % t-interval,
-the fraction of runs at or above the target (`outcomes.fraction_at_target`: a crash is left out),
+the fraction of runs at or above the target (`status.fraction_at_target`: a crash is left out),
 mean/median/min/max of two times, compile seconds, peak memory and MFU. The times, each
 device-synchronised, none holding dataset decoding, compilation or the warm-up run:
 - record_seconds, airbench's `total_time_seconds` (the figure its records quote): the whitening
@@ -28,7 +28,7 @@ from typing import Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import atomic_write
-from tricklab.core.status import fraction_at_target
+from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest
 from tricklab.experiments.busy import speedrun_busy
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
@@ -39,7 +39,6 @@ DEFAULT_RECIPE = "speedrun94"
 DEFAULT_RUNS = 10
 # The warm-up's seed lies outside the counted seeds 0..N-1, so it never duplicates a counted run.
 WARMUP_SEED = 1_000_000
-FAILED = ("diverged", "oom", "failed")
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ class SpeedrunSummary:
 
     @property
     def failed(self) -> int:
-        return sum(run.status in FAILED for run in self.runs)
+        return sum(run.status in FAILED_STATUSES for run in self.runs)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -307,7 +306,7 @@ def speedrun(
     summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
     summary.runs_planned, summary.interrupted = runs, interrupted
     summary.provenance = finish_record(provenance)
-    seconds = [r.train_seconds for r in records if r.status not in FAILED]
+    seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]
     busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
     summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
     if out is not None:
@@ -338,10 +337,10 @@ def summarize(
     warmup: SpeedrunRun | None,
 ) -> SpeedrunSummary:
     """Statistics over the counted runs. A failed run has no accuracy; the fraction at the target
-    is `outcomes.fraction_at_target`'s, as `tricklab results` counts it (a diverged run is a miss,
+    is `status.fraction_at_target`'s, as `tricklab results` counts it (a diverged run is a miss,
     a crash, failed or oom, is left out)."""
     accs = [r.accuracy for r in records if r.accuracy is not None]
-    finished = [r for r in records if r.status not in FAILED]
+    finished = [r for r in records if r.status not in FAILED_STATUSES]
     train_mean, train_median, train_min, train_max = _spread([r.train_seconds for r in finished])
     record_mean, record_median, record_min, record_max = _spread(
         [r.record_seconds for r in finished]

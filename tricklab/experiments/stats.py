@@ -47,19 +47,20 @@ import optuna
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import atomic_write
-from tricklab.core.status import fraction_at_target, target_counts
-from tricklab.experiments.claims import is_stale
-from tricklab.experiments.plan import BASELINE
-from tricklab.experiments.storage import (
+from tricklab.core.status import (
     COMPLETE_STATUSES,
-    DEFAULT_GRACE_SECONDS,
     DONE_STATUSES,
-    stored_runs,
-    trial_status,
+    Status,
+    fraction_at_target,
+    target_counts,
 )
+from tricklab.experiments.claims import is_stale
+from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS
+from tricklab.experiments.plan import BASELINE
+from tricklab.experiments.storage import stored_runs, trial_status
 from tricklab.measure.intervals import CONFIDENCE, mean_interval, speedup_interval, welch
 
-FAILURE_KINDS = ("diverged", "oom", "failed", "pruned", "interrupted")
+FAILURE_KINDS = (Status.DIVERGED, Status.OOM, Status.FAILED, Status.PRUNED, Status.INTERRUPTED)
 
 
 @dataclass
@@ -139,16 +140,16 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
     for trial in study.get_trials(deepcopy=False):
         status = trial_status(trial)
         config_id = trial.user_attrs.get("config_id")
-        if status == "skipped" or config_id is None:
+        if status == Status.SKIPPED or config_id is None:
             continue  # no run, or killed before its parameters were drawn: nothing to attribute
-        if status == "running" and is_stale(trial, DEFAULT_GRACE_SECONDS):
-            status = "interrupted"  # its worker is gone; the next worker to start will say so too
+        if status == Status.RUNNING and is_stale(trial, DEFAULT_GRACE_SECONDS):
+            status = Status.INTERRUPTED  # its worker is gone; the next one to start says so too
         finished = "runs" in trial.user_attrs  # told: every run it made is stored, with its outcome
         stored = stored_runs(trial)
         unfinished = {
             "status": status,
             "error": trial.user_attrs.get("error")
-            or ("the worker stopped without reporting" if status == "interrupted" else None),
+            or ("the worker stopped without reporting" if status == Status.INTERRUPTED else None),
         }
         if trial.user_attrs.get("unit", "").startswith("sample-") or "unit" not in trial.user_attrs:
             # A sampled trial stores each complete seed as it ends: those stand. The seed it was
@@ -158,7 +159,7 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
                 upcoming = max((int(r["seed"]) for r in stored), default=-1) + 1
                 if seeds is None or upcoming < seeds:
                     runs.append({"seed": upcoming, **unfinished})
-        elif status in ("running", "waiting", "interrupted") or not stored:
+        elif status in (Status.RUNNING, Status.WAITING, Status.INTERRUPTED) or not stored:
             # A unit's trial that never reached tell() (its worker died after storing the run) is
             # interrupted whatever its stored run says; the unit runs again and counts once.
             runs = [{"seed": trial.user_attrs.get("seed", 0), **unfinished}]
@@ -260,7 +261,7 @@ def _describe(
     row.train_seconds_mean, row.train_seconds_std, _, _ = mean_interval(seconds, confidence)
     statuses = Counter(r["status"] for r in records)
     row.failures = {kind: statuses[kind] for kind in FAILURE_KINDS if statuses[kind]}
-    row.pending = statuses["running"] + statuses["waiting"]
+    row.pending = statuses[Status.RUNNING] + statuses[Status.WAITING]
     targets = [r.get("target_accuracy") for r in records if r.get("target_accuracy") is not None]
     row.target = (
         target

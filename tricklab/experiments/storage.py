@@ -1,4 +1,4 @@
-"""Where experiments live: Optuna storages, studies, trial states and worker liveness.
+"""Where experiments live: Optuna storages and studies, and what their trials hold.
 
 One Optuna study per experiment. `--storage` takes
 - nothing: an SQLite file `<experiment dir>/study.db` (embedded, nothing to start; one worker at a
@@ -18,20 +18,16 @@ Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNE
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
 A FAIL trial without a `status` was left RUNNING by a worker that died and was failed later: it
 reads as `interrupted`. `skipped` marks a trial that a worker claimed and gave up at once because
-its unit was already taken (see runner.py); it is no run and statistics ignore it.
+its unit was already taken (see claims.py); it is no run and statistics ignore it.
 
-Liveness: a running worker writes a heartbeat (system attr `tricklab:heartbeat`, unix seconds)
-every few seconds and names itself (`tricklab:worker`: host and pid). A RUNNING trial is stale when
-its worker's process is gone (same host: checked at once) or its heartbeat is older than the grace
-period (any host); `fail_stale_trials` marks such trials FAIL so their units can run again.
-Optuna's own heartbeat exists only for RDB storages; this one works for journal files too.
+How workers claim trials, beat and fail stale ones is claims.py's (the claim protocol); this
+module only opens stores and reads what they hold.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sqlite3
 import tempfile
 import time
@@ -43,28 +39,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.status import COMPLETE_STATUSES as COMPLETE_STATUSES  # one home
-from tricklab.core.urls import shown_url as shown_url  # what messages and records show
-from tricklab.core.urls import without_password
+from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
+from tricklab.core.urls import shown_url, without_password
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
-from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS  # stats.py
-
-try:
-    import fcntl
-except ImportError:  # Windows: SQLite claims are then not serialised across processes
-    fcntl = None  # type: ignore[assignment]
-
-log = logging.getLogger(__name__)
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
 SCHEMA_RETRIES = 5
 
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
-# Final outcomes of a unit: rerunning would only repeat them (a seeded divergence diverges again).
-DONE_STATUSES = (*COMPLETE_STATUSES, "diverged", "pruned")
-# Outcomes a rerun of the command tries again: they say little about the configuration.
-RETRY_STATUSES = ("failed", "oom", "interrupted")
-FAIL_STATUSES = ("diverged", "oom", "failed", "interrupted", "skipped")
 
 
 def experiment_dir(study: str, root: str | Path | None = None) -> Path:
@@ -342,19 +324,16 @@ def stored_runs(trial: FrozenTrial) -> list[dict[str, Any]]:
     return [trial.user_attrs[f"run-{seed}"] for seed in seeds]
 
 
-def trial_status(trial: FrozenTrial) -> str:
+def trial_status(trial: FrozenTrial) -> Status:
     """complete | stopped-early | reached-target | diverged | oom | failed | pruned | interrupted |
     skipped, or running | waiting for unfinished trials."""
     status = trial.user_attrs.get("status")
     if trial.state == TrialState.WAITING:
-        return "waiting"
+        return Status.WAITING
     if trial.state == TrialState.RUNNING:
-        return "running"
+        return Status.RUNNING
     if trial.state == TrialState.COMPLETE:
-        return status if status in COMPLETE_STATUSES else "complete"
+        return Status(status) if status in COMPLETE_STATUSES else Status.COMPLETE
     if trial.state == TrialState.PRUNED:
-        return "pruned"
-    return status if status in FAIL_STATUSES else "interrupted"
-
-
-# ---------------------------------------------------------------- liveness
+        return Status.PRUNED
+    return Status(status) if status in FAIL_STATE_STATUSES else Status.INTERRUPTED

@@ -47,6 +47,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.status import COMPLETE_STATUSES, RETRY_STATUSES, TRAINED_STATUSES, Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
 from tricklab.experiments.claims import (
     ACTIVE,
@@ -78,17 +79,9 @@ from tricklab.experiments.rundirs import (
 )
 from tricklab.experiments.single_run import TrainFn, pruning_reporter, train_one
 from tricklab.experiments.space import SearchSpace, overrides_for
-from tricklab.experiments.storage import (
-    COMPLETE_STATUSES,
-    RETRY_STATUSES,
-    stored_runs,
-    trial_status,
-)
+from tricklab.experiments.storage import stored_runs, trial_status
 
 log = logging.getLogger(__name__)
-
-# A sampled point's seeded runs that a later draw of the point takes instead of training again.
-REUSED_STATUSES = (*COMPLETE_STATUSES, "diverged")
 
 
 @dataclass
@@ -242,7 +235,7 @@ def run_units(
         ran += stored  # a run another worker took for dead is lost, not counted
         left = planned_runs_left(study.get_trials(deepcopy=False), by_key, session_start)
         worker.report(frozen.number, unit.config.config_id, record, left)
-        if record["status"] == "interrupted":
+        if record["status"] == Status.INTERRUPTED:
             raise Interrupted(INTERRUPTED_ERROR)
 
 
@@ -289,7 +282,7 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
                 earlier = {
                     unit_of(t)
                     for t in study.get_trials(deepcopy=False)
-                    if t.number < frozen.number and trial_status(t) != "skipped"
+                    if t.number < frozen.number and trial_status(t) != Status.SKIPPED
                 }
                 if len(earlier) >= trials:
                     skip(storage, trial_id, f"the study already has its {trials} trials")
@@ -304,11 +297,11 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
                 records = _run_sampled_trial(worker, trial, space, seeds, runs_left)
             failed = [r for r in records if r["status"] not in COMPLETE_STATUSES]
             status, error = (
-                (failed[0]["status"], failed[0].get("error")) if failed else ("complete", None)
+                (failed[0]["status"], failed[0].get("error")) if failed else (Status.COMPLETE, None)
             )
             finish_trial(study, trial, records, status, error)
         ran += 1  # a sampled configuration, all its seeds: the unit `planned` counts
-        if records and records[-1]["status"] == "interrupted":
+        if records and records[-1]["status"] == Status.INTERRUPTED:
             raise Interrupted(INTERRUPTED_ERROR)
 
 
@@ -358,7 +351,9 @@ def _run_sampled_trial(
         try:
             recipe = worker.base.override([*overrides, f"run.seed={seed}"])
         except TrickLabError as exc:  # a sampled combination the recipe rejects
-            records.append({"seed": seed, "status": "failed", "error": str(exc), "accuracy": None})
+            records.append(
+                {"seed": seed, "status": Status.FAILED, "error": str(exc), "accuracy": None}
+            )
             break
         reporter = pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
         folder = worker.run_folder(trial._trial_id, config_id, seed)
@@ -414,7 +409,7 @@ def _finished_runs(study: optuna.Study, config_id: str) -> dict[int, dict]:
         if t.user_attrs.get("config_id") != config_id:
             continue
         for run in stored_runs(t):
-            if run.get("status") in REUSED_STATUSES and "reused_from_trial" not in run:
+            if run.get("status") in TRAINED_STATUSES and "reused_from_trial" not in run:
                 found.setdefault(
                     int(run["seed"]),
                     {

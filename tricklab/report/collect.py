@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.report.fmt import config_name
 from tricklab.report.inputs import (
     check_run_result,
@@ -36,7 +35,6 @@ MAX_JSON_BYTES = 64 << 20
 SPEEDRUN_FILE = "summary.json"
 RUN_FILE = "result.json"
 STUDY_FILE = "study.db"
-COMPLETE = COMPLETE_STATUSES  # experiments/outcomes.py
 
 
 @dataclass

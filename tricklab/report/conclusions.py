@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import tricklab.report.fmt as fmt
-from tricklab.report.collect import COMPLETE, Source
+from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.report.collect import Source
 
 
 def _n(row: Any, reference: Any) -> str:
@@ -124,7 +125,7 @@ def source_summary(source: Source) -> str:
         text += f" ({none} with none)" if none else ""
     text += f" ({complete} of {runs} runs complete)."
 
-    failed = {k: v for k, v in statuses.items() if k not in COMPLETE}
+    failed = {k: v for k, v in statuses.items() if k not in COMPLETE_STATUSES}
     if failed:
         text += " Not complete: " + ", ".join(f"{v} {k}" for k, v in sorted(failed.items())) + "."
     if reference is None or reference.accuracy_mean is None:

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tricklab.report.fmt as fmt
+from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.core.version import __version__
-from tricklab.report.collect import COMPLETE, Source
+from tricklab.report.collect import Source
 from tricklab.report.figures import FIGURES, Figure
 from tricklab.report.tables import TableData, per_seed_table, results_table
 
@@ -145,7 +146,7 @@ def _failures_table(sources: Sequence[Source]) -> TableData | None:
     groups: dict[tuple[str, str, str, str], list[str]] = {}
     for source in sources:
         for record in source.records:
-            if record["status"] in COMPLETE:
+            if record["status"] in COMPLETE_STATUSES:
                 continue
             message = (record.get("error") or "").strip().splitlines()
             key = (

@@ -11,8 +11,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.measure.intervals import mean_interval
-from tricklab.report.collect import COMPLETE, Source
+from tricklab.report.collect import Source
 
 PALETTE = [  # matplotlib's tab10 without its grey (grey means "within noise"), then tab20's light half
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
@@ -101,7 +102,9 @@ def complete_runs(source: Source, config_id: str) -> list[dict[str, Any]]:
     return [
         r
         for r in source.records
-        if r["config_id"] == config_id and r["status"] in COMPLETE and r.get("accuracy") is not None
+        if r["config_id"] == config_id
+        and r["status"] in COMPLETE_STATUSES
+        and r.get("accuracy") is not None
     ]
 
 

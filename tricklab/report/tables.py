@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import tricklab.report.fmt as fmt
+from tricklab.core.status import Status
 
 VERDICT_WORDS = {
     "reference": ("reference", "reference"),
@@ -259,7 +260,7 @@ def per_seed_table(records: Sequence[dict[str, Any]], title: str = "") -> TableD
                 *(_value(run[k]) for k in keys),
                 run["status"],
                 fmt.pct(run["accuracy"]),
-                fmt.seconds(run["train_seconds"]) if run["status"] != "waiting" else "-",
+                fmt.seconds(run["train_seconds"]) if run["status"] != Status.WAITING else "-",
                 fmt.mib(run["peak_memory_bytes"]),
                 fmt.rate(run["images_per_second"]),
                 error[0][:200] if error else "",

@@ -29,6 +29,7 @@ from tricklab.core.paths import (
     remove_empty_dirs,
 )
 from tricklab.core.progress import current as current_progress
+from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.core.version import __version__
 from tricklab.measure.hardware import hardware_fingerprint
@@ -191,7 +192,7 @@ def _train(
 ) -> RunResult:
     """`train` in a claimed run directory (or none)."""
     result = RunResult(
-        status="failed",
+        status=Status.FAILED,
         recipe=recipe.to_dict(),
         hardware=hardware_fingerprint(device),
         provenance=start_record(device),
@@ -242,7 +243,7 @@ def _train(
             parts.progress = current_progress()  # the CLI's display; None: silent
             outcome = run_loop(parts, recipe.run, record_epoch)
             _finish(result, parts, outcome, recipe)
-            if recipe.run.checkpoint and out is not None and outcome.status != "diverged":
+            if recipe.run.checkpoint and out is not None and outcome.status != Status.DIVERGED:
                 save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
         if stop is not None:
             stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
@@ -252,7 +253,7 @@ def _train(
             raise  # nothing recorded: train() removes what was written and the folders it made
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
         result.status, result.error = run_end(exc, stop)
-        if result.status == "failed":
+        if result.status == Status.FAILED:
             result.traceback = "".join(traceback.format_exception(exc))
         result.epochs_completed = len(result.epochs)
         if result.epochs:
@@ -261,15 +262,16 @@ def _train(
         # caller must stop too). An oom or a failed run is returned; its memory is freed below,
         # outside `except`, whose traceback keeps the run's tensors alive.
         raised = isinstance(exc, TrickLabError) or exc in callback_error
-        if raised or result.status == "interrupted":
+        if raised or result.status == Status.INTERRUPTED:
             result.wall_seconds = time.perf_counter() - wall_start
             result.provenance = finish_record(result.provenance)
             if out is not None:
                 write_json_atomic(out / "result.json", result.to_dict())
-            if result.status == "interrupted" and not isinstance(exc, SystemExit):
+            if result.status == Status.INTERRUPTED and not isinstance(exc, SystemExit):
                 raise RunInterrupted(result) from exc
             raise
-    if result.status in ("oom", "failed"):  # free what the run held, so the next run can go on
+    # Free what the run held, so the next run can go on.
+    if result.status in (Status.OOM, Status.FAILED):
         parts = None
         gc.collect()
         if torch.cuda.is_available():
@@ -295,10 +297,10 @@ def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, s
     an exit, and for any error once a stop was requested (a library may turn the KeyboardInterrupt
     into an error of its own); `oom` for out of memory; `failed` for anything else."""
     if is_interrupt(exc) or (stop is not None and stop.requested):
-        return "interrupted", INTERRUPTED_ERROR
+        return Status.INTERRUPTED, INTERRUPTED_ERROR
     if oom := out_of_memory_error(exc):
-        return "oom", oom
-    return "failed", f"{type(exc).__name__}: {exc}"
+        return Status.OOM, oom
+    return Status.FAILED, f"{type(exc).__name__}: {exc}"
 
 
 def _record_peak_memory(result: RunResult, device: torch.device) -> None:
@@ -334,7 +336,7 @@ def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -
     result.stopped_epoch, result.diverged_step = outcome.stopped_epoch, outcome.diverged_step
     result.time_to_target_seconds = outcome.time_to_target_seconds
     result.time_budget_reached = outcome.time_budget_reached
-    if outcome.status == "diverged":
+    if outcome.status == Status.DIVERGED:
         result.error = outcome.error
         return
     evaluated = [row for row in outcome.epochs if row["val_acc"] is not None]

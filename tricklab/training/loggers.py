@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import append_line, is_disk_full
-from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.core.status import COMPLETE_STATUSES, Status
 from tricklab.recipe.schema import LOGGER_NAMES
 
 # The recipe (train/recipe.py) and the run's result (api.RunResult), not imported: both modules
@@ -263,7 +263,7 @@ class WandbLogger:
         self.run.log(numeric_metrics(row), step=row["epoch"])
 
     def close(self, result: RunResult | None) -> None:
-        status = result.status if result is not None else "failed"
+        status = result.status if result is not None else Status.FAILED
         self.run.summary.update({**final_metrics(result), "status": status})
         self.run.finish(exit_code=0 if status in COMPLETE_STATUSES else 1)  # W&B: else failed
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tricklab.core.device import synchronize
+from tricklab.core.status import Status
 from tricklab.recipe.schema import RunConfig
 from tricklab.training import distributed
 from tricklab.training.averaging import WeightAverage
@@ -54,7 +55,7 @@ class Parts:
 
 @dataclass
 class Outcome:
-    status: str = "complete"
+    status: str = Status.COMPLETE
     epochs: list[dict] = field(default_factory=list)
     train_seconds: float = 0.0
     images_seen: int = 0
@@ -246,7 +247,7 @@ def end_of_epoch(
     run.stop_at_target; (5) early stopping: run.early_stopping_patience evaluations without an
     improvement of run.early_stopping_min_delta, before the last step; (6) the last step."""
     if diverged_step is not None:
-        out.status, out.stopped_epoch = "diverged", len(out.epochs) + 1
+        out.status, out.stopped_epoch = Status.DIVERGED, len(out.epochs) + 1
         out.diverged_step, out.error = diverged_step, f"loss became NaN/Inf at step {diverged_step}"
         return True
     row = out.epochs[-1]
@@ -255,7 +256,8 @@ def end_of_epoch(
         out.time_budget_reached, out.stopped_epoch = True, row["epoch"]
     if row["val_loss"] is not None and not math.isfinite(row["val_loss"]):
         # Every training loss was finite, but the last updates broke the weights.
-        out.status, out.diverged_step, out.stopped_epoch = "diverged", row["step"], row["epoch"]
+        out.status, out.stopped_epoch = Status.DIVERGED, row["epoch"]
+        out.diverged_step = row["step"]
         out.error = f"validation loss became NaN/Inf after step {row['step']}"
         return True
     if row["val_acc"] is None:
@@ -264,11 +266,11 @@ def end_of_epoch(
     if target is not None and out.time_to_target_seconds is None and row["val_acc"] >= target:
         out.time_to_target_seconds = row["train_seconds"]
         if run.stop_at_target:
-            out.status, out.stopped_epoch = "reached-target", row["epoch"]
+            out.status, out.stopped_epoch = Status.REACHED_TARGET, row["epoch"]
             return True
     patience = run.early_stopping_patience
     if patience > 0 and not last and _evaluations_since_best(out.epochs, run) >= patience:
-        out.status, out.stopped_epoch = "stopped-early", row["epoch"]
+        out.status, out.stopped_epoch = Status.STOPPED_EARLY, row["epoch"]
         return True
     return last
 
