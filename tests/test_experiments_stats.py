@@ -200,7 +200,7 @@ def test_a_running_trial_whose_worker_process_is_gone_reads_as_interrupted():
 
 
 def test_the_table_shows_runs_at_the_target_and_the_mean_seconds_to_reach_it():
-    from tricklab.cli.experiments import console, stats_table
+    from tricklab.cli.ablate_sweep import console, stats_table
 
     rows = records("baseline", [0.941, 0.945, 0.930], [10.0, 11.0, 12.0])
     for row, seconds in zip(rows, [6.0, 8.0, None]):
@@ -319,13 +319,13 @@ def test_configs_that_ran_the_same_seeds_also_get_the_paired_test():
 
 
 def test_the_paired_test_uses_only_the_seeds_both_configs_completed():
-    base = seeded("baseline", [0.90, 0.91, 0.92], [10.0] * 3)
-    trick = seeded("t", [0.91, 0.93, 0.90], [9.0] * 3)
+    base = seeded("baseline", [0.90, 0.91, 0.92, 0.94], [10.0] * 4)
+    trick = seeded("t", [0.91, 0.93, 0.90, 0.96], [9.0] * 4)
     trick[2]["status"], trick[2]["accuracy"] = "diverged", None
     _, row = config_stats(base + trick)
-    assert row.paired_n == 2 and row.n == 2
+    assert row.paired_n == 3 and row.n == 3
     assert row.accuracy_paired_p_value == pytest.approx(
-        stats.ttest_rel([0.91, 0.93], [0.90, 0.91]).pvalue
+        stats.ttest_rel([0.91, 0.93, 0.96], [0.90, 0.91, 0.94]).pvalue
     )
 
 
@@ -390,3 +390,87 @@ def test_verdicts_follow_the_intervals_and_the_adjusted_p_values():
         seeded("baseline", BASE_ACC, BASE_SECONDS) + seeded("t", TRICK_ACC, TRICK_SECONDS)
     )[1]
     assert fast.verdict == "significant" and fast.time_verdict == "significant"
+
+
+# ---------------------------------------------------------------- only what is possible
+
+
+def test_no_accuracy_interval_runs_outside_0_to_100_percent():
+    row = config_stats(records("baseline", [1.0, 1.0, 0.55], [10.0] * 3))[0]
+    assert row.accuracy_ci_high == 1.0 and 0 <= row.accuracy_ci_low < row.accuracy_mean
+    _, low, high, _ = welch([1.0, 1.0, 0.1], [0.0, 0.0, 0.9], bounds=(-1.0, 1.0))
+    assert -1.0 <= low and high == 1.0
+
+
+def test_no_time_interval_reaches_0_seconds():
+    spread = [19.0, 188.0, 25.0]  # a busy machine: the t interval of the mean goes below 0
+    assert mean_interval(spread)[2] < 0
+    row = config_stats(records("baseline", [0.9] * 3, spread))[0]
+    assert 0 < row.train_seconds_ci_low < row.train_seconds_geomean < row.train_seconds_ci_high
+
+
+def test_two_runs_a_side_give_no_interval_no_test_and_no_verdict():
+    base = records("baseline", [0.30, 0.17], [19.0, 188.0])
+    trick = records("t", [0.25, 0.22], [100.0, 110.0])
+    base_row, row = config_stats(base + trick)
+    assert base_row.accuracy_std is not None and base_row.accuracy_ci_low is None
+    assert row.accuracy_diff == pytest.approx(0.0) and row.accuracy_diff_ci_low is None
+    assert row.speedup is not None and row.speedup_ci_low is None and row.time_p_value is None
+    assert row.verdict == row.time_verdict == "too few runs"
+
+
+def test_the_speedup_is_the_ratio_of_the_tables_geometric_mean_seconds():
+    base, fast = config_stats(
+        records("baseline", BASE_ACC, BASE_SECONDS) + records("t", TRICK_ACC, TRICK_SECONDS)
+    )
+    assert base.train_seconds_geomean == pytest.approx(math.exp(np.mean(np.log(BASE_SECONDS))))
+    assert fast.speedup == pytest.approx(base.train_seconds_geomean / fast.train_seconds_geomean)
+
+
+# ---------------------------------------------------------------- planned vs done
+
+
+def test_planned_configurations_without_runs_get_a_row_with_none_done():
+    from tricklab.experiments.stats import planned_runs
+
+    done = records("baseline", BASE_ACC[:2], BASE_SECONDS[:2])
+    attrs = {"kind": "ablation", "configs": ["baseline", "t.a=1", "t.b=1"], "seeds": 5}
+    rows = config_stats(done, planned=planned_runs(attrs, done))
+    assert [(r.config_id, r.n, r.planned) for r in rows] == [
+        ("baseline", 2, 5),
+        ("t.a=1", 0, 5),
+        ("t.b=1", 0, 5),
+    ]
+
+
+def test_a_sweep_plans_its_seeds_for_each_configuration_drawn_so_far():
+    from tricklab.experiments.stats import planned_runs
+
+    done = records("optim.lr=0.1", [0.5], [1.0])
+    assert planned_runs({"kind": "sweep", "seeds": 2}, done) == {"optim.lr=0.1": 2}
+    assert planned_runs({"kind": "sweep"}, done) is None  # an older study: no plan stored
+
+
+# ---------------------------------------------------------------- busy machine
+
+
+def test_a_busy_machine_holds_back_the_time_verdicts_and_keeps_the_accuracy_ones():
+    from tricklab.experiments.busy import NOT_JUDGED, Busy, hold_time_verdicts
+
+    rows = config_stats(
+        records("baseline", BASE_ACC, BASE_SECONDS) + records("t", TRICK_ACC, TRICK_SECONDS)
+    )
+    assert rows[1].time_verdict == "significant"
+    hold_time_verdicts(rows, Busy(True, "the 1-minute load average was 6.00 on 2 cores"))
+    assert rows[1].time_verdict == NOT_JUDGED and rows[1].verdict == "significant"
+    assert rows[0].time_verdict == "reference"
+
+
+def test_a_study_on_a_busy_machine_gives_no_time_verdict():
+    from tricklab.experiments.busy import NOT_JUDGED, study_meta
+
+    loaded = {"cpu_count": 2, "load_average_start": [6.0, 5.0, 4.0]}
+    recs = records("baseline", BASE_ACC, BASE_SECONDS) + records("t", TRICK_ACC, TRICK_SECONDS)
+    rows = config_stats(recs)
+    meta = study_meta({"provenance": loaded}, recs, rows)
+    assert meta["busy_machine"] and rows[1].time_verdict == NOT_JUDGED

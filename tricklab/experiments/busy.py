@@ -16,6 +16,12 @@ SPREAD_LIMIT = 0.10
 
 
 BUSY_WORDS = "timings taken on a busy machine"
+# A row's time verdict on a busy machine: the speedup stays a measurement, not a finding.
+NOT_JUDGED = "not judged: busy machine"
+BUSY_ADVICE = (
+    "to judge train time, run again when the machine is idle (`uptime`: a load below its cores), "
+    "with fewer threads (OMP_NUM_THREADS=N, N below the cores left free), or on another machine"
+)
 
 
 @dataclass(frozen=True)
@@ -135,11 +141,23 @@ def results_busy(
     return busy_machine([*summaries, *(r.get("provenance") for r in records)], timings)
 
 
+def hold_time_verdicts(rows: Sequence[Any], busy: Busy) -> None:
+    """On a busy machine, every compared row's time verdict becomes NOT_JUDGED (the accuracy
+    verdicts stay: load slows a run, it does not change what it learns)."""
+    if not busy.busy:
+        return
+    for row in rows:
+        if not row.is_reference and row.time_verdict is not None:
+            row.time_verdict = NOT_JUDGED
+
+
 def study_meta(
     attrs: Mapping[str, Any], records: Sequence[Mapping[str, Any]], rows: Sequence[Any]
 ) -> dict[str, Any]:
     """What a study's results carry: the record of the latest ablate/sweep call on it (its user
-    attr `provenance`) and the busy-machine verdict (`busy_machine`, `busy_reason`)."""
+    attr `provenance`) and the busy-machine verdict (`busy_machine`, `busy_reason`); on a busy
+    machine the rows' time verdicts are held back (`hold_time_verdicts`)."""
     summary = attrs.get("provenance")
     busy = results_busy(records, rows, summaries=[summary])
+    hold_time_verdicts(rows, busy)
     return {"provenance": summary, **busy.to_dict()}

@@ -11,7 +11,7 @@ device-synchronised, none holding dataset decoding, compilation or the warm-up r
 - train_seconds: the training epochs alone, each batch's loading and augmentation included.
 The accuracy counted is the test-time-augmented one when the recipe has TTA, as airbench reports it.
 
-`speedrun(recipe, runs)` is the library call; speedrun_cli.py is `tricklab speedrun`.
+`speedrun(SpeedrunPlan(recipe, runs))` is the library call; cli/speedrun.py is `tricklab speedrun`.
 """
 
 from __future__ import annotations
@@ -149,10 +149,12 @@ class SpeedrunSummary:
 
 
 def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
-    """Two-sided 95 % Student-t confidence interval of the mean; None for fewer than two values."""
-    from tricklab.measure.intervals import mean_interval  # numpy: kept out of `tricklab --help`
+    """Two-sided 95 % Student-t confidence interval of the mean, within 0..1; None for fewer than
+    MIN_RUNS_FOR_INTERVAL (3) values (measure/intervals.py)."""
+    # numpy: kept out of `tricklab --help`
+    from tricklab.measure.intervals import ACCURACY_BOUNDS, mean_interval
 
-    _, _, low, high = mean_interval(values, 0.95)
+    _, _, low, high = mean_interval(values, 0.95, ACCURACY_BOUNDS)
     return None if low is None else (low, high)
 
 
@@ -228,19 +230,9 @@ def check_arguments(
         raise TrickLabError(f"--warmup-epochs must be a number >= 0, got {warmup_epochs}")
 
 
-def speedrun(
-    recipe: Recipe,
-    runs: int = DEFAULT_RUNS,
-    *,
-    peak_tflops: float | None = None,
-    out_dir: str | Path | None = None,
-    on_run: Callable[[SpeedrunRun], None] | None = None,
-    target_accuracy: float | None = None,
-    warmup_epochs: float | None = None,
-    recipe_name: str = "recipe",
-    stop: StopRequest | None = None,
-) -> SpeedrunSummary:
-    """Train `recipe` once to warm up (not counted), then `runs` times with seeds 0..runs-1.
+@dataclass(frozen=True)
+class SpeedrunPlan:
+    """A speedrun: `recipe` trained once to warm up (not counted), then `runs` times.
 
     `peak_tflops` overrides the device's peak from the table in `tricklab.measure.mfu` (needed for
     MFU on a device the table lacks, the CPU included). `target_accuracy` defaults to the recipe's
@@ -248,11 +240,36 @@ def speedrun(
     0 skips it, a number shortens it (one epoch meets every batch shape, which cuDNN autotunes;
     with tricks.compile each run compiles in its own warm-up steps, timed apart). With `out_dir`,
     each run writes its directory (warmup/, seed-0/, ...) and summary.json goes beside them.
+    `recipe_name` names the recipe in the summary (and finds airbench's figure for it)."""
+
+    recipe: Recipe
+    runs: int = DEFAULT_RUNS
+    peak_tflops: float | None = None
+    target_accuracy: float | None = None
+    warmup_epochs: float | None = None
+    recipe_name: str = "recipe"
+    out_dir: str | Path | None = None
+
+
+def speedrun(
+    plan: SpeedrunPlan,
+    *,
+    on_run: Callable[[SpeedrunRun], None] | None = None,
+    stop: StopRequest | None = None,
+) -> SpeedrunSummary:
+    """Run a speedrun (SpeedrunPlan): one warm-up run, then seeds 0..runs-1; their summary.
+
     `on_run` is called with each finished run, the warm-up included (its `warmup` is True).
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) after some counted runs raises
     SpeedrunInterrupted with their summary (also written to summary.json)."""
     from tricklab.training.api import train
 
+    recipe, runs, peak_tflops, out_dir = plan.recipe, plan.runs, plan.peak_tflops, plan.out_dir
+    target_accuracy, warmup_epochs, recipe_name = (
+        plan.target_accuracy,
+        plan.warmup_epochs,
+        plan.recipe_name,
+    )
     check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("--out is empty: give a folder name")

@@ -2,8 +2,10 @@
 
 Per configuration (complete runs only):
 - accuracy mean ± std (ddof=1) and its confidence interval (Student t, `scipy.stats.t.interval`);
-  accuracy is the TTA accuracy when the run used TTA, else the plain validation accuracy;
-- train seconds mean ± std;
+  accuracy is the TTA accuracy when the run used TTA, else the plain validation accuracy; the
+  interval clipped to [0, 1];
+- train seconds: mean ± std, and the geometric mean with its interval (Student t on the log
+  times, exponentiated: above 0 s), the statistic the speedup divides;
 - against the reference (the `baseline` configuration of an ablation; for a sweep, the config with
   the best mean accuracy unless one is named): the accuracy difference with Welch's confidence
   interval and p-value (`scipy.stats.ttest_ind(equal_var=False)`); the row is "within noise" when
@@ -22,12 +24,15 @@ Per configuration (complete runs only):
 - a verdict for accuracy and one for time: "significant" when the 95% interval excludes no change
   (and, with more than 3 rows, the adjusted p-value is below 0.05), "within noise" when it
   includes it, "not significant after BH" when only the adjustment takes it back, "too few runs"
-  with fewer than two runs on a side. The verdict uses Welch's interval: the paired test is
-  reported beside it, not used to call a change, so a verdict never rests on the pairing alone.
-Statistics that need two runs on each side are None with fewer.
+  with fewer than MIN_RUNS_FOR_INTERVAL (3) runs on a side. The verdict uses Welch's interval:
+  the paired test is reported beside it, not used to call a change, so a verdict never rests on
+  the pairing alone;
+- planned and done: with the study's plan (`planned`), how many runs each configuration was to
+  make, and a row for each planned configuration that has none yet.
+Intervals, tests and verdicts need 3 runs on each side (at 2, Student's t quantile is 12.7) and
+are None with fewer (measure/intervals.py).
 
-Each (configuration, seed) counts once: one run again after a failure counts by its final
-outcome, and a sampled point drawn twice reuses its runs.
+The runs come from `records.collect_runs` (re-exported here): each (configuration, seed) once.
 """
 
 from __future__ import annotations
@@ -37,13 +42,12 @@ import math
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import optuna
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import atomic_write
@@ -54,11 +58,27 @@ from tricklab.core.status import (
     fraction_at_target,
     target_counts,
 )
-from tricklab.experiments.claims import is_stale
-from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS
 from tricklab.experiments.plan import BASELINE
-from tricklab.experiments.storage import stored_runs, trial_status
-from tricklab.measure.intervals import CONFIDENCE, mean_interval, speedup_interval, welch
+from tricklab.experiments.records import collect_runs, headline_accuracy
+from tricklab.measure.intervals import (
+    ACCURACY_BOUNDS,
+    CONFIDENCE,
+    DIFFERENCE_BOUNDS,
+    MIN_RUNS_FOR_INTERVAL,
+    geometric_interval,
+    mean_interval,
+    speedup_interval,
+    welch,
+)
+
+__all__ = [
+    "ConfigStats",
+    "collect_runs",
+    "config_stats",
+    "headline_accuracy",
+    "planned_runs",
+    "write_csv",
+]
 
 FAILURE_KINDS = (Status.DIVERGED, Status.OOM, Status.FAILED, Status.PRUNED, Status.INTERRUPTED)
 
@@ -71,12 +91,18 @@ class ConfigStats:
     overrides: list[str]
     is_reference: bool = False
     n: int = 0  # complete runs
+    planned: int | None = None  # runs the study's plan gives it (None: no plan known)
+    done: int = 0  # runs with a final outcome (complete, diverged, pruned): not run again
     accuracy_mean: float | None = None
     accuracy_std: float | None = None
     accuracy_ci_low: float | None = None
     accuracy_ci_high: float | None = None
     train_seconds_mean: float | None = None
     train_seconds_std: float | None = None
+    # The geometric mean and its interval: the speedup is the ratio of two of these.
+    train_seconds_geomean: float | None = None
+    train_seconds_ci_low: float | None = None
+    train_seconds_ci_high: float | None = None
     accuracy_diff: float | None = None  # config - reference
     accuracy_diff_ci_low: float | None = None
     accuracy_diff_ci_high: float | None = None
@@ -117,84 +143,6 @@ class ConfigStats:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-# ---------------------------------------------------------------- runs of a study
-
-
-def headline_accuracy(record: dict[str, Any]) -> float | None:
-    """The run's accuracy: with TTA when it used TTA."""
-    value = record.get("val_acc_tta")
-    if value is None:
-        value = record.get("val_acc")
-    return None if value is None else float(value)
-
-
-def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
-    """One record per (configuration, seed): its final outcome, the best try (complete, else
-    another done outcome, else the latest try).
-
-    Records hold config_id, overrides, seed, status, error, accuracy, train_seconds,
-    time_to_target_seconds, target_accuracy, trial (number) and what the run stored.
-    """
-    best: dict[tuple[str, int], dict[str, Any]] = {}
-    seeds = study.user_attrs.get("seeds")
-    for trial in study.get_trials(deepcopy=False):
-        status = trial_status(trial)
-        config_id = trial.user_attrs.get("config_id")
-        if status == Status.SKIPPED or config_id is None:
-            continue  # no run, or killed before its parameters were drawn: nothing to attribute
-        if status == Status.RUNNING and is_stale(trial, DEFAULT_GRACE_SECONDS):
-            status = Status.INTERRUPTED  # its worker is gone; the next one to start says so too
-        finished = "runs" in trial.user_attrs  # told: every run it made is stored, with its outcome
-        stored = stored_runs(trial)
-        unfinished = {
-            "status": status,
-            "error": trial.user_attrs.get("error")
-            or ("the worker stopped without reporting" if status == Status.INTERRUPTED else None),
-        }
-        if trial.user_attrs.get("unit", "").startswith("sample-") or "unit" not in trial.user_attrs:
-            # A sampled trial stores each complete seed as it ends: those stand. The seed it was
-            # on when it stopped (or is on now) takes the trial's status.
-            runs = [r for r in stored if "reused_from_trial" not in r]  # the full one is elsewhere
-            if not finished:
-                upcoming = max((int(r["seed"]) for r in stored), default=-1) + 1
-                if seeds is None or upcoming < seeds:
-                    runs.append({"seed": upcoming, **unfinished})
-        elif status in (Status.RUNNING, Status.WAITING, Status.INTERRUPTED) or not stored:
-            # A unit's trial that never reached tell() (its worker died after storing the run) is
-            # interrupted whatever its stored run says; the unit runs again and counts once.
-            runs = [{"seed": trial.user_attrs.get("seed", 0), **unfinished}]
-        else:
-            runs = stored
-        for run in runs:
-            record = {
-                "config_id": config_id,
-                "overrides": trial.user_attrs.get("overrides", []),
-                **run,
-                "trial": trial.number,
-            }
-            key = (config_id, int(record.get("seed", 0)))
-            previous = best.get(key)
-            if (
-                previous is None
-                or _rank(record) > _rank(previous)
-                or _rank(record) == _rank(previous) == 0
-            ):
-                best[key] = record
-    return sorted(best.values(), key=lambda r: (r["trial"], r.get("seed", 0)))
-
-
-def _rank(record: dict[str, Any]) -> int:
-    """Which try of a (configuration, seed) stands: a complete run, else another done outcome
-    (diverged, pruned), else the latest try."""
-    return (
-        2
-        if record["status"] in COMPLETE_STATUSES
-        else 1
-        if record["status"] in DONE_STATUSES
-        else 0
-    )
-
-
 def config_stats(
     records: Iterable[dict[str, Any]],
     *,
@@ -202,17 +150,22 @@ def config_stats(
     target: float | None = None,
     confidence: float = CONFIDENCE,
     order: str = "appearance",
+    planned: Mapping[str, int] | None = None,
 ) -> list[ConfigStats]:
     """The results table from run records (see `collect_runs`).
 
     The reference is `reference` if given, else `baseline` when present, else the configuration
     with the best mean accuracy. `order`: "appearance" (reference first, then as first run) or
-    "accuracy" (reference first, then best mean accuracy first).
+    "accuracy" (reference first, then best mean accuracy first). `planned`: {config id: runs}
+    of the study's plan; a planned configuration with no run yet gets a row of its own (n=0).
     """
     groups: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault(record["config_id"], []).append(record)
     rows = {cid: _describe(cid, recs, target, confidence) for cid, recs in groups.items()}
+    for cid, runs in (planned or {}).items():
+        rows.setdefault(cid, ConfigStats(config_id=cid, overrides=[])).planned = runs
+        groups.setdefault(cid, [])
     if not rows:
         return []
     if reference is None:
@@ -242,6 +195,20 @@ def config_stats(
     return ordered
 
 
+def planned_runs(
+    attrs: Mapping[str, Any], records: Iterable[dict[str, Any]]
+) -> dict[str, int] | None:
+    """{config id: runs} of a study's plan (its user attrs `seeds` and, for an ablation, `configs`;
+    a sweep's configurations are those drawn so far); None when the study stores no plan."""
+    seeds = attrs.get("seeds")
+    if not isinstance(seeds, int) or isinstance(seeds, bool):
+        return None
+    configs = attrs.get("configs") if attrs.get("kind") == "ablation" else None
+    ids = list(configs) if isinstance(configs, list) else []
+    ids += [r["config_id"] for r in records if r["config_id"] not in ids]
+    return dict.fromkeys(ids, seeds)
+
+
 def _samples(records: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
     done = [
         r for r in records if r["status"] in COMPLETE_STATUSES and r.get("accuracy") is not None
@@ -256,10 +223,14 @@ def _describe(
     row = ConfigStats(config_id=config_id, overrides=list(records[0].get("overrides", [])))
     row.n = len(accuracies)
     row.accuracy_mean, row.accuracy_std, row.accuracy_ci_low, row.accuracy_ci_high = mean_interval(
-        accuracies, confidence
+        accuracies, confidence, ACCURACY_BOUNDS
     )
     row.train_seconds_mean, row.train_seconds_std, _, _ = mean_interval(seconds, confidence)
+    row.train_seconds_geomean, row.train_seconds_ci_low, row.train_seconds_ci_high = (
+        geometric_interval(seconds, confidence)
+    )
     statuses = Counter(r["status"] for r in records)
+    row.done = sum(statuses[s] for s in DONE_STATUSES)
     row.failures = {kind: statuses[kind] for kind in FAILURE_KINDS if statuses[kind]}
     row.pending = statuses[Status.RUNNING] + statuses[Status.WAITING]
     targets = [r.get("target_accuracy") for r in records if r.get("target_accuracy") is not None]
@@ -310,7 +281,7 @@ def _compare(
     if not accuracies or not ref_acc:
         return
     row.accuracy_diff, row.accuracy_diff_ci_low, row.accuracy_diff_ci_high, row.accuracy_p_value = (
-        welch(accuracies, ref_acc, confidence)
+        welch(accuracies, ref_acc, confidence, DIFFERENCE_BOUNDS)
     )
     if row.accuracy_diff_ci_low is not None and row.accuracy_diff_ci_high is not None:
         row.within_noise = row.accuracy_diff_ci_low <= 0 <= row.accuracy_diff_ci_high
@@ -344,7 +315,7 @@ def _compare_paired(
     ref_acc = np.array([ref_runs[s][0] for s in seeds])
     row.accuracy_paired_diff = float(np.mean(acc - ref_acc))
     row.accuracy_identical_per_seed = bool(np.all(acc == ref_acc))
-    if len(seeds) < 2:
+    if len(seeds) < MIN_RUNS_FOR_INTERVAL:
         return
     if row.accuracy_identical_per_seed:  # no spread to test: the same numbers, seed for seed
         row.accuracy_paired_diff_ci_low = row.accuracy_paired_diff_ci_high = 0.0
@@ -352,8 +323,9 @@ def _compare_paired(
     else:
         result = _ttest_rel(acc, ref_acc)
         interval = result.confidence_interval(confidence)
-        row.accuracy_paired_diff_ci_low = _finite(interval.low)
-        row.accuracy_paired_diff_ci_high = _finite(interval.high)
+        low, high = _finite(interval.low), _finite(interval.high)
+        row.accuracy_paired_diff_ci_low = None if low is None else max(low, DIFFERENCE_BOUNDS[0])
+        row.accuracy_paired_diff_ci_high = None if high is None else min(high, DIFFERENCE_BOUNDS[1])
         row.accuracy_paired_p_value = _finite(result.pvalue)
     seconds = np.array([runs[s][1] for s in seeds])
     ref_seconds = np.array([ref_runs[s][1] for s in seeds])

@@ -1,0 +1,93 @@
+"""The runs of a stored study as records, one per (configuration, seed): the try that stands.
+
+Each (configuration, seed) counts once: one run again after a failure counts by its final
+outcome, and a sampled point drawn twice reuses its runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
+from tricklab.experiments.claims import is_stale
+from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS
+from tricklab.experiments.storage import stored_runs, trial_status
+
+
+def headline_accuracy(record: dict[str, Any]) -> float | None:
+    """The run's accuracy: with TTA when it used TTA."""
+    value = record.get("val_acc_tta")
+    if value is None:
+        value = record.get("val_acc")
+    return None if value is None else float(value)
+
+
+def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
+    """One record per (configuration, seed): its final outcome, the best try (complete, else
+    another done outcome, else the latest try).
+
+    Records hold config_id, overrides, seed, status, error, accuracy, train_seconds,
+    time_to_target_seconds, target_accuracy, trial (number) and what the run stored.
+    """
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    seeds = study.user_attrs.get("seeds")
+    for trial in study.get_trials(deepcopy=False):
+        status = trial_status(trial)
+        config_id = trial.user_attrs.get("config_id")
+        if status == Status.SKIPPED or config_id is None:
+            continue  # no run, or killed before its parameters were drawn: nothing to attribute
+        if status == Status.RUNNING and is_stale(trial, DEFAULT_GRACE_SECONDS):
+            status = (
+                Status.INTERRUPTED
+            )  # its worker is gone; the next worker to start will say so too
+        finished = "runs" in trial.user_attrs  # told: every run it made is stored, with its outcome
+        stored = stored_runs(trial)
+        unfinished = {
+            "status": status,
+            "error": trial.user_attrs.get("error")
+            or ("the worker stopped without reporting" if status == Status.INTERRUPTED else None),
+        }
+        if trial.user_attrs.get("unit", "").startswith("sample-") or "unit" not in trial.user_attrs:
+            # A sampled trial stores each complete seed as it ends: those stand. The seed it was
+            # on when it stopped (or is on now) takes the trial's status.
+            runs = [r for r in stored if "reused_from_trial" not in r]  # the full one is elsewhere
+            if not finished:
+                upcoming = max((int(r["seed"]) for r in stored), default=-1) + 1
+                if seeds is None or upcoming < seeds:
+                    runs.append({"seed": upcoming, **unfinished})
+        elif status in (Status.RUNNING, Status.WAITING, Status.INTERRUPTED) or not stored:
+            # A unit's trial that never reached tell() (its worker died after storing the run) is
+            # interrupted whatever its stored run says; the unit runs again and counts once.
+            runs = [{"seed": trial.user_attrs.get("seed", 0), **unfinished}]
+        else:
+            runs = stored
+        for run in runs:
+            record = {
+                "config_id": config_id,
+                "overrides": trial.user_attrs.get("overrides", []),
+                **run,
+                "trial": trial.number,
+            }
+            key = (config_id, int(record.get("seed", 0)))
+            previous = best.get(key)
+            if (
+                previous is None
+                or _rank(record) > _rank(previous)
+                or _rank(record) == _rank(previous) == 0
+            ):
+                best[key] = record
+    return sorted(best.values(), key=lambda r: (r["trial"], r.get("seed", 0)))
+
+
+def _rank(record: dict[str, Any]) -> int:
+    """Which try of a (configuration, seed) stands: a complete run, else another done outcome
+    (diverged, pruned), else the latest try."""
+    return (
+        2
+        if record["status"] in COMPLETE_STATUSES
+        else 1
+        if record["status"] in DONE_STATUSES
+        else 0
+    )
