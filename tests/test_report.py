@@ -1,4 +1,4 @@
-"""`tricklab report` / `write_report` on tiny real studies (generated data, 1 epoch, 2 seeds)."""
+"""`tricklab report` / `write_report` on tiny real studies (generated data, 1 epoch, 3 seeds)."""
 
 import base64
 import json
@@ -27,9 +27,9 @@ STEMS = ["accuracy_vs_time", "effects", "training_curves", "memory_throughput"]
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    """(root, experiment folder): an ablation of 4 configurations x 2 seeds, one diverging."""
+    """(root, experiment folder): an ablation of 4 configurations x 3 seeds, one diverging."""
     root = tmp_path_factory.mktemp("study")
-    return root, make_study(root)
+    return root, make_study(root, seeds=3)
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +124,9 @@ def test_the_numbers_in_report_md_equal_results_json(report, study, capsys):
             for k in ("accuracy_mean", "accuracy_std", "accuracy_ci_low", "accuracy_ci_high")
         ]
         assert shown == pytest.approx(expected, abs=0.005 + 1e-9)
-        assert numbers(row["train s mean ± std"]) == pytest.approx(
-            [config["train_seconds_mean"], config["train_seconds_std"]], rel=0.01
+        seconds = ("train_seconds_geomean", "train_seconds_ci_low", "train_seconds_ci_high")
+        assert numbers(row["train s geometric mean [95% CI]"]) == pytest.approx(
+            [config[k] for k in seconds], rel=0.01, abs=0.0051
         )
         if config["is_reference"]:
             continue
@@ -135,7 +136,7 @@ def test_the_numbers_in_report_md_equal_results_json(report, study, capsys):
         ]
         assert numbers(row["Δacc pp [95% CI]"]) == pytest.approx(diff, abs=0.005 + 1e-9)
         speed = [config[k] for k in ("speedup", "speedup_ci_low", "speedup_ci_high")]
-        assert numbers(row["speedup [95% CI], p (test)"])[:3] == pytest.approx(
+        assert numbers(row["speedup (ratio of train s) [95% CI], p (test)"])[:3] == pytest.approx(
             speed, rel=0.01, abs=0.0051
         )
         assert (
@@ -152,7 +153,7 @@ def test_the_conclusions_follow_the_verdicts_of_results_json(report, study, caps
             c for c in report.conclusions if c.startswith(config["config_id"].split("=")[0])
         ]
         if config["verdict"] is None:
-            assert "no complete run" in sentence and "did not complete (diverged 2)" in sentence
+            assert "no complete run" in sentence and "did not complete (diverged 3)" in sentence
         elif config["verdict"] == "significant":
             assert ("higher accuracy" in sentence) == (config["accuracy_diff"] > 0)
             assert ("lower accuracy" in sentence) == (config["accuracy_diff"] < 0)
@@ -160,19 +161,17 @@ def test_the_conclusions_follow_the_verdicts_of_results_json(report, study, caps
             assert "the same accuracy, seed for seed" in sentence
         else:
             assert "no significant change in accuracy" in sentence
-            assert p_equals(config["accuracy_p_value"]) in sentence and "n=2" in sentence
-        if config["speedup_ci_low"] is not None:
-            assert "its 95% CI is too wide to read at n=2" in sentence  # a ratio at n = 2
+            assert p_equals(config["accuracy_p_value"]) in sentence and "n=3" in sentence
 
 
 def test_a_study_with_failed_runs_says_so(report):
     text = report.md_path.read_text()
     failures = md_rows(text[text.index("## Failures") :], "config")
     assert [(r["config"], r["kind"], r["runs"]) for r in failures] == [
-        ("optim.lr=1e+12", "diverged", "2")
+        ("optim.lr=1e+12", "diverged", "3")
     ]
     assert "NaN" in failures[0]["message"]
-    assert "Not complete: 2 diverged." in report.summary
+    assert "Not complete: 3 diverged." in report.summary
 
 
 # ---------------------------------------------------------------- conclusions from fixed numbers
@@ -237,8 +236,8 @@ def test_one_run_a_side_is_too_few_to_test():
     assert "none of the 1 change can be tested" in summary([src])
 
 
-def test_a_ratio_interval_at_two_runs_is_flagged_too_wide_to_read():
-    assert ratio_interval(1.2, 0.3, 4.3, 2) == "1.20× [0.30×, 4.30×] (n=2: too wide to read)"
+def test_a_ratio_at_two_runs_says_in_words_that_there_is_no_interval():
+    assert ratio_interval(1.2, None, None, 2) == "1.20× (n=2: too few runs for an interval)"
     assert ratio_interval(1.25, 1.21, 1.29, 5) == "1.25× [1.21×, 1.29×]"
 
 
@@ -306,12 +305,12 @@ def test_an_empty_study_still_gives_a_report_that_says_so(tmp_path):
 
 
 def test_speedrun_and_run_folders_are_sources_too(tmp_path):
-    from tricklab.experiments.speedrun import speedrun
+    from tricklab.experiments.speedrun import SpeedrunPlan, speedrun
     from tricklab.recipe.schema import load_recipe
     from tricklab.training.api import train
 
     recipe = load_recipe(None, TINY)
-    speedrun(recipe, 2, out_dir=tmp_path / "sr", warmup_epochs=0, recipe_name="tiny")
+    speedrun(SpeedrunPlan(recipe, 2, warmup_epochs=0, recipe_name="tiny", out_dir=tmp_path / "sr"))
     train(recipe.override(["optim.lr=0.4"]), out_dir=tmp_path / "lr")
     (sr,) = load_sources([tmp_path / "sr"])
     assert sr.kind == "speedrun" and [(r.config_id, r.n) for r in sr.rows] == [("tiny", 2)]

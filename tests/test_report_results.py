@@ -44,11 +44,13 @@ def test_format_md_is_a_markdown_table_with_a_row_per_config(study, capsys):
     lines = results(capsys, study, "--format", "md").strip().splitlines()
     assert lines[0].startswith("| config | n | acc % mean ± std [95% CI] |")
     assert set(lines[1].strip("|").split("|")) <= {"---", "---:"}
-    assert [line.split(" | ")[0].lstrip("| ") for line in lines[2:]] == [
+    rows = [line for line in lines[2:] if line.startswith("|")]  # a busy machine adds a line
+    assert [line.split(" | ")[0].lstrip("| ") for line in rows] == [
         c["config_id"].replace("1000000000000.0", "1e+12") for c in data["configs"]
     ]
     base = data["configs"][0]
-    assert f"| {base['accuracy_mean'] * 100:.2f} ± {base['accuracy_std'] * 100:.2f} [" in lines[2]
+    mean, std = base["accuracy_mean"] * 100, base["accuracy_std"] * 100
+    assert f"| {mean:.2f} ± {std:.2f} (n=2: too few runs for an interval) |" in rows[0]
 
 
 def test_format_latex_is_a_booktabs_table_with_escaped_names(study, capsys):
@@ -89,7 +91,7 @@ def test_per_seed_gives_one_row_per_run_and_one_column_per_varied_key(study, cap
     lines = results(capsys, study, "--per-seed", "--format", "md").strip().splitlines()
     header = [h.strip() for h in lines[0].strip("|").split("|")]
     assert header[:5] == ["config", "seed", "aug.flip", "optim.lr", "tricks.label_smoothing"]
-    assert len(lines) == 2 + 8
+    assert len([line for line in lines if line.startswith("|")]) == 2 + 8  # busy: a line more
     rows = list(
         csv.DictReader(io.StringIO(results(capsys, study, "--per-seed", "--format", "csv")))
     )
@@ -109,7 +111,7 @@ def test_a_narrow_terminal_wraps_or_stacks_and_never_cuts_a_number(study, capsys
     for config in data["configs"]:
         if config["accuracy_mean"] is not None:
             assert f"{config['accuracy_mean'] * 100:.2f}" in words
-            assert f"{config['accuracy_ci_high'] * 100:.2f}" in words
+            assert f"{config['accuracy_std'] * 100:.2f}" in words  # 2 runs: no interval
         if config["accuracy_diff"] is not None:
             assert f"{config['accuracy_diff'] * 100:+.2f}" in words
 

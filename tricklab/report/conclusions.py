@@ -6,7 +6,8 @@
   p-value is below 0.05);
 - otherwise the sentence says "no significant change" and gives the estimate, the interval, the
   p-values (naming the test) and n, so a reader sees how large an effect the runs could have missed;
-- with fewer than two runs on a side it says there are too few runs to test.
+- with fewer than 3 runs on a side it says there are too few runs to test;
+- on a busy machine it judges no train time (the accuracy verdicts stay) and says what to do.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import tricklab.report.fmt as fmt
 from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.experiments.busy import BUSY_ADVICE, NOT_JUDGED
+from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL
 from tricklab.report.collect import Source
 
 
@@ -60,11 +63,10 @@ def time_clause(row: Any, reference: Any) -> str:
         return "no train time to compare"
     if row.time_verdict == "too few runs":
         return f"too few runs to test train time ({fmt.ratio(row.speedup)}×)"
+    if row.time_verdict == NOT_JUDGED:
+        return f"train time {NOT_JUDGED} ({fmt.ratio(row.speedup)}× measured)"
     low, high = row.speedup_ci_low, row.speedup_ci_high
-    if min(row.n, reference.n) == 2:  # a t quantile of 12.7: the interval says nothing
-        ci = "its 95% CI is too wide to read at n=2"
-    else:
-        ci = f"95% CI {fmt.ratio(low)}..{fmt.ratio(high)}×: {fmt.time_change_range(low, high)} time"
+    ci = f"95% CI {fmt.ratio(low)}..{fmt.ratio(high)}×: {fmt.time_change_range(low, high)} time"
     p = f"Welch {fmt.p_equals(row.time_p_value)}" if row.time_p_value is not None else ""
     evidence = "; ".join(filter(None, [ci, p]))
     if row.time_verdict == "significant":
@@ -137,7 +139,15 @@ def source_summary(source: Source) -> str:
     if reference.accuracy_ci_low is not None:
         low, high = fmt.pct(reference.accuracy_ci_low), fmt.pct(reference.accuracy_ci_high)
         text += f" (95% CI {low}..{high}%)"
-    text += f" in {fmt.seconds(reference.train_seconds_mean)} s of training per run."
+    text += (
+        f" in {fmt.seconds(reference.train_seconds_geomean)} s of training per run (geometric mean)"
+    )
+    if reference.target is not None and reference.target_runs:
+        text += (
+            f"; {reference.reached_target} of its {reference.target_runs} runs reached the target"
+            f" accuracy of {fmt.pct(reference.target)}%"
+        )
+    text += "."
 
     others = [r for r in source.rows if not r.is_reference and r.accuracy_diff is not None]
     if not others:
@@ -149,15 +159,18 @@ def source_summary(source: Source) -> str:
     few = [r for r in others if r.verdict == "too few runs"]
     if len(few) == len(others):
         return text + (
-            f" With one run on a side, none of the {len(others)} change"
-            f"{'s' if len(others) > 1 else ''} can be tested: run more seeds."
+            f" With fewer than {MIN_RUNS_FOR_INTERVAL} runs on a side, none of the {len(others)}"
+            f" change{'s' if len(others) > 1 else ''} can be tested: run more seeds"
+            f" ({MIN_RUNS_FOR_INTERVAL} or more)."
         )
     if accuracy:
         shown = [f"{source.name_of(r.config_id)} ({fmt.pp(r.accuracy_diff)} pp)" for r in accuracy]
         text += f" {len(accuracy)} of {len(others)} changes moved accuracy significantly: {_names(shown)}."
     else:
         text += f" None of the {len(others)} changes moved accuracy significantly."
-    if speed:
+    if any(r.time_verdict == NOT_JUDGED for r in others):
+        text += f" Train time is {NOT_JUDGED} ({source.busy.note()}); {BUSY_ADVICE}."
+    elif speed:
         shown = [f"{source.name_of(r.config_id)} ({fmt.ratio(r.speedup)}×)" for r in speed]
         text += f" {len(speed)} changed train time significantly: {_names(shown)}."
     else:
@@ -172,8 +185,8 @@ def summary(sources: Sequence[Source]) -> str:
     if not sources:
         return "There is nothing to report."
     text = " ".join(source_summary(s) for s in sources)
-    for source in sources:  # measure/provenance.py
-        if source.busy.busy:
+    for source in sources:  # experiments/busy.py; a held-back verdict says it in its sentence
+        if source.busy.busy and not any(r.time_verdict == NOT_JUDGED for r in source.rows):
             text += f" {source.name}: {source.busy.note()}."
     if any(
         r.verdict in ("within noise", "not significant after BH") for s in sources for r in s.rows

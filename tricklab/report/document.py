@@ -12,6 +12,7 @@ from typing import Any
 import tricklab.report.fmt as fmt
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.core.version import __version__
+from tricklab.experiments.busy import BUSY_ADVICE
 from tricklab.report.collect import Source
 from tricklab.report.figures import FIGURES, Figure
 from tricklab.report.tables import TableData, per_seed_table, results_table
@@ -62,7 +63,9 @@ METHOD = [
     " where the recipe has it; train seconds are the training epochs with each batch's loading"
     " and augmentation, device-synchronised, without evaluation, dataset decoding or compilation."
     " Every statistic uses the complete runs only, one per (configuration, seed).",
-    "Means come with 95% Student-t confidence intervals. A configuration is compared with its"
+    "Means come with 95% Student-t confidence intervals, clipped to what is possible (an accuracy"
+    " lies in 0..100%); train seconds are geometric means with the interval of the log times"
+    " (so it stays above 0 s). A configuration is compared with its"
     " source's reference by Welch's unequal-variance t-test on accuracy (the difference in"
     " percentage points with its 95% interval and p-value) and on log train seconds (the speedup,"
     " reference time / configuration time as a ratio of geometric means, with its interval). Where"
@@ -72,8 +75,12 @@ METHOD = [
     " (scipy.stats.false_discovery_control).",
     "A change is called significant only when Welch's 95% interval excludes no change and, with more"
     " than 3 rows, its adjusted p-value is below 0.05; the paired test is shown, not used to call"
-    " a change. At n = 2 a ratio's interval uses a t quantile of 12.7 and is flagged as too wide to"
-    " read.",
+    " a change. Intervals, tests and verdicts need 3 runs on each side: at n = 2 Student's t"
+    " quantile is 12.7 and an interval says nothing, so the tables say so in words.",
+    "On a busy machine (the 1-minute load above the cores, or train seconds that spread across"
+    " seeds more than a reported speedup) the speedups are shown as measured but no change in"
+    ' train time is called: the time verdicts read "not judged: busy machine"; the accuracy'
+    " verdicts stay.",
 ]
 
 
@@ -185,7 +192,7 @@ def _joined_table(sources: Sequence[Source]) -> TableData:
     for source in sources:
         header += [
             f"{source.name}: acc % (n)",
-            f"{source.name}: train s",
+            f"{source.name}: train s (geometric mean)",
             f"{source.name}: speedup",
         ]
     rows = []
@@ -197,7 +204,7 @@ def _joined_table(sources: Sequence[Source]) -> TableData:
                 cells += ["-", "-", "-"]
                 continue
             cells.append(f"{fmt.pct(row.accuracy_mean)} ({row.n})")
-            cells.append(fmt.seconds(row.train_seconds_mean))
+            cells.append(fmt.seconds(row.train_seconds_geomean))
             cells.append(
                 "reference" if row.is_reference else fmt.ratio_interval(row.speedup, None, None)
             )
@@ -265,8 +272,8 @@ def build_document(
         table = results_table(source.rows, "", source.name_of)
         blocks.append(TableBlock(table))
         if source.busy.busy:  # beside the train seconds it is about
-            blocks.append(Paragraph(source.busy.note().capitalize() + "."))
-        blocks.append(Paragraph(table.notes[0]))
+            blocks.append(Paragraph(f"{source.busy.note().capitalize()}: {BUSY_ADVICE}."))
+        blocks += [Paragraph(note) for note in table.notes]
     if len(sources) > 1:
         blocks += [Heading(3, "All sources side by side"), TableBlock(_joined_table(sources))]
     blocks.append(Heading(2, "Figures"))

@@ -1,13 +1,14 @@
 """The report's figures, drawn with matplotlib's object API (no pyplot, no global backend: PNG through
 Agg) and saved as PNG and SVG:
 
-1. accuracy against train time: every configuration a point with 95% CI bars on both axes, the
-   Pareto front, the baseline a star;
+1. accuracy against train time (tradeoff.py): every configuration a point with 95% CI bars on both
+   axes, the Pareto front where its steps are significant, the baseline a star;
 2. each change's effect against the baseline: accuracy difference (pp) and speedup (×) with 95%
    CIs, greyed where the interval includes no change (or there are too few runs);
 3. training curves: validation accuracy and loss per epoch and per second of training, mean over
    seeds with a ±1 std band;
-4. peak memory and training throughput per configuration.
+4. peak memory (on a GPU: the CUDA allocator's peak of the run; left out on a CPU, whose peak RSS
+   is the process's over its whole life) and training throughput per configuration.
 
 Colours, markers, legends and ticks are style.py's.
 """
@@ -37,6 +38,7 @@ from tricklab.report.style import (
     ratio_ticks,
     wrap_label,
 )
+from tricklab.report.tradeoff import accuracy_vs_time
 
 
 @dataclass
@@ -57,86 +59,7 @@ class Figure:
         return next(p for p in self.files if p.suffix == ".svg")
 
 
-# ---------------------------------------------------------------- 1. accuracy vs time
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats on both time (lower) and accuracy (higher), by time."""
-    front: list[tuple[float, float]] = []
-    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
-        if not front or y > front[-1][1]:
-            front.append((x, y))
-    return front
-
-
-def accuracy_vs_time(styles: Styles) -> Any | None:
-    fig = new_figure(7.0, 4.8)
-    ax = fig.subplots()
-    drawn: set[str] = set()
-    all_points: list[tuple[float, float]] = []
-
-    for si, source in enumerate(styles.sources):
-        points = []
-        for row in source.rows:
-            runs = complete_runs(source, row.config_id)
-            if not runs:
-                continue
-            x, xlo, xhi = mean_ci([r["train_seconds"] for r in runs])
-            y, ylo, yhi = mean_ci([r["accuracy"] * 100 for r in runs])
-            colour = styles.colour(si, row.config_id)
-            ref = row.is_reference
-            ax.errorbar(
-                x,
-                y,
-                xerr=None if xlo is None else [[x - xlo], [xhi - x]],
-                yerr=None if ylo is None else [[y - ylo], [yhi - y]],
-                fmt="*" if ref else styles.marker(row.config_id),
-                ms=15 if ref else 7,
-                color=colour,
-                mec="black" if ref else colour,
-                mew=0.8 if ref else 0.5,
-                ecolor=colour,
-                elinewidth=1.2,
-                capsize=3,
-                zorder=4 if ref else 3,
-            )
-            points.append((x, y))
-            all_points.append((x, y))
-            drawn.add(row.config_id)
-        front = pareto_front(points)
-        if len(front) > 1:
-            fx, fy = zip(*front)
-            ax.plot(
-                fx,
-                fy,
-                ls="--",
-                lw=1,
-                color=styles.colour(si, "") if styles.multi else "0.45",
-                zorder=2,
-            )
-    if not drawn:
-        return None
-    means = [x for x, _ in all_points if x > 0]
-    if means and max(means) / min(means) > 10:  # configurations 10x apart in time: a log axis
-        from matplotlib.ticker import FuncFormatter
-
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    else:
-        ax.set_xlim(left=0)  # a wide interval of a mean time runs off at 0 s, not below it
-    low, high = ax.get_ylim()
-    ax.set_ylim(max(low, 0), min(high, 100))  # an interval of a mean accuracy runs off at 0 or 100%
-    ax.set_xlabel("train time per run (s)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("Accuracy against train time (mean and 95% CI of each configuration)")
-    handles, labels = styles.legend(drawn=drawn)
-
-    from matplotlib.lines import Line2D
-
-    handles.append(Line2D([], [], ls="--", lw=1, color="0.45"))
-    labels.append("Pareto front (no configuration faster and more accurate)")
-    legend_below(fig, handles, labels)
-    return fig
+# ---------------------------------------------------------------- 1. accuracy vs time: tradeoff.py
 
 
 # ---------------------------------------------------------------- 2. effects vs baseline
@@ -334,25 +257,37 @@ def curves(styles: Styles) -> Any | None:
 # ---------------------------------------------------------------- 4. memory and throughput
 
 
+def _on_cpu(source: Source) -> bool:
+    return source.hardware.get("device_type") == "cpu"
+
+
 def memory_throughput(styles: Styles) -> Any | None:
     bars = []  # (y label config id, source index, memory MiB runs, images/s runs)
     for si, source in enumerate(styles.sources):
         for row in source.rows:
             runs = complete_runs(source, row.config_id)
-            memory = [r["peak_memory_bytes"] / MIB for r in runs if r.get("peak_memory_bytes")]
+            # a CPU's peak RSS is the process's whole life, earlier runs included: not one run's
+            memory = [
+                r["peak_memory_bytes"] / MIB
+                for r in runs
+                if r.get("peak_memory_bytes") and not _on_cpu(source)
+            ]
             speed = [r["images_per_second"] for r in runs if r.get("images_per_second")]
             if memory or speed:
                 bars.append((row.config_id, si, memory, speed))
     if not bars:
         return None
+    with_memory = any(b[2] for b in bars)
     configs = [cid for cid in styles.configs if any(b[0] == cid for b in bars)]
     per_row = 0.36 + 0.16 * (len(styles.sources) - 1)
-    fig = new_figure(8.0, 1.7 + per_row * len(configs))
-    axes = fig.subplots(1, 2, sharey=True)
+    fig = new_figure(8.0 if with_memory else 5.5, 1.7 + per_row * len(configs))
+    axes = list(fig.subplots(1, 2, sharey=True)) if with_memory else [None, fig.subplots()]
     height = 0.7 / len(styles.sources)
     for cid, si, memory, speed in bars:
         y = configs.index(cid) + (si - (len(styles.sources) - 1) / 2) * height
         for ax, values in zip(axes, (memory, speed)):
+            if ax is None:
+                continue
             mean, low, high = mean_ci(values)
             if mean is None:
                 continue
@@ -368,24 +303,20 @@ def memory_throughput(styles: Styles) -> Any | None:
             )
             end = mean if high is None else high
             ax.text(end, y, f"  {mean:,.0f}", va="center", ha="left", fontsize=8)
-    for ax in axes:
-        ax.set_xlim(0, ax.get_xlim()[1] * 1.25)  # room for the value labels
-        ax.grid(axis="y", visible=False)
-    axes[0].set_yticks(range(len(configs)))
-    axes[0].set_yticklabels([wrap_label(styles.configs[cid]) for cid in configs])
-    axes[0].set_ylim(len(configs) - 0.5, -0.5)
-    devices = {s.hardware.get("device_type") for s in styles.sources}
-    measured = {"cuda": ", CUDA allocator", "cpu": ", CPU: process peak RSS"}
-    only = measured.get(next(iter(devices)), "") if len(devices) == 1 else ""
-    axes[0].set_xlabel(f"peak memory (MiB{only})")
-
-    axes[1].set_xlabel("training throughput (images/s)")
     from matplotlib.ticker import FuncFormatter
 
-    for ax in axes:
+    shown = [ax for ax in axes if ax is not None]
+    for ax in shown:
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.25)  # room for the value labels
+        ax.grid(axis="y", visible=False)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-
-    axes[0].set_title("Peak memory")
+    shown[0].set_yticks(range(len(configs)))
+    shown[0].set_yticklabels([wrap_label(styles.configs[cid]) for cid in configs])
+    shown[0].set_ylim(len(configs) - 0.5, -0.5)
+    if with_memory:
+        axes[0].set_xlabel("peak memory (MiB, CUDA allocator's peak of the run)")
+        axes[0].set_title("Peak memory")
+    axes[1].set_xlabel("training throughput (images/s)")
     axes[1].set_title("Throughput")
     if styles.multi:
         from matplotlib.patches import Patch
@@ -400,11 +331,10 @@ def memory_throughput(styles: Styles) -> Any | None:
 
 def _memory_caption(styles: Styles) -> str:
     text = "Mean over complete runs, error bars the 95% CI where there are two runs or more."
-    if any(s.hardware.get("device_type") == "cpu" for s in styles.sources):
+    if any(_on_cpu(s) for s in styles.sources):
         text += (
-            " On the CPU, peak memory is the process's peak resident set size over its whole life,"
-            " so it includes earlier runs of the same process: compare it between configurations"
-            " only on a GPU (there: the CUDA allocator's peak for the run)."
+            " Peak memory is left out for runs on a CPU: there it is the process's peak resident"
+            " set size over its whole life, earlier runs included, not the peak of one run."
         )
     return text
 
@@ -415,9 +345,11 @@ FIGURES = (
         "Accuracy against train time",
         accuracy_vs_time,
         "Each point is one configuration: mean accuracy (with TTA where the recipe has it) and"
-        " mean train seconds over its complete runs, bars the 95% Student-t CIs on both axes."
-        " The star is the reference; the dashed line joins the configurations no other one"
-        " beats on both accuracy and time.",
+        " geometric-mean train seconds over its complete runs (the results table's numbers), bars"
+        " the 95% CIs (none with fewer than 3 runs). The star is the reference. The dashed line"
+        " (Pareto front) joins configurations no other one beats on both accuracy and time, drawn"
+        " only where the slower one is significantly more accurate and significantly slower"
+        " (Welch 95%); a dotted grey step is one the runs cannot tell from noise.",
     ),
     (
         "effects",
@@ -458,5 +390,7 @@ def render_figures(sources: Sequence[Source], folder: Path) -> list[Figure]:
             files = [folder / f"{stem}.png", folder / f"{stem}.svg"]
             fig.savefig(files[0], dpi=PNG_DPI, metadata={"Software": None})
             fig.savefig(files[1], metadata={"Date": None, "Creator": None})
+            if stem == "memory_throughput" and len(fig.axes) == 1:  # memory left out (a CPU)
+                title = "Throughput"
             made.append(Figure(stem, title, caption or _memory_caption(styles), files))
     return made

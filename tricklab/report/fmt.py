@@ -104,14 +104,17 @@ def ratio(value: float | None) -> str:
 def ratio_interval(
     value: float | None, low: float | None, high: float | None, n: int | None = None
 ) -> str:
-    """'1.25× [1.21×, 1.29×]'; at n = 2 flagged: '(n=2: too wide to read)'."""
+    """'1.25× [1.21×, 1.29×]'; with too few runs for an interval (n = 2) the words instead:
+    '1.20× (n=2: too few runs for an interval)'."""
+    from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
+
     if value is None:
         return "-"
     text = f"{ratio(value)}×"
     if low is not None and high is not None:
         text += f" [{ratio(low)}×, {ratio(high)}×]"
-        if n is not None and n <= 2:
-            text += " (n=2: too wide to read)"
+    elif n is not None and 1 < n < MIN_RUNS_FOR_INTERVAL:
+        text += f" ({too_few_words(n)})"
     return text
 
 

@@ -1,57 +1,59 @@
-"""The tables of `tricklab results` and of a report, built once as text cells and written as a rich
-terminal table, Markdown, LaTeX (booktabs) or HTML (html.py).
+"""The tables of `tricklab results` and of a report, built once as text cells (TableData) and
+written by table_writers.py (rich, Markdown, LaTeX, CSV; re-exported here) or html.py.
 
 Columns that are empty in every row are left out (no target, no failures, no BH adjustment).
+No interval is printed outside what is possible (measure/intervals.py clips and times them), and
+with fewer than 3 runs on a side a cell says so in words instead of numbers. The train seconds
+shown are geometric means, so the speedup is the ratio of two numbers in the table.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any
 
 import tricklab.report.fmt as fmt
 from tricklab.core.status import Status
+from tricklab.experiments.busy import NOT_JUDGED
+from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
+from tricklab.report.table_writers import (
+    TableData,
+    latex_escape,
+    to_csv,
+    to_latex,
+    to_markdown,
+    to_rich,
+)
+
+__all__ = [
+    "TableData",
+    "latex_escape",
+    "per_seed_table",
+    "results_table",
+    "stats_csv",
+    "to_csv",
+    "to_latex",
+    "to_markdown",
+    "to_rich",
+]
 
 VERDICT_WORDS = {
     "reference": ("reference", "reference"),
     "within noise": ("within noise", "within noise"),
     "not significant after BH": ("n.s. after BH", "n.s. after BH"),
     "too few runs": ("too few runs", "too few runs"),
+    NOT_JUDGED: ("", NOT_JUDGED),
 }
 VERDICT_NOTE = (
     "higher/lower, faster/slower: the 95% interval excludes no change (and, with more than 3 rows, "
     "the Benjamini-Hochberg adjusted p < 0.05); within noise: it includes no change; n.s. after "
-    "BH: only the adjustment for many comparisons takes it back."
+    f"BH: only the adjustment for many comparisons takes it back; too few runs: fewer than "
+    f"{MIN_RUNS_FOR_INTERVAL} on a side. train s: geometric mean over the complete runs; speedup: "
+    "the reference's train s / the configuration's."
 )
-
-
-@dataclass
-class TableData:
-    """A table as text cells: `align` holds 'l' or 'r' per column."""
-
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    align: list[str]
-    notes: list[str] = field(default_factory=list)
-
-    def without_empty_columns(self, keep: int = 1) -> TableData:
-        """The table without columns that are empty or '-' in every row (the first `keep` stay)."""
-        used = [
-            i
-            for i in range(len(self.header))
-            if i < keep or any(row[i] not in ("", "-") for row in self.rows)
-        ]
-        return TableData(
-            self.title,
-            [self.header[i] for i in used],
-            [[row[i] for i in used] for row in self.rows],
-            [self.align[i] for i in used],
-            list(self.notes),
-        )
+# The columns a terminal too narrow for the whole table keeps (table_writers.to_rich).
+ABRIDGED = ("config", "n", "acc %", "Δacc pp", "train s", "speedup", "acc verdict", "time verdict")
 
 
 # ---------------------------------------------------------------- the tables
@@ -83,22 +85,38 @@ def _p_cells(row: Any) -> tuple[str, str]:
     return " · ".join(tests), " · ".join(adjusted)
 
 
+def _or_words(interval: str, n: int) -> str:
+    """An interval's text, or with too few runs the words that say so ('' with one run: the
+    cell's n says it)."""
+    if interval:
+        return interval
+    return f"({too_few_words(n)})" if 1 < n < MIN_RUNS_FOR_INTERVAL else ""
+
+
 def _accuracy_cell(row: Any) -> str:
     if row.accuracy_mean is None:
         return "-"
     text = fmt.pct(row.accuracy_mean)
     if row.accuracy_std is not None:
         ci = fmt.interval(row.accuracy_ci_low, row.accuracy_ci_high, fmt.pct)
-        text += f" ± {fmt.pct(row.accuracy_std)} {ci}"
+        text += f" ± {fmt.pct(row.accuracy_std)} {_or_words(ci, row.n)}"
     return text
 
 
-def _difference_cell(row: Any) -> str:
+def _seconds_cell(row: Any) -> str:
+    if row.train_seconds_geomean is None:
+        return "-"
+    ci = fmt.interval(row.train_seconds_ci_low, row.train_seconds_ci_high, fmt.seconds)
+    return " ".join(filter(None, [fmt.seconds(row.train_seconds_geomean), _or_words(ci, row.n)]))
+
+
+def _difference_cell(row: Any, reference_n: int) -> str:
     if row.accuracy_diff is None:
         return ""
     if row.accuracy_identical_per_seed and row.paired_n == row.n:
         return f"{fmt.pp(row.accuracy_diff)} (identical, seed for seed)"
     ci = fmt.interval(row.accuracy_diff_ci_low, row.accuracy_diff_ci_high, fmt.pp)
+    ci = _or_words(ci, min(row.n, reference_n))
     return " ".join(filter(None, [fmt.pp(row.accuracy_diff), ci]))
 
 
@@ -124,53 +142,110 @@ def _failures_cell(row: Any) -> str:
     return text
 
 
+def target_words(rows: Sequence[Any]) -> str | None:
+    """'55.00%' when every row has that target, 'per row' when they differ, None for none."""
+    targets = {r.target for r in rows if r.target is not None}
+    if not targets:
+        return None
+    return f"{fmt.pct(targets.pop())}%" if len(targets) == 1 else "per row"
+
+
+def _target_cell(row: Any, one_target: bool) -> str:
+    if row.target is None:
+        return "-"
+    text = f"{row.reached_target}/{row.target_runs}"
+    if not one_target:
+        text += f" of {fmt.pct(row.target)}%"
+    if row.time_to_target_seconds_mean is not None:
+        text += f", {row.time_to_target_seconds_mean:.1f}"
+    return text
+
+
+def unfinished(rows: Sequence[Any]) -> tuple[int, int] | None:
+    """(runs done, runs planned) of a study whose plan is not done yet; None when it is done or
+    has no plan."""
+    planned = sum(r.planned or 0 for r in rows)
+    done = sum(min(r.done, r.planned or 0) for r in rows)
+    return (done, planned) if any(r.planned for r in rows) and done < planned else None
+
+
 def results_table(
     rows: Sequence[Any], title: str = "", name: Callable[[str], str] | None = None
 ) -> TableData:
-    """The results table of `stats.config_stats` rows (ConfigStats)."""
+    """The results table of `stats.config_stats` rows (ConfigStats), with its `abridged` form."""
     reference_n = next((r.n for r in rows if r.is_reference), 0)
+    target = target_words(rows)
+    plan = unfinished(rows)
     header = [
         "config",
         "n",
+        "runs done/planned",
         "acc % mean ± std [95% CI]",
         "Δacc pp [95% CI]",
         "Δacc p (test)",
         "Δacc p, BH-adjusted",
-        "train s mean ± std",
-        "speedup [95% CI], p (test)",
-        "≥ target, s to it",
+        "train s geometric mean [95% CI]",
+        "speedup (ratio of train s) [95% CI], p (test)",
+        f"≥ target {target}: runs, mean s to it" if target else "≥ target, s to it",
         "failures",
         "acc verdict",
         "time verdict",
     ]
-
-    cells = []
+    cells, short = [], []
     for r in rows:
-        secs = fmt.seconds(r.train_seconds_mean)
-        if r.train_seconds_std is not None:
-            secs += f" ± {fmt.seconds(r.train_seconds_std)}"
-        reached = f"{r.reached_target}/{r.target_runs}" if r.target is not None else "-"
-        if r.time_to_target_seconds_mean is not None:
-            reached += f", {r.time_to_target_seconds_mean:.1f}"
         p_cell, adjusted_cell = _p_cells(r)
+        shown = name(r.config_id) if name else r.config_id
+        progress = f"{r.done}/{r.planned}" if plan and r.planned else ""
+        accuracy, speedup = fmt.pct(r.accuracy_mean), fmt.ratio(r.speedup) + "×"
         cells.append(
             [
-                name(r.config_id) if name else r.config_id,
+                shown,
                 str(r.n),
+                progress,
                 _accuracy_cell(r),
-                _difference_cell(r),
+                _difference_cell(r, reference_n),
                 p_cell,
                 adjusted_cell,
-                secs,
+                _seconds_cell(r),
                 _speedup_cell(r, reference_n),
-                reached,
+                _target_cell(r, target != "per row"),
                 _failures_cell(r),
                 accuracy_verdict(r),
                 time_verdict(r),
             ]
         )
-    align = ["l", "r", "r", "r", "r", "r", "r", "r", "r", "l", "l", "l"]
-    return TableData(title, header, cells, align, [VERDICT_NOTE]).without_empty_columns()
+        short.append(
+            [
+                shown,
+                f"{r.n}/{r.planned}" if plan and r.planned else str(r.n),
+                accuracy,
+                fmt.pp(r.accuracy_diff) if r.accuracy_diff is not None else "",
+                fmt.seconds(r.train_seconds_geomean),
+                speedup if r.speedup is not None else "",
+                accuracy_verdict(r),
+                time_verdict(r),
+            ]
+        )
+    notes = [VERDICT_NOTE]
+    if plan:
+        notes.append(
+            f"Unfinished: {plan[0]} of {plan[1]} planned runs done (runs done/planned, per "
+            "configuration); rerun the same command to finish."
+        )
+    align = ["l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l", "l", "l"]
+    abridged = TableData(
+        title,
+        list(ABRIDGED) if not plan else ["config", "n/planned", *ABRIDGED[2:]],
+        short,
+        ["l", "r", "r", "r", "r", "r", "l", "l"],
+        [
+            "Abridged to fit the terminal (point estimates and verdicts): `--format md` or a "
+            "wider terminal shows the intervals and p-values.",
+            *notes,
+        ],
+    ).without_empty_columns()
+    table = TableData(title, header, cells, align, notes, abridged)
+    return table.without_empty_columns()
 
 
 def varied_keys(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -270,74 +345,7 @@ def per_seed_table(records: Sequence[dict[str, Any]], title: str = "") -> TableD
     return TableData(title, header, rows, align).without_empty_columns(keep=2)
 
 
-# ---------------------------------------------------------------- writers
-
-
-def to_markdown(table: TableData) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in table.header) + " |"]
-    lines.append("|" + "|".join("---:" if a == "r" else "---" for a in table.align) + "|")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in table.rows]
-    return "\n".join(lines)
-
-
-_LATEX = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "±": r"$\pm$",
-    "×": r"$\times$",
-    "Δ": r"$\Delta$",
-    "≥": r"$\geq$",
-    "·": r"$\cdot$",
-    "<": r"$<$",
-    ">": r"$>$",
-}
-
-
-def latex_escape(text: str) -> str:
-    return "".join(_LATEX.get(c, c) for c in text)
-
-
-def to_latex(table: TableData) -> str:
-    """A booktabs table (needs \\usepackage{booktabs})."""
-    lines = [
-        "% needs \\usepackage{booktabs}",
-        "\\begin{table}[ht]",
-        "\\centering",
-        "\\small",
-    ]
-    if table.title:
-        lines.append(f"\\caption{{{latex_escape(table.title)}}}")
-    lines += [
-        f"\\begin{{tabular}}{{{''.join(table.align)}}}",
-        "\\toprule",
-        " & ".join(latex_escape(h) for h in table.header) + " \\\\",
-        "\\midrule",
-        *(" & ".join(latex_escape(c) for c in row) + " \\\\" for row in table.rows),
-        "\\bottomrule",
-        "\\end{tabular}",
-        "\\end{table}",
-    ]
-    return "\n".join(lines)
-
-
-def to_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
-    return buffer.getvalue()
+# ---------------------------------------------------------------- CSV of the statistics
 
 
 def stats_csv(rows: Sequence[Any]) -> str:
@@ -351,55 +359,3 @@ def stats_csv(rows: Sequence[Any]) -> str:
         data["overrides"] = " ".join(row.overrides)
         out.append([data[n] for n in names] + [row.failures.get(k, 0) for k in FAILURE_KINDS])
     return to_csv(names + [f"failures_{k}" for k in FAILURE_KINDS], out)
-
-
-def _word_widths(table: TableData) -> tuple[list[int], list[int]]:
-    """Per column: (longest word, longest cell): the narrowest it can be with no word broken, and
-    the widest it needs."""
-    columns = [[table.header[i]] + [row[i] for row in table.rows] for i in range(len(table.header))]
-    words = [max((len(w) for text in col for w in text.split()), default=1) for col in columns]
-    cells = [max((len(text) for text in col), default=1) for col in columns]
-    return words, cells
-
-
-def _fit(minimum: list[int], maximum: list[int], available: int) -> list[int]:
-    """Column widths within `available`: each at least its minimum; the spare shared max-min fairly
-    (columns that want little get it all, so short cells stay on one line)."""
-    wants = [max(mx - mn, 0) for mn, mx in zip(minimum, maximum)]
-    widths = list(minimum)
-    spare = available - sum(minimum)
-    order = sorted(range(len(wants)), key=lambda i: wants[i])
-    for done, i in enumerate(order):
-        give = min(wants[i], spare // (len(order) - done))
-        widths[i] += give
-        spare -= give
-    return widths
-
-
-def to_rich(table: TableData, width: int | None = None) -> Any:
-    """A rich renderable: the table, or, where the terminal is too narrow for it, one small
-    two-column table per row ('stacked'). Cells wrap at spaces and fold inside a word; never '…'."""
-    from rich.console import Group
-    from rich.table import Table
-
-    minimum, maximum = _word_widths(table)
-    borders = 3 * len(minimum) + 1  # a space of padding each side and a rule between columns
-    if width is None or sum(minimum) + borders <= width:
-        widths = maximum if width is None else _fit(minimum, maximum, width - borders)
-        wide = Table(title=table.title or None, title_justify="left")
-        for name, align, column_width in zip(table.header, table.align, widths):
-            justify = "right" if align == "r" else "left"
-            wide.add_column(name, justify=justify, overflow="fold", width=column_width)
-        for row in table.rows:
-            wide.add_row(*row)
-        return wide
-    parts: list[Any] = [table.title] if table.title else []
-    for row in table.rows:
-        block = Table(title=row[0], title_justify="left", show_header=False, show_lines=False)
-        block.add_column("field", overflow="fold", style="dim")
-        block.add_column("value", overflow="fold")
-        for name, value in zip(table.header[1:], row[1:]):
-            if value not in ("", "-"):
-                block.add_row(name, value)
-        parts.append(block)
-    return Group(*parts)

@@ -1,0 +1,168 @@
+"""Numbers a student can defend: what the results table, the conclusions and the figures print
+about fixed runs (no training here)."""
+
+import re
+
+import pytest
+
+from tricklab.experiments.busy import NOT_JUDGED, hold_time_verdicts
+from tricklab.experiments.stats import config_stats
+from tricklab.report.collect import Source
+from tricklab.report.conclusions import conclusions, summary
+from tricklab.report.figures import memory_throughput
+from tricklab.report.style import Styles
+from tricklab.report.tables import results_table, to_markdown, to_rich
+from tricklab.report.tradeoff import accuracy_vs_time, significant_step
+
+CPU = {"device_type": "cpu", "cpu_cores": 2, "cpu_model": "AMD EPYC"}
+GPU = {"device_type": "cuda", "device_name": "NVIDIA H100"}
+
+
+def records(config_id, accuracies, seconds, **extra):
+    return [
+        {"config_id": config_id, "overrides": [] if config_id == "baseline" else [config_id],
+         "seed": seed, "status": "complete", "accuracy": acc, "train_seconds": secs,
+         "target_accuracy": 0.55, "hardware": CPU, **extra}
+        for seed, (acc, secs) in enumerate(zip(accuracies, seconds))
+    ]  # fmt: skip
+
+
+def source(*groups, planned=None):
+    recs = [r for g in groups for r in g]
+    return Source("fixed", "ablation", "-", recs, config_stats(recs, planned=planned))
+
+
+def column(table, name):
+    i = table.header.index(name)
+    return [row[i] for row in table.rows]
+
+
+def numbers(text):
+    return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?", text.replace(",", ""))]
+
+
+BASE = records("baseline", [0.900, 0.904, 0.896, 0.902, 0.898], [10.0, 10.2, 9.8, 10.1, 9.9])
+FAST = records("t.fast=1", [0.920, 0.924, 0.916, 0.922, 0.918], [8.0, 8.1, 7.9, 8.05, 7.95])
+
+
+# ---------------------------------------------------------------- intervals
+
+
+def test_no_interval_in_the_table_runs_outside_what_is_possible():
+    near_top = records("baseline", [1.0, 0.999, 0.62], [19.0, 188.0, 25.0])
+    table = results_table(source(near_top).rows)
+    accuracy = numbers(column(table, "acc % mean ± std [95% CI]")[0])
+    assert all(0 <= v <= 100 for v in accuracy) and accuracy[-1] == 100.0
+    seconds = numbers(column(table, "train s geometric mean [95% CI]")[0])
+    assert len(seconds) == 3 and all(v > 0 for v in seconds)
+
+
+def test_two_runs_a_side_print_words_instead_of_an_interval():
+    src = source(
+        records("baseline", [0.30, 0.17], [19.0, 188.0]),
+        records("t.x=1", [0.25, 0.22], [100.0, 90.0]),
+    )
+    table = results_table(src.rows)
+    words = "n=2: too few runs for an interval"
+    assert all(words in cell for cell in column(table, "acc % mean ± std [95% CI]"))
+    assert all(words in cell for cell in column(table, "train s geometric mean [95% CI]"))
+    assert words in column(table, "Δacc pp [95% CI]")[1]
+    assert words in column(table, "speedup (ratio of train s) [95% CI], p (test)")[1]
+    assert "[" not in to_markdown(table).split("\n", 2)[2]  # no interval anywhere in the rows
+    assert column(table, "acc verdict")[1] == column(table, "time verdict")[1] == "too few runs"
+
+
+# ---------------------------------------------------------------- one statistic
+
+
+def test_the_speedup_is_the_ratio_of_the_train_seconds_the_table_shows():
+    table = results_table(source(BASE, FAST).rows)
+    base_s, fast_s = (numbers(c)[0] for c in column(table, "train s geometric mean [95% CI]"))
+    speedup = numbers(column(table, "speedup (ratio of train s) [95% CI], p (test)")[1])[0]
+    assert speedup == pytest.approx(base_s / fast_s, abs=0.006)
+
+
+def test_the_target_accuracy_is_in_the_column_header_and_the_summary():
+    src = source(BASE, FAST)
+    table = results_table(src.rows)
+    assert "≥ target 55.00%: runs, mean s to it" in table.header
+    assert "reached the target accuracy of 55.00%" in summary([src])
+
+
+# ---------------------------------------------------------------- busy machine
+
+
+def test_a_busy_machine_gives_no_time_verdict_but_keeps_the_accuracy_verdict():
+    loaded = {"cpu_count": 2, "load_average_start": [7.5, 6.0, 4.0]}
+    src = source(records("baseline", [0.90, 0.904, 0.896], [10.0, 10.2, 9.8], provenance=loaded),
+                 records("t.fast=1", [0.92, 0.924, 0.916], [8.0, 8.1, 7.9], provenance=loaded))  # fmt: skip
+    hold_time_verdicts(src.rows, src.busy)
+    table = results_table(src.rows)
+    assert column(table, "time verdict")[1] == NOT_JUDGED
+    assert column(table, "acc verdict")[1] == "higher"
+    (sentence,) = conclusions([src])
+    assert "higher accuracy" in sentence and f"train time {NOT_JUDGED}" in sentence
+    assert "faster" not in sentence
+    text = summary([src])
+    assert "load average was 7.50 on 2 cores" in text and "OMP_NUM_THREADS" in text
+    assert "another machine" in text and "changed train time significantly" not in text
+
+
+# ---------------------------------------------------------------- planned vs done
+
+
+def test_an_unfinished_study_shows_runs_done_and_planned_per_configuration():
+    planned = {"baseline": 5, "t.fast=1": 5, "t.never=1": 5}
+    table = results_table(source(BASE, FAST[:2], planned=planned).rows)
+    assert column(table, "config") == ["baseline", "t.fast=1", "t.never=1"]
+    assert column(table, "runs done/planned") == ["5/5", "2/5", "0/5"]
+    assert any("Unfinished: 7 of 15 planned runs done" in note for note in table.notes)
+
+
+def test_a_finished_study_shows_no_plan_column():
+    table = results_table(source(BASE, FAST, planned={"baseline": 5, "t.fast=1": 5}).rows)
+    assert "runs done/planned" not in table.header and len(table.notes) == 1
+
+
+# ---------------------------------------------------------------- terminal width
+
+
+def test_the_results_table_is_abridged_where_it_would_wrap_and_markdown_is_whole():
+    from rich.console import Console
+
+    table = results_table(source(BASE, FAST).rows, "ablation fixed")
+    console = Console(width=120, record=True, color_system=None)
+    console.print(to_rich(table, 120))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 120
+    assert sum("t.fast=1" in line for line in lines) == 1  # one line for the row
+    assert any("Abridged to fit the terminal" in line for line in lines)
+    assert to_markdown(table).splitlines()[0].count("|") == len(table.header) + 1
+
+
+# ---------------------------------------------------------------- figures
+
+
+def test_the_pareto_front_is_drawn_only_through_significant_steps():
+    slow_better = records(
+        "t.slow=1", [0.930, 0.934, 0.926, 0.932, 0.928], [12.0, 12.2, 11.8, 12.1, 11.9]
+    )
+    overlapping = records("t.close=1", [0.91, 0.95, 0.86], [12.0, 9.0, 15.0])
+    assert significant_step(BASE, slow_better)
+    assert not significant_step(BASE, overlapping)
+    assert not significant_step(BASE[:2], slow_better[:2])  # too few runs for any interval
+    texts = lambda fig: " ".join(t.get_text() for t in fig.axes[0].texts)  # noqa: E731
+    assert "No Pareto front" not in texts(accuracy_vs_time(Styles([source(BASE, slow_better)])))
+    assert "No Pareto front" in texts(accuracy_vs_time(Styles([source(BASE, overlapping)])))
+
+
+def test_peak_memory_is_left_out_on_a_cpu_and_drawn_on_a_gpu():
+    def with_memory(hardware):
+        recs = records("baseline", [0.9, 0.91, 0.92], [10.0] * 3, peak_memory_bytes=2**30,
+                       images_per_second=1000.0)  # fmt: skip
+        for r in recs:
+            r["hardware"] = hardware
+        return Styles([source(recs)])
+
+    assert len(memory_throughput(with_memory(CPU)).axes) == 1  # throughput only
+    assert len(memory_throughput(with_memory(GPU)).axes) == 2
