@@ -30,7 +30,12 @@ from pathlib import Path
 
 import torch
 
-from tricklab.experiments.speedrun import SpeedrunInterrupted, accuracy_ci95, speedrun
+from tricklab.experiments.speedrun import (
+    SpeedrunInterrupted,
+    SpeedrunPlan,
+    accuracy_ci95,
+    speedrun,
+)
 from tricklab.recipe.schema import load_recipe
 
 TARGET = 0.94
@@ -141,14 +146,14 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        summary = speedrun(
+        plan = SpeedrunPlan(
             recipe,
             args.runs,
-            out_dir=out / "tricklab",
-            on_run=after_tricklab_run,
             warmup_epochs=args.warmup_epochs,
             recipe_name=args.recipe,
+            out_dir=out / "tricklab",
         )
+        summary = speedrun(plan, on_run=after_tricklab_run)
     except SpeedrunInterrupted as exc:
         summary = exc.summary
         print(f"interrupted after {len(airbench_runs)} pairs")

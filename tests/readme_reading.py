@@ -1,10 +1,12 @@
-"""Reading README.md for tests/test_readme.py: its fenced blocks, code spans and shell commands
-with their line numbers, and each `tricklab ...` it shows walked through the CLI's own parser
-(built, never called)."""
+"""Reading README.md and the docs/ pages for tests/test_readme.py: a page's fenced blocks, code
+spans and shell commands with their line numbers, and each `tricklab ...` it shows walked through
+the CLI's own parser (built, never called). One page is read at a time: `README` is that page
+(README.md unless `reading(page)` says otherwise)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import shlex
@@ -14,14 +16,49 @@ from pathlib import Path
 from tricklab.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "README.md"  # the page being read
+
+
+def pages() -> list[Path]:
+    """README.md and every page under docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def page_name(path: Path | None = None) -> str:
+    path = README if path is None else path
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+@contextlib.contextmanager
+def reading(page: Path):
+    """Read `page` instead of README.md within the block."""
+    global README
+    before, README = README, page
+    clear_caches()
+    try:
+        yield
+    finally:
+        README = before
+        clear_caches()
+
 
 SHELL_LANGS = ("", "bash", "sh", "shell", "console")
 # Words that end one shell command and start the next.
 SEPARATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1", "do", "then"}
 # Folders of this repository a path in the README may start with (others are airbench's, outputs).
 REPO_FOLDERS = ("benchmarks", "tests", "tricklab", "examples", "scripts", ".ci")
-PACKAGE_FOLDERS = ("core", "data", "models", "measure", "recipe", "training", "profile", "experiments", "report", "cli")
+PACKAGE_FOLDERS = (
+    "core",
+    "data",
+    "models",
+    "measure",
+    "recipe",
+    "training",
+    "profile",
+    "experiments",
+    "report",
+    "cli",
+)
 
 
 # ------------------------------------------------------------------ reading the README
@@ -50,7 +87,7 @@ def code_blocks() -> tuple[tuple[str, int, tuple[str, ...]], ...]:
                 lang = None
         elif lang is not None:
             body.append(line)
-    assert lang is None, "README.md: a fenced code block is never closed"
+    assert lang is None, f"{page_name()}: a fenced code block is never closed"
     return tuple(blocks)
 
 
@@ -77,6 +114,17 @@ def inline_spans() -> tuple[Snippet, ...]:
     return tuple(spans)
 
 
+def shown_failing(body: tuple[str, ...], offset: int) -> bool:
+    """Whether the `$ command` at body[offset] is shown failing: an `error:` line follows it
+    (a mistake on purpose, which tests/test_docs_commands.py runs and these checks leave alone)."""
+    for line in body[offset + 1 :]:
+        if line.startswith("$ "):
+            return False
+        if line.startswith("error:"):
+            return True
+    return False
+
+
 @cache
 def shell_commands() -> tuple[Snippet, ...]:
     """Each shell line of a fenced block, continuation lines joined, prompt and comment removed."""
@@ -86,6 +134,8 @@ def shell_commands() -> tuple[Snippet, ...]:
             continue
         pending, first = "", start
         for offset, line in enumerate(body):
+            if line.startswith("$ ") and shown_failing(body, offset):
+                continue
             if not pending:
                 first = start + offset
             if line.rstrip().endswith("\\"):
@@ -262,7 +312,7 @@ def invocations() -> tuple[Invocation, ...]:
 
 
 def report(problems: list[str]) -> str:
-    return "README.md does not match the code:\n" + "\n".join(problems)
+    return f"{page_name()} does not match the code:\n" + "\n".join(problems)
 
 
 def line_of(offset: int, text: str | None = None) -> int:
@@ -271,7 +321,7 @@ def line_of(offset: int, text: str | None = None) -> int:
 
 
 def at(line: int, message: str) -> str:
-    return f"README.md:{line}: {message}"
+    return f"{page_name()}:{line}: {message}"
 
 
 def clear_caches() -> None:

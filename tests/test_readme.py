@@ -1,8 +1,9 @@
-"""The README says what the code does: every command and option it shows is one the CLI's parser
-accepts, every Python name it gives imports (with the arguments it names), every recipe key,
-recipe, dataset and model it uses exists, every repository path it names is there, every extra it
-installs is declared. Nothing is trained or run. A failure names the README line; each check is
-shown to find a mistake planted in a copy of the README.
+"""README.md and every page under docs/ say what the code does: every command and option they show
+is one the CLI's parser accepts, every Python name they give imports (with the arguments it names),
+every recipe key, recipe, dataset and model they use exists, every repository path and link they
+name is there, every extra they install is declared. Nothing is trained or run here (that is
+tests/test_docs_commands.py's job). A failure names the page and line; each check is shown to find
+a mistake planted in a copy of the README.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from readme_reading import (
     inline_spans,
     invocations,
     line_of,
+    page_name,
+    pages,
     placeholder,
     prose,
+    reading,
     readme_text,
     report,
     segments,
@@ -100,7 +104,15 @@ def recipe_key_problems() -> list[str]:
     keys = set(all_keys())
     problems = set()
     texts = [(s.line, s.text) for s in (*shell_commands(), *inline_spans())]
-    texts += list(enumerate(readme_text().splitlines(), start=1))
+    console = {  # a console block's lines: its commands are read above, its output is output
+        start + offset
+        for lang, start, body in code_blocks()
+        if lang == "console"
+        for offset in range(len(body))
+    }
+    texts += [
+        (n, line) for n, line in enumerate(readme_text().splitlines(), start=1) if n not in console
+    ]
     for line, text in texts:
         for match in RECIPE_KEY.finditer(text):
             key = match.group(0)
@@ -127,12 +139,17 @@ def recipe_name_problems() -> list[str]:
     problems = [
         at(line, f"no built-in recipe {word!r}")
         for line, word in named
-        if "=" not in word and not placeholder(word) and word not in shipped
+        if "=" not in word
+        and not placeholder(word)
+        and word not in shipped
+        and not word.endswith((".yaml", ".yml"))  # a recipe file the page writes
     ]
+    if "| recipe | what it is |" not in readme_text():
+        return problems
     start = readme_text().index("| recipe | what it is |")
     table = readme_text()[start:].split("\n\n", 1)[0]
     listed = {
-        name for pair in re.findall(r"^\| `([\w-]+)`|, `([\w-]+)`", table, re.M) for name in pair
+        name for pair in re.findall(r"^\| \[?`([\w-]+)`|, `([\w-]+)`", table, re.M) for name in pair
     }
     problems += [
         at(line_of(start), f"the recipes table leaves out {name!r}")
@@ -161,6 +178,8 @@ def command_recipes() -> list[tuple[int, str | None, list[str]]]:
         overrides = [w for w in words if "=" in w]
         if (recipe is not None and placeholder(recipe)) or any(map(placeholder, overrides)):
             continue
+        if recipe is not None and recipe.endswith((".yaml", ".yml")):
+            continue  # a recipe file the page writes first; test_docs_commands.py runs it
         if recipe is None and not overrides:
             continue
         found.append((inv.line, recipe, overrides))
@@ -196,12 +215,12 @@ def choice_list_problems() -> list[str]:
             if value not in choices.get(key, []):
                 line = line_of(match.start(), prose())
                 problems.append(at(line, f"{key} does not allow {value!r}"))
-    section = prose().split("\n## Datasets", 1)[1].split("\n## ", 1)[0]
-    problems += [
-        at(line_of(prose().index("\n## Datasets") + 1, prose()), f"Datasets leaves out {name}")
-        for name in DATASET_NAMES
-        if f"`{name}`" not in section
-    ]
+    if page_name() == "docs/datasets.md":  # the page of datasets names every one
+        problems += [
+            at(1, f"the datasets page leaves out {name}")
+            for name in DATASET_NAMES
+            if f"`{name}`" not in prose()
+        ]
     return problems
 
 
@@ -231,10 +250,11 @@ def model_problems() -> list[str]:
         if "=" not in name and ":" not in name and not placeholder(name)
         if name not in registered
     ]
-    start = readme_text().index("\nModels (`tricklab models`") + 1
-    listed = re.findall(r"`([a-z0-9-]+)`", readme_text()[start:].split(";", 1)[0])
-    assert len(listed) >= 8, "README.md: the Models paragraph lists fewer models than it did"
-    problems += [at(line_of(start), f"no model {m!r}") for m in listed if m not in registered]
+    if "\nModels (`tricklab models`" in readme_text():  # docs/training.md's list of models
+        start = readme_text().index("\nModels (`tricklab models`") + 1
+        listed = re.findall(r"`([a-z0-9-]+)`", readme_text()[start:].split(";", 1)[0])
+        assert len(listed) >= 8, "the Models paragraph lists fewer models than it did"
+        problems += [at(line_of(start), f"no model {m!r}") for m in listed if m not in registered]
     return problems
 
 
@@ -358,8 +378,9 @@ def path_problems() -> list[str]:
             name = match.group(1)
             if not name.startswith("airbench") and not any(ROOT.glob(f"*/**/{name}")):
                 problems.append(at(span.line, f"no file named {name} in the repository"))
-    for match in re.finditer(r"\]\(([^)#:]+)\)", readme_text()):
-        if not (ROOT / match.group(1)).exists():
+    base = readme_reading.README.parent if readme_reading.README.is_relative_to(ROOT) else ROOT
+    for match in re.finditer(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme_text()):
+        if not (base / match.group(1)).exists():
             problems.append(at(line_of(match.start()), f"the link {match.group(1)} leads nowhere"))
     return problems
 
@@ -379,17 +400,34 @@ def extra_problems() -> list[str]:
     return problems
 
 
-def anchor_problems() -> list[str]:
-    """`[...](#when-things-go-wrong)` finds its heading (GitHub's anchors)."""
-    anchors = {
+def github_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (fenced blocks left out)."""
+    outside, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside:
+            outside.append(line)
+    return {
         re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-        for heading in re.findall(r"^#+ (.+)$", prose(), re.M)
+        for heading in re.findall(r"^#+ (.+)$", "\n".join(outside), re.M)
     }
-    return [
+
+
+def anchor_problems() -> list[str]:
+    """`[...](#when-things-go-wrong)` and `[...](other.md#a-heading)` find their heading
+    (GitHub's anchors)."""
+    problems = [
         at(line_of(m.start()), f"no heading for #{m.group(1)}")
         for m in re.finditer(r"\]\(#([\w-]+)\)", readme_text())
-        if m.group(1) not in anchors
+        if m.group(1) not in github_anchors(readme_text())
     ]
+    base = readme_reading.README.parent
+    for m in re.finditer(r"\]\(([^)#:]+\.md)#([\w-]+)\)", readme_text()):
+        target = base / m.group(1)
+        if target.is_file() and m.group(2) not in github_anchors(target.read_text("utf-8")):
+            problems.append(at(line_of(m.start()), f"no heading for {m.group(1)}#{m.group(2)}"))
+    return problems
 
 
 CHECKS = {
@@ -419,52 +457,49 @@ def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -
     return set().union(*(leaf_commands(p, (*path, name)) for name, p in subs.items()))
 
 
-def test_every_command_and_option_the_readme_shows_is_one_the_parser_accepts():
-    assert not (problems := command_problems()), report(problems)
+PAGES = pages()
+PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
+PER_PAGE = [c for c in CHECKS if c != "recipes load"]  # that one is its own test below
 
 
-def test_the_readme_shows_every_command_the_cli_has():
-    shown = {" ".join(inv.path) for inv in invocations()}
+def across_pages(function):
+    """function() read on every page, as a list of (page, result)."""
+    found = []
+    for page in PAGES:
+        with reading(page):
+            found.append((page, function()))
+    return found
+
+
+@pytest.mark.parametrize("check", PER_PAGE)
+@pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
+def test_every_page_matches_the_code(page, check):
+    """Commands and options the parser accepts, recipe keys, recipes, datasets, models, Python
+    names, paths, links and extras that exist: each check on each page."""
+    with reading(page):
+        assert not (problems := CHECKS[check]()), report(problems)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
+def test_every_command_recipe_with_its_overrides_and_varied_values_loads(page):
+    with reading(page):
+        assert not (problems := recipe_load_problems()), report(problems)
+
+
+def test_the_pages_show_every_command_the_cli_has():
+    shown = {" ".join(inv.path) for _, found in across_pages(invocations) for inv in found}
     commands = leaf_commands(top_parser())
     assert {"demo", "train", "data show", "profile step"} <= commands
-    assert not commands - shown, f"README.md never shows tricklab {sorted(commands - shown)}"
+    assert not commands - shown, f"no page shows tricklab {sorted(commands - shown)}"
 
 
-def test_an_option_named_alone_in_the_text_belongs_to_some_command():
-    assert not (problems := lone_option_problems()), report(problems)
+def test_the_pages_build_many_recipes_and_list_many_field_values():
+    """The loading and choice checks have something to check: the commands of every section."""
+    assert sum(len(found) for _, found in across_pages(command_recipes)) > 40
+    assert sum(len(CHOICE_LIST.findall(text)) for _, text in across_pages(prose)) >= 6
 
 
-def test_every_benchmark_command_uses_options_its_script_takes():
-    assert not (problems := benchmark_command_problems()), report(problems)
-
-
-def test_every_recipe_key_the_readme_writes_exists():
-    assert not (problems := recipe_key_problems()), report(problems)
-
-
-def test_every_recipe_the_readme_names_is_shipped_and_the_table_lists_every_shipped_one():
-    assert not (problems := recipe_name_problems()), report(problems)
-
-
-def test_every_command_recipe_with_its_overrides_and_varied_values_loads():
-    assert len(command_recipes()) > 40  # the commands of every section
-    assert not (problems := recipe_load_problems()), report(problems)
-
-
-def test_the_values_the_readme_lists_for_a_field_are_its_choices():
-    assert len(CHOICE_LIST.findall(prose())) >= 6  # optim.name, schedule.name, tricks.tta, ...
-    assert not (problems := choice_list_problems()), report(problems)
-
-
-def test_every_dataset_the_readme_names_exists():
-    assert not (problems := dataset_problems()), report(problems)
-
-
-def test_every_model_the_readme_lists_or_profiles_is_registered():
-    assert not (problems := model_problems()), report(problems)
-
-
-def test_every_python_name_imports_and_takes_the_arguments_the_readme_shows():
+def test_the_readme_jobs_table_names_a_python_function_for_each_job():
     table = readme_text().split("## What is in it", 1)[1].split("\n\n", 2)[1]
     first = line_of(readme_text().index(table))
     in_table = [n for n in python_names() if first <= n[0] <= first + table.count("\n")]
@@ -472,21 +507,21 @@ def test_every_python_name_imports_and_takes_the_arguments_the_readme_shows():
     assert not (problems := python_name_problems()), report(problems)
 
 
-def test_the_python_example_calls_what_exists_with_arguments_it_takes():
+def test_the_readme_has_a_python_example():
     assert any(lang == "python" for lang, _, _ in code_blocks())
-    assert not (problems := example_problems()), report(problems)
 
 
-def test_every_repository_path_the_readme_names_exists():
-    assert not (problems := path_problems()), report(problems)
+def test_the_readme_is_a_page_not_a_manual():
+    assert len(readme_text().splitlines()) <= 250
 
 
-def test_every_extra_the_readme_installs_is_declared():
-    assert not (problems := extra_problems()), report(problems)
-
-
-def test_every_link_to_a_section_finds_its_heading():
-    assert not (problems := anchor_problems()), report(problems)
+def test_every_docs_page_is_linked_from_the_readme_or_another_page():
+    linked = set()
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+\.md)", page.read_text("utf-8")):
+            linked.add((page.parent / target).resolve())
+    orphans = [name for page, name in zip(PAGES[1:], PAGE_IDS[1:]) if page.resolve() not in linked]
+    assert not orphans, f"no page links to {orphans}"
 
 
 def test_the_quick_start_commands_are_the_ones_ci_runs():

@@ -1,0 +1,268 @@
+"""Write benchmarks/RESULTS.md, and README.md's headline table, from the JSON under benchmarks/results/.
+
+Usage: python benchmarks/make_results.py            # rewrite both
+       python benchmarks/make_results.py --check    # exit 1, naming the file, if either is stale
+
+Every dated number lives once, in a JSON file of benchmarks/results/<date>-<machine>/: what a
+benchmark wrote (a `tricklab speedrun` summary.json, `airbench_side_by_side.py`'s side_by_side.json,
+`tricklab profile model --json`) or a measurement record (`"kind": "record"`: title, date, machine,
+command and its write-up in Markdown; the CPU measurements the README carried until issue 28 were
+moved into such records). Folders are listed newest first. Needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "results"
+RESULTS_MD = HERE / "RESULTS.md"
+README = HERE.parent / "README.md"
+HEADLINE_START = "<!-- results:headline (benchmarks/make_results.py writes this table) -->"
+HEADLINE_END = "<!-- /results:headline -->"
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def gib(value: float) -> str:
+    return f"{value / 2**30:.2f}"
+
+
+def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """The folder's JSON files by what wrote them: summary, side_by_side, profile, record."""
+    kinds: dict[str, list[tuple[str, dict[str, Any]]]] = {
+        k: [] for k in ("side_by_side", "summary", "profile", "record")
+    }
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("kind") == "record":
+            kinds["record"].append((path.stem, data))
+        elif "ratio" in data and "stats" in data:
+            kinds["side_by_side"].append((path.stem, data))
+        elif "recipe_name" in data and "runs" in data:
+            kinds["summary"].append((path.stem, data))
+        elif data.get("kind") == "model" and "results" in data:
+            kinds["profile"].append((path.stem, data))
+    kinds["record"].sort(key=lambda item: (item[1].get("order", 0), item[0]))
+    return kinds
+
+
+# ------------------------------------------------------------------ tables from benchmark JSON
+def side_by_side_table(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """tricklab's speedrun94 and airbench's train94, interleaved in one process (one row each per
+    call), record seconds against airbench's total_time_seconds."""
+    lines = [
+        "| precision of tricklab's run | | runs | accuracy % mean ± std | 95 % CI | "
+        "record s mean / median (min–max) | tricklab / airbench |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for stem, data in items:
+        precision = stem.removeprefix("side_by_side_")
+        ratio = data["ratio"]
+        for name, s in data["stats"].items():
+            mine = name.startswith("tricklab")
+            seconds = (
+                f"{s['seconds_mean']:.3f} / {s['seconds_median']:.3f} "
+                f"({s['seconds_min']:.3f}–{s['seconds_max']:.3f})"
+            )
+            vs = (
+                f"**{ratio['of_means']:.2f}×** (paired median {ratio['median_paired']:.2f}×)"
+                if mine
+                else "1"
+            )
+            low, high = s["accuracy_ci95"]
+            lines.append(
+                f"| `{precision}` | {name} | {s['n']} | {pct(s['accuracy_mean'])} ± "
+                f"{pct(s['accuracy_std'])} | {pct(low)}–{pct(high)} | {seconds} | {vs} |"
+            )
+    return lines
+
+
+def summary_table(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One row per `tricklab speedrun` summary.json (named by its file: recipe and change)."""
+    lines = [
+        "| speedrun (file) | runs | accuracy % mean ± std | record s mean / median | "
+        "train s mean / median | compile s (warm-up) | MFU | peak GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for stem, s in items:
+        mfu = "-" if s.get("mfu_mean") is None else f"{100 * s['mfu_mean']:.1f} %"
+        compile_seconds = s.get("warmup_compile_seconds")
+        lines.append(
+            f"| `{stem.removesuffix('-summary')}` | {s['n']} | {pct(s['accuracy_mean'])} ± "
+            f"{pct(s['accuracy_std'])} | {s['record_seconds_mean']:.2f} / "
+            f"{s['record_seconds_median']:.2f} | {s['train_seconds_mean']:.2f} / "
+            f"{s['train_seconds_median']:.2f} | "
+            f"{'-' if compile_seconds is None else f'{compile_seconds:.1f}'} | {mfu} | "
+            f"{gib(s['peak_memory_bytes'])} |"
+        )
+    first = items[0][1]
+    peak = first.get("peak_tflops")
+    if peak:
+        lines += [
+            "",
+            f"MFU against {first.get('peak_tflops_source')} ({peak} TFLOP/s), 3 × forward FLOPs "
+            "per trained image. Record seconds: whitening fit + epochs + final TTA evaluation, as "
+            "airbench's total_time_seconds; train seconds: the epochs alone. Compile seconds are "
+            "the warm-up run's, which is not counted.",
+        ]
+    return lines
+
+
+def profile_table(data: dict[str, Any]) -> list[str]:
+    """`tricklab profile model --json`: MACs against measured train-step time."""
+    macs = {m["name"]: m for m in data["models"]}
+    lines = [
+        "| model | params M | forward GMACs/image | batch | precision | compile | "
+        "forward ms | train step ms | train ms per GMAC |",
+        "|---|---:|---:|---:|---|---|---:|---:|---:|",
+    ]
+    for r in data["results"]:
+        m = macs[r["model"]]
+        lines.append(
+            f"| {r['model']} | {m['params'] / 1e6:.2f} | {m['forward_macs'] / 1e9:.3f} | "
+            f"{r['batch_size']} | {r['precision']} | {r['compile']} | "
+            f"{r['forward_ms']['median_ms']:.2f} | {r['train_step_ms']['median_ms']:.2f} | "
+            f"{r['train_ms_per_gmac']:.3f} |"
+        )
+    hardware = data.get("hardware", {})
+    lines += [
+        "",
+        f"{hardware.get('device_name', data.get('device'))}, torch {hardware.get('torch')}; "
+        f"medians of {data.get('repeats')} interleaved rounds. {data.get('macs_note', '')}.",
+    ]
+    return lines
+
+
+# ------------------------------------------------------------------ the page
+def record_table(record: dict[str, Any]) -> list[str]:
+    """A record's own table, where it has one (columns, rows)."""
+    table = record.get("table")
+    if not table:
+        return []
+    columns = table["columns"]
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|",
+        *("| " + " | ".join(row) + " |" for row in table["rows"]),
+    ]
+
+
+def record_block(stem: str, record: dict[str, Any]) -> list[str]:
+    lines = ["", f"### {record['title']}", "", f"*{record['date']}, {record['machine']}.*"]
+    if record.get("command"):
+        lines += ["", f"Command: `{record['command']}`"]
+    if record.get("table"):
+        lines += ["", *record_table(record)]
+    return lines + ["", record["markdown"].strip()]
+
+
+def folder_section(folder: Path) -> list[str]:
+    kinds = read_folder(folder)
+    lines = ["", f"## {folder.name}", "", f"Files: `benchmarks/results/{folder.name}/`."]
+    if kinds["side_by_side"]:
+        lines += ["", "### Side by side with airbench", ""]
+        lines += [
+            "`benchmarks/airbench_side_by_side.py`: tricklab's `speedrun94` and airbench's own "
+            "`train94` (PyPI airbench 0.1.8) in one process, interleaved run by run after one "
+            "warm-up each, on the same images.",
+            "",
+            *side_by_side_table(kinds["side_by_side"]),
+        ]
+    if kinds["summary"]:
+        lines += ["", "### The record recipes (`tricklab speedrun`)", ""]
+        lines += summary_table(kinds["summary"])
+    for stem, data in kinds["profile"]:
+        lines += ["", f"### `tricklab profile model` ({stem}.json)", "", *profile_table(data)]
+    for stem, record in kinds["record"]:
+        lines += record_block(stem, record)
+    return lines
+
+
+def folders() -> list[Path]:
+    """Result folders, newest date first (a folder's name starts with its date)."""
+    return sorted(
+        (p for p in RESULTS_DIR.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True
+    )
+
+
+def results_md() -> str:
+    lines = [
+        "# Measured results",
+        "",
+        "Generated by `python benchmarks/make_results.py` from the JSON files under "
+        "`benchmarks/results/`; do not edit by hand (`tests/test_results_page.py` checks it is "
+        "current). Each section is one folder: a date and a machine. CPU timings on a shared VM "
+        "vary by ±10 % from run to run, so each benchmark compares its contenders within one run "
+        "(interleaved, medians); compare ratios, not seconds, across machines.",
+    ]
+    for folder in folders():
+        lines += folder_section(folder)
+    return "\n".join(lines) + "\n"
+
+
+def headline() -> str:
+    """README's one results table: the newest side-by-side on a GPU, and the CPU demo."""
+    lines = []
+    for folder in folders():
+        kinds = read_folder(folder)
+        if kinds["side_by_side"] and not lines:
+            device = kinds["side_by_side"][0][1]["device"]
+            lines += [
+                f"On a GPU ({device}, {folder.name[:10]}), side by side with airbench in one "
+                "process, on the same images (a JPEG q75 copy of CIFAR-10, on which airbench too "
+                "reaches 90.6 %, not 94 %):",
+                "",
+                *side_by_side_table(kinds["side_by_side"]),
+            ]
+    for folder in folders():
+        demo = [r for _, r in read_folder(folder)["record"] if r.get("headline")]
+        if demo:
+            lines += [
+                "",
+                f"On a CPU ({demo[0]['machine']}, {demo[0]['date']}): {demo[0]['summary']}.",
+                "",
+                *record_table(demo[0]),
+            ]
+            break
+    return "\n".join([HEADLINE_START, *lines, HEADLINE_END])
+
+
+def readme_with_headline(readme: str) -> str:
+    pattern = re.compile(re.escape(HEADLINE_START) + ".*?" + re.escape(HEADLINE_END), re.S)
+    if not pattern.search(readme):
+        raise SystemExit(f"error: README.md has no {HEADLINE_START} ... {HEADLINE_END} block")
+    return pattern.sub(lambda _: headline(), readme)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 if stale")
+    args = parser.parse_args(argv)
+    wanted = {
+        RESULTS_MD: results_md(),
+        README: readme_with_headline(README.read_text(encoding="utf-8")),
+    }
+    stale = [
+        path
+        for path, text in wanted.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    ]
+    if args.check:
+        for path in stale:
+            print(f"{path.name} is stale: run python benchmarks/make_results.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path], encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
