@@ -33,8 +33,10 @@ class StudyInfo:
 def _studies_in(url: str) -> list[StudyInfo]:
     import optuna
 
-    from tricklab.experiments.storage import open_storage
+    from tricklab.experiments.storage import open_storage, sqlite_tables
 
+    if url.startswith("sqlite:///") and sqlite_tables(Path(url[len("sqlite:///") :])) == []:
+        return []  # an empty study.db holds no study, and reading must not give it tables
     storage = open_storage(url, must_exist=True)
     infos = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):

@@ -103,7 +103,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
-    """An Optuna storage for a URL from `storage_url`; with `must_exist`, never creates a file."""
+    """An Optuna storage for a URL from `storage_url`. With `must_exist` (every reader: `results`,
+    `report`) it never creates a file or a table: a file or database without Optuna's tables (an
+    empty study.db) is one TrickLabError line, as Optuna would write its tables into it."""
     if url.startswith("journal:"):
         path = Path(url[len("journal:") :])
         if must_exist and not path.is_file():
@@ -123,8 +125,12 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
         _make_parent(path, url)
         _check_sqlite(path)
+        if must_exist and sqlite_tables(path) == []:
+            raise TrickLabError(f"{path} holds no study (it has no Optuna tables)")
         # A heartbeat thread and readers share the file: wait for its lock rather than fail.
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    elif must_exist and not has_optuna_tables(url):
+        raise TrickLabError(f"{shown_url(url)} holds no study (it has no Optuna tables)")
     for attempt in range(SCHEMA_RETRIES):
         try:
             return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
@@ -166,7 +172,7 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
         if path.exists():
             if prefix == "sqlite:///":
                 _check_sqlite(path)
-                if _sqlite_tables(path) == []:  # no tables: opening it would add Optuna's
+                if sqlite_tables(path) == []:  # no tables: opening it would add Optuna's
                     return
             _check_stored_study(open_storage(url, must_exist=True), study)
             return
@@ -176,6 +182,13 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
         except OSError as exc:
             raise _cannot_open(url, f"{folder}: {exc.strerror or exc}") from None
         return
+    if has_optuna_tables(url):  # Optuna's tables are there: opening it creates nothing
+        _check_stored_study(open_storage(url), study)
+
+
+def has_optuna_tables(url: str) -> bool:
+    """Whether the database server at `url` holds Optuna's tables, read without writing anything
+    (one connection: driver, address and credentials checked; TrickLabError when one fails)."""
     import sqlalchemy
 
     try:
@@ -184,15 +197,13 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
         engine = sqlalchemy.create_engine(url, connect_args=timeout)
         try:
             with engine.connect() as connection:
-                has_studies = sqlalchemy.inspect(connection).has_table("studies")
+                return sqlalchemy.inspect(connection).has_table("studies")
         finally:
             engine.dispose()
     except ImportError as exc:
         raise _driver_missing(url, exc) from None
     except Exception as exc:
         raise _cannot_open(url, _one_line(exc)) from None
-    if has_studies:  # Optuna's tables are there: opening it creates nothing
-        _check_stored_study(open_storage(url), study)
 
 
 def _check_stored_study(
@@ -244,7 +255,7 @@ def _check_journal(path: Path) -> None:
         raise TrickLabError(f"{path} is not an Optuna journal file; give another --storage path")
 
 
-def _sqlite_tables(path: Path) -> list[str] | None:
+def sqlite_tables(path: Path) -> list[str] | None:
     """The table names of an SQLite file, read-only; None when it cannot be read as one."""
     if not path.is_file() or path.stat().st_size == 0:
         return []
@@ -262,7 +273,7 @@ def _sqlite_tables(path: Path) -> list[str] | None:
 def _check_sqlite(path: Path) -> None:
     """TrickLabError if `path` is an SQLite database with tables but none of Optuna's: Optuna
     would add its tables to another program's database."""
-    tables = _sqlite_tables(path)
+    tables = sqlite_tables(path)
     if tables and "studies" not in tables:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise TrickLabError(

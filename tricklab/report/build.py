@@ -6,6 +6,8 @@ or Ctrl-C half-way leaves nothing behind; bad input is refused before anything i
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -16,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import first_missing, remove_empty_dirs
+from tricklab.core.paths import claim_folder, first_missing, remove_empty_dirs
 from tricklab.report.collect import Source, load_sources
 
 OUTPUTS = ("report.md", "report.html", "figures")
+WORK_MARK = ".tricklab-report-"  # in the name of the hidden folder a report is made in
+ABANDONED_SECONDS = 60
 REPORTS_ROOT = Path("reports")
 
 
@@ -112,7 +116,9 @@ def render_report(
     made = first_missing(out_dir.parent)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+        _remove_abandoned(out_dir.parent)
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{WORK_MARK}", dir=out_dir.parent))
+        held = claim_folder(work)  # let go by the kernel when this process dies, however
     except OSError as exc:
         remove_empty_dirs(out_dir.parent, made)
         raise TrickLabError(
@@ -133,6 +139,8 @@ def render_report(
         )
         (work / "report.md").write_text(render_markdown(blocks, work), encoding="utf-8")
         (work / "report.html").write_text(render_html(blocks), encoding="utf-8")
+        if held is not None:
+            held.release()
         _move_into(work, out_dir)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -150,12 +158,41 @@ def render_report(
 
 def _move_into(work: Path, out_dir: Path) -> None:
     """The finished files into `out_dir`: one rename when it does not exist, else file by file with
-    report.md last (a report.md there means the report is whole)."""
+    report.md last (a report.md there means the report is whole), under the folder's claim. A
+    report that another one finished there meanwhile is one TrickLabError line."""
     work.chmod(0o755)  # mkdtemp makes it private; the report is a plain folder
+    taken = TrickLabError(
+        f"--out {out_dir} was written by another report meanwhile; give another folder"
+    )
     if not out_dir.exists():
-        os.rename(work, out_dir)
-        return
-    for name in ("figures", "report.html", "report.md"):
-        if (work / name).exists():
-            os.rename(work / name, out_dir / name)
+        try:
+            os.rename(work, out_dir)  # a folder that appeared meanwhile (not empty) is refused
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not out_dir.is_dir():
+                raise
+    claim = claim_folder(out_dir)
+    if claim is None:
+        raise taken
+    try:
+        if any((out_dir / name).exists() for name in OUTPUTS):
+            raise taken
+        for name in ("figures", "report.html", "report.md"):
+            if (work / name).exists():
+                os.rename(work / name, out_dir / name)
+    finally:
+        claim.release()
     work.rmdir()
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the work folders of reports killed there (SIGKILL, power loss): those no live report
+    holds, made over a minute ago (a report starting now has not claimed its own yet)."""
+    for work in folder.glob(f".*{WORK_MARK}*"):
+        with contextlib.suppress(OSError):
+            if time.time() - work.stat().st_mtime < ABANDONED_SECONDS:
+                continue
+            claim = claim_folder(work)
+            if claim is not None:
+                claim.release()
+                shutil.rmtree(work, ignore_errors=True)

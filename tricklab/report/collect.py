@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tricklab.core import safeio
 from tricklab.core.errors import TrickLabError
 from tricklab.report.fmt import config_name
 from tricklab.report.inputs import (
     check_run_result,
     check_speedrun_summary,
-    read_bounded_text,
     read_metrics,
 )
 
@@ -116,6 +116,7 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
     sources: list[Source] = []
     speedruns: list[Path] = []
     runs: list[Path] = []
+    seen: set[str] = set()
     for spec in specs:
         text = str(spec)
         if not text.strip():
@@ -123,6 +124,12 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
         path = Path(text)
         if path.is_file() and path.name in (SPEEDRUN_FILE, RUN_FILE, STUDY_FILE):
             path = path.parent
+        # One source named twice (`RUN RUN/`, overlapping globs) is read once: its runs are
+        # counted once, not as seeds of their own.
+        key = str(path.resolve()) if path.exists() else f"study {text}"
+        if key in seen:
+            continue
+        seen.add(key)
         if path.is_dir():
             if (path / SPEEDRUN_FILE).is_file():
                 speedruns.append(path)
@@ -183,12 +190,9 @@ def _is_profile(path: Path) -> bool:
 def read_json(path: Path) -> dict[str, Any]:
     """The JSON object in `path`; TrickLabError, one line, for one that is unreadable, none, or
     larger than any tricklab output (MAX_JSON_BYTES: it is not read)."""
-    try:
-        data = json.loads(read_bounded_text(path, MAX_JSON_BYTES, "tricklab JSON output"))
-    except ValueError as exc:  # not JSON, or not UTF-8 text
-        raise TrickLabError(f"{path} is not valid JSON: {exc}") from None
+    data = safeio.read_json(path, MAX_JSON_BYTES, "tricklab JSON output")
     if not isinstance(data, dict):
-        raise TrickLabError(f"{path} holds no JSON object")
+        raise TrickLabError(f"{safeio.shown(path)} holds no JSON object")
     return data
 
 

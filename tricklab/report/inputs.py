@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.memory import format_bytes
+from tricklab.core.safeio import parse_json, read_bounded_text, shown
+
+__all__ = ["read_bounded_text", "read_metrics", "check_run_result", "check_speedrun_summary"]
 
 # Fields a report reads, by the type they must have when present and not null.
 NUMBER_FIELDS = (
@@ -76,7 +78,7 @@ def check_run_result(result: dict[str, Any], path: Path) -> dict[str, Any]:
     """`result` (read from `path`, a result.json); TrickLabError unless a report can read it."""
     problem = _problem(result, needs_status=True)
     if problem:
-        raise TrickLabError(f"{path} is not a tricklab run result: {problem}")
+        raise TrickLabError(f"{shown(path)} is not a tricklab run result: {shown(problem)}")
     return result
 
 
@@ -94,42 +96,25 @@ def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any
         if problem:
             break
     if problem:
-        raise TrickLabError(f"{path} is not a tricklab speedrun summary: {problem}")
+        raise TrickLabError(f"{shown(path)} is not a tricklab speedrun summary: {shown(problem)}")
     return summary
-
-
-def read_bounded_text(path: Path, limit: int, what: str) -> str:
-    """The text of `path`; TrickLabError, one line, for one that cannot be read or is larger than
-    `limit` bytes, which no `what` is (it is not read). Text that is not UTF-8 raises
-    UnicodeDecodeError, for the caller to name what it expected."""
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise TrickLabError(
-                f"{path} is {format_bytes(size)}: larger than any {what} "
-                f"(at most {format_bytes(limit)} is read)"
-            )
-        return path.read_text()
-    except OSError as exc:
-        raise TrickLabError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The epoch rows of a metrics.jsonl (blank lines skipped); TrickLabError, one line, for one
     that cannot be read, is too large, or holds a line that is no epoch row."""
-    try:
-        lines = read_bounded_text(path, MAX_METRICS_BYTES, "tricklab metrics.jsonl").splitlines()
-    except UnicodeDecodeError:
-        raise TrickLabError(f"{path} is not UTF-8 text (not a tricklab metrics.jsonl)") from None
+    text = read_bounded_text(path, MAX_METRICS_BYTES, "tricklab metrics.jsonl")
     rows = []
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(parse_json(line))
         except ValueError as exc:
-            raise TrickLabError(f"{path} line {number} is not valid JSON: {exc}") from None
+            raise TrickLabError(
+                f"{shown(path)} line {number} is not valid JSON: {shown(exc)}"
+            ) from None
     problem = epochs_problem(rows)
     if problem:
-        raise TrickLabError(f"{path} is not a tricklab metrics.jsonl: {problem}")
+        raise TrickLabError(f"{shown(path)} is not a tricklab metrics.jsonl: {shown(problem)}")
     return rows
