@@ -606,6 +606,38 @@ def test_torchvision_dataset_without_files_names_the_files(tmp_path, name, expec
         load_dataset(name, tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
 
 
+def test_data_show_without_the_files_says_where_to_get_them(tmp_path, monkeypatch, capsys):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    empty = tmp_path / "empty"
+    argv = ["data", "show", "cifar100", "--data-dir", str(empty), "--cache-dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.replace("\n", "")  # rich wraps the line at the terminal width
+    assert "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz" in err
+    assert f"into {empty}" in err and "cifar-100-python.tar.gz as it is" in err
+    assert "extracted to cifar-100-python/" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "where", "url"),
+    [
+        ("mnist", "MNIST/raw", "mnist/train-images-idx3-ubyte.gz"),
+        ("fashion-mnist", "FashionMNIST/raw", "/t10k-labels-idx1-ubyte.gz"),
+        ("svhn", "", "housenumbers/test_32x32.mat"),
+    ],
+)
+def test_a_dataset_not_found_names_the_urls_of_its_files_and_where_they_go(
+    tmp_path, name, where, url
+):
+    with pytest.raises(TrickLabError) as caught:
+        load_dataset(name, tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
+    message = str(caught.value)
+    assert re.search(rf"download [^;]*{re.escape(url)}", message)
+    assert f"into {tmp_path / 'empty' / where}".rstrip("/") in message
+
+
 # ---------------------------------------------------------------- MNIST, Fashion-MNIST, SVHN (torchvision's files)
 
 

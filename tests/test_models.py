@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import urllib.error
 
 import pytest
@@ -301,3 +302,36 @@ def test_gray_input_conv_responds_like_the_rgb_conv_on_a_gray_image():
     x = torch.randn(2, 1, 6, 6)
     with torch.no_grad():
         torch.testing.assert_close(gray(x), rgb(x.expand(-1, 3, -1, -1)))
+
+
+# ---------------------------------------------------------------- `tricklab models` with overrides
+
+
+def test_models_command_takes_the_overrides_profile_model_takes(capsys):
+    from tricklab.cli.main import main
+    from tricklab.measure.flops import count_params
+
+    assert main(["models", "vgg16-bn", "model.width=0.25", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    narrow = build_model("vgg16-bn", num_classes=10, width=0.25)
+    assert (row["name"], row["params"]) == ("vgg16-bn", count_params(narrow))
+
+
+def test_models_command_counts_macs_at_the_image_size_given(capsys):
+    from tricklab.cli.main import main
+
+    words = ["models", "airbench", "model.widths=[8,16,16]"]
+    assert main([*words, "--json"]) == 0
+    at_32 = json.loads(capsys.readouterr().out)[0]["forward_macs"]
+    assert main([*words, "data.image_size=16", "--json"]) == 0
+    at_16 = json.loads(capsys.readouterr().out)[0]["forward_macs"]
+    assert at_16 < at_32
+
+
+def test_models_command_refuses_an_override_it_cannot_apply_in_one_line(capsys):
+    from tricklab.cli.main import main
+
+    assert main(["models", "airbench", "optim.lr=1"]) == 2
+    err = capsys.readouterr().err
+    assert "models takes overrides of model.width, model.widths, data.image_size" in err
+    assert err.count("\n") == 1

@@ -20,7 +20,6 @@ from rich.text import Text
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import disk_full_error, first_missing, is_disk_full, new_numbered_dir
-from tricklab.core.safeio import shown
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 RUNS_ROOT = Path("runs")  # where a command given no --out makes its new folder
@@ -40,9 +39,9 @@ def wide_console(stderr: bool = False) -> Console:
 
 
 def print_error(message: str) -> None:
-    """A user mistake: one line on stderr, whatever a file name in it holds (core/safeio.shown)."""
+    """A user mistake: one line on stderr."""
     err_console.print(
-        Text.assemble(("error:", "bold red"), " ", shown(message)), highlight=False, soft_wrap=True
+        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
     )
 
 
@@ -100,6 +99,34 @@ def recipe_and_overrides(words: list[str]) -> tuple[str | None, list[str]]:
     if bad:
         raise TrickLabError(f"expected key=value overrides after the recipe, got '{bad[0]}'")
     return recipe, words
+
+
+# What `models` and `profile model` let a user change of every model they name.
+MODEL_OVERRIDE_KEYS = ("model.width", "model.widths", "data.image_size")
+
+
+def split_words(words: list[str], what: str) -> tuple[list[str], list[str]]:
+    """Positional words into names (no '=') and key=value overrides, names first."""
+    names = [w for w in words if "=" not in w]
+    overrides = [w for w in words if "=" in w]
+    if names and overrides and words.index(overrides[0]) < words.index(names[-1]):
+        raise TrickLabError(f"give the {what} before the key=value overrides")
+    return names, overrides
+
+
+def model_names_and_settings(words: list[str], command: str) -> tuple[list[str], typing.Any]:
+    """The model names of `models` / `profile model`, and a Recipe holding their overrides of
+    MODEL_OVERRIDE_KEYS (typed and checked as recipe fields are); any other key is refused."""
+    from tricklab.recipe.schema import Recipe
+
+    names, overrides = split_words(words, "model names")
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key not in MODEL_OVERRIDE_KEYS:
+            raise TrickLabError(
+                f"{command} takes overrides of {', '.join(MODEL_OVERRIDE_KEYS)}, not {key!r}"
+            )
+    return names, Recipe().override(overrides)
 
 
 def recipe_stem(recipe_name: str | None) -> str:

@@ -25,11 +25,13 @@ from tricklab.cli import report as report_cli
 from tricklab.cli import speedrun as speedrun_cli
 from tricklab.cli.common import (
     INTERRUPTED_EXIT_CODE,
+    MODEL_OVERRIDE_KEYS,
     Parser,
     add_nproc,
     check_not_empty,
     console,
     err_console,
+    model_names_and_settings,
     new_run_folder,
     print_error,
     recipe_and_overrides,
@@ -263,23 +265,32 @@ def cmd_models(args: argparse.Namespace) -> int:
     if not 1 <= args.num_classes <= MAX_CLASSES:
         raise TrickLabError(f"--num-classes must be in 1..{MAX_CLASSES}, got {args.num_classes}")
 
+    names, settings = model_names_and_settings(args.names, "models")
+    side, m = settings.data.image_size or 32, settings.model
     rows = []
     # every registered model, or those named (package.module:factory and timm:NAME too)
-    for info in [get_model_info(name) for name in args.names] or list_models():
-        model = build_model(info.name, num_classes=args.num_classes, in_channels=3, image_size=32)
+    for info in [get_model_info(name) for name in names] or list_models():
+        model = build_model(
+            info.name,
+            num_classes=args.num_classes,
+            in_channels=3,
+            image_size=side,
+            width=m.width,
+            widths=m.widths,
+        )
         rows.append(
             {
                 "name": info.name,
                 "source": info.source,
                 "params": count_params(model),
-                "forward_macs": count_forward_macs(model, (1, 3, 32, 32)),
+                "forward_macs": count_forward_macs(model, (1, 3, side, side)),
                 "doc": info.doc,
             }
         )
     if args.json:
         print(json.dumps(rows))
         return 0
-    table = Table(title=f"models ({args.num_classes} classes, 3x32x32 input)")
+    table = Table(title=f"models ({args.num_classes} classes, 3x{side}x{side} input)")
     for col, justify in (
         ("name", "left"),
         ("params", "right"),
@@ -352,7 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
         "models", help="the model registry with params and forward MACs at 32x32"
     )
     models.add_argument(
-        "names", nargs="*", metavar="NAME", help="only these (package.module:factory, timm:NAME)"
+        "names",
+        nargs="*",
+        metavar="NAME [key=value ...]",
+        help="only these (package.module:factory, timm:NAME), then overrides of "
+        + ", ".join(MODEL_OVERRIDE_KEYS),
     )
     models.add_argument("--num-classes", type=int, default=10)
     models.add_argument("--json", action="store_true")

@@ -15,12 +15,17 @@ import time
 from collections.abc import Callable, Iterator
 
 import tricklab.profile.tables as tables
-from tricklab.cli.common import recipe_and_overrides, wide_console
+from tricklab.cli.common import (
+    MODEL_OVERRIDE_KEYS,
+    model_names_and_settings,
+    recipe_and_overrides,
+    split_words,
+    wide_console,
+)
 from tricklab.core.errors import TrickLabError
 from tricklab.profile.tables import ProfileTable
 
 SWITCHES = {"on": True, "true": True, "off": False, "false": False}
-MODEL_OVERRIDE_KEYS = ("model.width", "model.widths", "data.image_size")
 
 
 # ---------------------------------------------------------------- parsing
@@ -46,15 +51,6 @@ def _int(text: str) -> int:
 
 def _switch(text: str) -> bool:
     return SWITCHES[text.lower()]
-
-
-def _split_words(words: list[str], what: str) -> tuple[list[str], list[str]]:
-    """Positional words into names (no '=') and key=value overrides, names first."""
-    names = [w for w in words if "=" not in w]
-    overrides = [w for w in words if "=" in w]
-    if names and overrides and words.index(overrides[0]) < words.index(names[-1]):
-        raise TrickLabError(f"give the {what} before the key=value overrides")
-    return names, overrides
 
 
 @contextlib.contextmanager
@@ -117,18 +113,9 @@ def _print_table(console, title: str, table: ProfileTable) -> None:
 
 # ---------------------------------------------------------------- model
 def cmd_profile_model(args: argparse.Namespace) -> int:
-    from tricklab.recipe.schema import Recipe
-
-    names, overrides = _split_words(args.words, "model names")
+    names, settings = model_names_and_settings(args.words, "profile model")
     if not names:
         raise TrickLabError("give at least one model name (see `tricklab models`)")
-    for override in overrides:
-        key = override.partition("=")[0].strip()
-        if key not in MODEL_OVERRIDE_KEYS:
-            raise TrickLabError(
-                f"profile model takes overrides of {', '.join(MODEL_OVERRIDE_KEYS)}, not {key!r}"
-            )
-    settings = Recipe().override(overrides)  # typed and checked as recipe fields are
     batch_sizes = parse_list(args.batch_sizes, "--batch-sizes", _int)
     precisions = parse_list(args.precisions, "--precisions")
     compile_modes = parse_list(args.compile, "--compile")
@@ -207,7 +194,7 @@ def render_step(result: dict) -> None:
 def cmd_profile_loader(args: argparse.Namespace) -> int:
     from tricklab.recipe.schema import load_recipe
 
-    names, overrides = _split_words(args.words, "dataset")
+    names, overrides = split_words(args.words, "dataset")
     if len(names) > 1:
         raise TrickLabError(f"expected one dataset, then key=value overrides; got {names}")
     if args.data_dir is not None and not args.data_dir.strip():

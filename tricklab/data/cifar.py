@@ -103,7 +103,7 @@ def load_cifar(request: SourceRequest) -> LoadedSource:
         download_with_torchvision(name, root, request.download, looked_for)
         source = _find_source(fmt, root)
         if source is None:
-            raise not_found(name, looked_for, "the download left no files")
+            raise not_found(name, root, looked_for, "the download left no files")
     if source.is_file():
         fingerprint = cache.sha256_file(source)
     else:

@@ -99,7 +99,7 @@ def download_with_torchvision(
             "folder that holds (or is to hold) its files"
         )
     if not download:
-        raise not_found(name, looked_for, "download is off")
+        raise not_found(name, root, looked_for, "download is off")
     from torchvision import datasets
 
     log.info("downloading %s into %s", name, root)
@@ -120,11 +120,32 @@ def download_with_torchvision(
         if not isinstance(err, (OSError, RuntimeError, ValueError)):
             raise
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
-        raise not_found(name, looked_for, f"downloading failed: {first_line}") from err
+        raise not_found(name, root, looked_for, f"downloading failed: {first_line}") from err
 
 
-def not_found(name: str, looked_for: list[Path], why: str) -> TrickLabError:
+def not_found(name: str, root: Path, looked_for: list[Path], why: str) -> TrickLabError:
+    """`name`'s files are not in `root`: where it looked, why, and where to get them."""
     return TrickLabError(
         f"{name} not found: looked for {', '.join(str(p) for p in looked_for)} ({why}); "
-        "put the files there or pass --data-dir / data.dir= pointing at them"
+        f"{where_to_get(name, root)}, or pass --data-dir / data.dir= naming the folder that "
+        "holds them"
     )
+
+
+def where_to_get(name: str, root: Path) -> str:
+    """The URLs `name`'s files come from (torchvision's, which its download fetches) and where
+    in `root` they go."""
+    from torchvision import datasets
+
+    if name in ("cifar10", "cifar100"):
+        cifar = datasets.CIFAR10 if name == "cifar10" else datasets.CIFAR100
+        return (
+            f"download {cifar.url} into {root} (the archive {cifar.filename} as it is, or "
+            f"extracted to {cifar.base_folder}/)"
+        )
+    if name == "svhn":
+        urls = [datasets.SVHN.split_list[split][0] for split in ("train", "test")]
+        return f"download {' and '.join(urls)} into {root}"
+    cls = datasets.MNIST if name == "mnist" else datasets.FashionMNIST
+    urls = [cls.mirrors[0] + file for file, _ in cls.resources]
+    return f"download {', '.join(urls)} into {root / cls.__name__ / 'raw'} and gunzip them"
