@@ -1,0 +1,497 @@
+"""`tricklab ablate | sweep | results`: argument parsing and rich rendering of experiments.
+
+The main CLI calls `register(subparsers)`; each command's `func(args)` returns the exit code.
+While `ablate` and `sweep` run, each finished run prints one plain line: "run k/N", the run, and
+this process's elapsed time and ETA (`--quiet`: none; the summary still prints).
+User mistakes raise TrickLabError (the main CLI prints it as one line, exit 2); Ctrl-C (or
+SIGTERM) marks the running trial interrupted and exits 130 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import tricklab.cli.report as report_cli
+from tricklab.cli.common import (
+    INTERRUPTED_EXIT_CODE,
+    check_not_empty,
+    quiet_optuna,
+    recipe_and_overrides,
+)
+from tricklab.cli.common import wide_console as console
+from tricklab.core.errors import TrickLabError
+from tricklab.experiments.busy import BUSY_WORDS
+from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
+from tricklab.experiments.plan import (
+    PRUNERS,
+    SAMPLERS,
+    budget_overrides,
+    default_study_name,
+    normalize_target,
+    parse_vary,
+)
+from tricklab.recipe.schema import load_recipe
+
+if TYPE_CHECKING:
+    from tricklab.experiments.runner import ExperimentSummary
+    from tricklab.experiments.stats import ConfigStats
+    from tricklab.experiments.workers import RunEvent
+
+
+def register(subparsers: Any) -> None:
+    """Add the `ablate`, `sweep` and `results` commands to the main CLI's subparsers."""
+    ablate_p = subparsers.add_parser(
+        "ablate",
+        help="baseline plus one trick at a time (or the grid), many seeds, resumable",
+        description=(
+            "Run the baseline and every single change from it (--grid: the full product), each "
+            "with seeds 0..N-1, under one fixed budget (early stopping off). Results go to an "
+            "Optuna study; rerun the same command to resume, or start it several times on one "
+            "storage to share the work."
+        ),
+    )
+    _add_recipe_args(ablate_p)
+    ablate_p.add_argument(
+        "--vary",
+        action="append",
+        required=True,
+        metavar="KEY=V1,V2,...",
+        help="a recipe key and the values to try (repeat for more keys)",
+    )
+    ablate_p.add_argument(
+        "--seeds", type=int, default=3, help="seeds per configuration, 0..N-1 (default 3)"
+    )
+    ablate_p.add_argument(
+        "--grid", action="store_true", help="the full product of the --vary values (plus baseline)"
+    )
+    _add_run_args(ablate_p)
+    ablate_p.set_defaults(func=run_ablate)
+
+    sweep_p = subparsers.add_parser(
+        "sweep",
+        help="search recipe keys with Optuna's samplers (grid, random, TPE) and pruners",
+        description=(
+            "Sweep the recipe keys of SPACE.yaml (key: [choices] or {low, high, log, step}). "
+            "grid: each point once per seed; random/tpe: --trials configurations, each trained "
+            "with --seeds seeds and scored by their mean accuracy. --pruner median stops trials "
+            "whose per-epoch validation accuracy trails the median (stored as pruned)."
+        ),
+    )
+    _add_recipe_args(sweep_p)
+    sweep_p.add_argument("--space", required=True, metavar="SPACE.yaml", help="the search space")
+    sweep_p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="configurations to try (required for random/tpe; grid: a seeded subset of the grid)",
+    )
+    sweep_p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe")
+    sweep_p.add_argument("--pruner", choices=PRUNERS, default="none", help="default none")
+    sweep_p.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
+    sweep_p.add_argument(
+        "--sampler-seed",
+        type=int,
+        default=None,
+        help="seed of the sampler (leave unset when several workers share the study)",
+    )
+    _add_run_args(sweep_p)
+    sweep_p.set_defaults(func=run_sweep)
+
+    results_p = subparsers.add_parser(
+        "results",
+        help="statistics of an ablation or sweep: means, 95%% CIs, Welch tests, speedups",
+        description=(
+            "One row per configuration: complete runs, accuracy mean ± std with its 95% Student t "
+            "interval, train seconds, the accuracy difference and speedup against the reference "
+            "(baseline) with Welch intervals and p-values, runs reaching the target, failures."
+        ),
+    )
+    results_p.add_argument(
+        "study", nargs="?", help="the study name (ablate/sweep print it); none: list the studies"
+    )
+    results_p.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
+    results_p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="experiment folder (default runs/experiments/STUDY)",
+    )
+    results_p.add_argument(
+        "--reference", default=None, metavar="CONFIG", help="compare against this configuration"
+    )
+    results_p.add_argument(
+        "--target", type=float, default=None, help="target accuracy (fraction or %%)"
+    )
+    results_p.add_argument(
+        "--json", action="store_true", help="print one JSON object (meta + rows) as the last line"
+    )
+    results_p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
+    report_cli.add_results_args(results_p)  # --format table|md|latex|csv|json, --per-seed
+    results_p.add_argument(
+        "--runs",
+        action="store_true",
+        help="list the runs (config, seed, status, accuracy, train seconds, run folder)",
+    )
+    results_p.set_defaults(func=run_results)
+
+
+_STORAGE_HELP = (
+    "Optuna storage: sqlite:///file.db; journal:PATH / PATH.journal for several worker "
+    "processes; postgresql+psycopg://USER@HOST/DB for several machines (pip install "
+    "'tricklab[postgres]'). Default: sqlite in the experiment folder"
+)
+
+
+def _add_recipe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--baseline",
+        nargs="+",
+        default=[],
+        metavar=("RECIPE", "KEY=VALUE"),
+        help="recipe name or YAML file, then overrides (a first KEY=VALUE starts from defaults)",
+    )
+
+
+def _add_run_args(parser: argparse.ArgumentParser) -> None:
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--budget-epochs", type=float, default=None, help="train every run this many epochs"
+    )
+    budget.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=None,
+        help="stop every run after this many train seconds (or at run.epochs)",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="record each run's time to this accuracy (fraction or %%); runs are not stopped",
+    )
+    parser.add_argument("--study", default=None, help="study name (default: derived from the plan)")
+    parser.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="experiment folder (default runs/experiments/STUDY)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object (last line)"
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no line per finished run (the summary prints)"
+    )
+    parser.add_argument(
+        "--heartbeat-seconds",
+        type=float,
+        default=DEFAULT_HEARTBEAT_SECONDS,
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        help="silence after which another machine's worker counts as dead (default %(default)s)",
+    )
+
+
+def _baseline(args: argparse.Namespace) -> Any:
+    name, tokens = recipe_and_overrides(args.baseline)
+    target = normalize_target(args.target) if args.target is not None else None
+    budget = budget_overrides(args.budget_epochs, args.budget_seconds, target)
+    baseline = load_recipe(name, [*budget, *tokens])
+    # Each run's seed replaces the baseline's: one set here would be silently ignored.
+    seed_given = any(t.partition("=")[0].strip() == "run.seed" for t in tokens)
+    if seed_given or baseline.get("run.seed") != 0:
+        raise TrickLabError(
+            "run.seed is set by --seeds (seeds 0..N-1), it cannot be set in the baseline"
+        )
+    return baseline
+
+
+def _liveness(args: argparse.Namespace) -> Liveness:
+    """The workers' liveness settings; TrickLabError for a bad --heartbeat/--grace-seconds."""
+    return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
+
+
+def _consoles(as_json: bool) -> tuple[Console, Console]:
+    """(progress console, stdout): with --json, progress goes to stderr so stdout is the JSON."""
+    out = console()
+    return (console(stderr=True) if as_json else out), out
+
+
+def _run_line(console: Console, quiet: bool) -> Any:
+    """What `on_run_end` prints: one line per finished run, none when `quiet`."""
+    from tricklab.core.progress import clock
+
+    if quiet:
+        return None
+
+    def show(event: RunEvent) -> None:
+        acc = f"{event.accuracy * 100:6.2f}%" if event.accuracy is not None else "     -"
+        secs = f"{event.train_seconds:7.1f}s" if event.train_seconds is not None else ""
+        colour = (
+            "green" if event.status in ("complete", "stopped-early", "reached-target") else "red"
+        )
+        error = f"  {event.error}" if event.error and colour == "red" else ""
+        progress = f"  {clock(event.elapsed_seconds)} elapsed, eta {clock(event.eta_seconds)}"
+        console.print(
+            Text.assemble(
+                f"run {event.runs_done}/{event.runs_total}  ",
+                f"trial {event.trial:>4}  {event.config_id}  seed {event.seed}  ",
+                (event.status, colour),
+                f"  {acc} {secs}{progress}",
+                (error, "dim"),
+            ),
+            highlight=False,
+        )
+
+    return show
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from tricklab.experiments.runner import ABLATION_MATCH, ablate, ablation_attrs, plan_ablation
+    from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
+
+    check_not_empty(args, "--study", "--storage", "--out")
+    liveness = _liveness(args)
+    baseline = _baseline(args)
+    vary = parse_vary(args.vary)
+    progress, out = _consoles(args.json)
+    if args.dry_run:  # checks all that a real run checks before its first run
+        configs, units = plan_ablation(baseline, vary, args.seeds, args.grid)
+        name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
+        url = storage_url(args.storage, experiment_dir(name, args.out))
+        attrs = ablation_attrs(baseline, configs, args.seeds, args.grid)
+        check_storage(url, (name, attrs, ABLATION_MATCH))
+        plan = {
+            "study": name,
+            "storage": shown_url(url),
+            "seeds": args.seeds,
+            "units": len(units),
+            "configs": [
+                {"config_id": c.config_id, "overrides": list(c.overrides)} for c in configs
+            ],
+        }
+        _print_plan(out, plan, args.json)
+        return 0
+    with quiet_optuna():
+        try:
+            summary = ablate(
+                baseline,
+                vary,
+                args.seeds,
+                grid=args.grid,
+                study=args.study,
+                storage=args.storage,
+                out_dir=args.out,
+                on_run_end=_run_line(progress, args.quiet),
+                liveness=liveness,
+                stop=args.stop,
+            )
+        except KeyboardInterrupt:
+            return _interrupted()
+    _print_summary(progress, out, summary, args.json)
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from tricklab.experiments.runner import (
+        SWEEP_MATCH,
+        check_sweep,
+        grid_configs,
+        sweep,
+        sweep_attrs,
+    )
+    from tricklab.experiments.space import load_space
+    from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
+
+    check_not_empty(args, "--study", "--storage", "--out", "--space")
+    liveness = _liveness(args)
+    base = _baseline(args)
+    space = load_space(args.space)
+    progress, out = _consoles(args.json)
+    if args.dry_run:  # checks all that a real run checks before its first run
+        check_sweep(base, space, args.sampler, args.trials, args.seeds, args.sampler_seed)
+        name = args.study or default_study_name(
+            "sweep",
+            base,
+            space.to_dict(),
+            args.sampler,
+            args.trials if args.sampler == "grid" else None,
+        )
+        url = storage_url(args.storage, experiment_dir(name, args.out))
+        attrs = sweep_attrs(base, space, args.sampler, args.seeds)
+        check_storage(url, (name, attrs, SWEEP_MATCH))
+        plan: dict[str, Any] = {
+            "study": name,
+            "storage": shown_url(url),
+            "sampler": args.sampler,
+            "pruner": args.pruner,
+            "seeds": args.seeds,
+            "space": {k: repr(d) for k, d in space.distributions.items()},
+        }
+        if args.sampler == "grid":
+            points = grid_configs(space, args.trials, args.sampler_seed)
+            plan["configs"] = [
+                {"config_id": c.config_id, "overrides": list(c.overrides)} for c, _ in points
+            ]
+            plan["units"] = len(points) * args.seeds
+        else:
+            plan["trials"] = args.trials
+        _print_plan(out, plan, args.json)
+        return 0
+    with quiet_optuna():
+        try:
+            summary = sweep(
+                base,
+                space,
+                args.trials,
+                sampler=args.sampler,
+                pruner=args.pruner,
+                seeds=args.seeds,
+                sampler_seed=args.sampler_seed,
+                study=args.study,
+                storage=args.storage,
+                out_dir=args.out,
+                on_run_end=_run_line(progress, args.quiet),
+                liveness=liveness,
+                stop=args.stop,
+            )
+        except KeyboardInterrupt:
+            return _interrupted()
+    _print_summary(progress, out, summary, args.json)
+    return 0
+
+
+def run_results(args: argparse.Namespace) -> int:
+    """`tricklab results`: the statistics (rendered by report/cli.py), or with --runs the runs."""
+    if not args.runs:
+        return report_cli.run_results(args)
+    if args.study is None:
+        raise TrickLabError("--runs lists the runs of one study: give its name")
+    if args.per_seed:
+        raise TrickLabError("--runs and --per-seed list the runs two ways: give one of them")
+    if args.csv is not None:
+        raise TrickLabError("--csv writes the statistics; for the runs use --format csv > FILE")
+    check_not_empty(args, "study", "--storage", "--out")
+    with quiet_optuna():
+        return _print_runs(args, "json" if args.json else args.format)
+
+
+RUN_FIELDS = ("config_id", "seed", "status", "accuracy", "train_seconds", "run_dir")
+
+
+def _print_runs(args: argparse.Namespace, output: str) -> int:
+    import tricklab.report.tables as tables
+    from tricklab.experiments.catalog import check_study
+    from tricklab.experiments.runner import study_runs
+    from tricklab.report.fmt import pct, seconds
+
+    check_study(args.study, args.storage, args.out)
+    meta, runs = study_runs(args.study, args.storage, out_dir=args.out)
+    if output == "json":
+        print(json.dumps({**meta, "runs": runs}))
+        return 0
+    if output == "csv":
+        print(tables.to_csv(RUN_FIELDS, [[r[k] for k in RUN_FIELDS] for r in runs]), end="")
+        return 0
+    if not runs:
+        report_cli.output_console().print(f"study {args.study} has no runs yet", highlight=False)
+        return 0
+    rows = [
+        [r["config_id"], str(r["seed"]), r["status"], pct(r["accuracy"]),
+         seconds(r["train_seconds"]), _shown_path(r["run_dir"])]
+        for r in runs
+    ]  # fmt: skip
+    header = ["config", "seed", "status", "acc %", "train s", "run folder"]
+    title = f"{meta['kind']} {meta['study']}: {len(runs)} runs"
+    table = tables.TableData(title, header, rows, ["l", "r", "l", "r", "r", "l"])
+    if output == "md":
+        print(tables.to_markdown(table))
+    elif output == "latex":
+        print(tables.to_latex(table))
+    else:
+        out = report_cli.output_console()
+        out.print(tables.to_rich(table, out.width))
+    return 0
+
+
+def _shown_path(folder: str | None) -> str:
+    """A run folder as a table shows it: relative to the current folder when inside it."""
+    if folder is None:
+        return "-"
+    path = Path(folder)
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
+def _interrupted() -> int:
+    print(
+        "interrupted: the running trial is marked interrupted; rerun the same command to resume",
+        file=sys.stderr,
+    )
+    return INTERRUPTED_EXIT_CODE
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _print_plan(out: Console, plan: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(plan))
+        return
+    configs = plan.get("configs")
+    if configs is not None:
+        table = Table(
+            title=f"plan: {len(configs)} configs × {plan['seeds']} seeds = {plan['units']} runs"
+        )
+        table.add_column("config")
+        for c in configs:
+            table.add_row(c["config_id"])
+        out.print(table)
+    else:
+        out.print(f"{plan['trials']} trials × {plan['seeds']} seeds, sampler {plan['sampler']}")
+        for key, dist in plan["space"].items():
+            out.print(f"  {key}: {dist}", highlight=False)
+    out.print(f"study {plan['study']}  storage {plan['storage']}", highlight=False)
+
+
+def _print_summary(
+    progress: Console, out: Console, summary: ExperimentSummary, as_json: bool
+) -> None:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
+    line = (
+        f"{summary.kind} {summary.study}: {summary.planned} planned, {summary.already_done} done "
+        f"before, {summary.ran} run now; final: {counts}"
+    )
+    if as_json:
+        progress.print(line, highlight=False)
+        print(json.dumps(summary.to_dict()))
+        return
+    if summary.stats:
+        out.print(stats_table(summary.stats, f"{summary.kind} {summary.study}", out.width))
+        if summary.busy_machine:  # measure/provenance.py
+            out.print(f"{BUSY_WORDS}: {summary.busy_reason}", highlight=False, style="bold yellow")
+    out.print(line, highlight=False)
+    out.print(f"storage {summary.storage}", highlight=False)
+
+
+def stats_table(rows: list[ConfigStats], title: str = "", width: int | None = None) -> Any:
+    """The results table as rich renders it (tricklab/report/tables.py: the same as `results`)."""
+    from tricklab.report.tables import results_table, to_rich
+
+    return to_rich(results_table(rows, title), width)
