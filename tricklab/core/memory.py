@@ -1,5 +1,8 @@
-"""Memory of the machine and of a device (importable without torch): a run's peak (CUDA allocator peaks, or the process's peak RSS on the CPU),
-and what can still be allocated. Each function takes the device; the CPU path is the fallback."""
+"""Memory of the machine and of a device (importable without torch): a run's peak (CUDA allocator
+peaks, or the process's peak RSS on the CPU), what can still be allocated, and `check_fits`, the
+one check (and message) of every estimate against it: a dataset while it is decoded, a split on
+its device, a model's training state, a batch's activations. Each function takes the device; the
+CPU path is the fallback."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ try:
     import resource
 except ImportError:  # not on Windows
     resource = None
+
+from tricklab.core.errors import TrickLabError
 
 if TYPE_CHECKING:
     import torch
@@ -66,6 +71,25 @@ def format_bytes(count: float) -> str:
             return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
         count /= 1024
     raise AssertionError("unreachable")
+
+
+def check_fits(
+    subject: str,
+    needed_bytes: int,
+    available_bytes: int | None,
+    *,
+    what: str,
+    where: str = "in memory",
+    advice: str,
+) -> None:
+    """TrickLabError, before anything is allocated, when `needed_bytes` is more than
+    `available_bytes` (None: not known, nothing is checked), in one format: "{subject} does not
+    fit {where}: {what} need about N, M available; {advice}"."""
+    if available_bytes is not None and needed_bytes > available_bytes:
+        raise TrickLabError(
+            f"{subject} does not fit {where}: {what} need about {format_bytes(needed_bytes)}, "
+            f"{format_bytes(available_bytes)} available; {advice}"
+        )
 
 
 def available_memory_bytes() -> int | None:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.memory import format_bytes, free_memory_bytes
+from tricklab.core.memory import check_fits, free_memory_bytes
 from tricklab.data.augment import (
     cutout_centre_range,
     cutout_pixels,
@@ -40,13 +40,14 @@ def device_generator(device: torch.device, seed: int) -> torch.Generator:
 
 def check_storage_fits(needed_bytes: int, device: torch.device, what: str) -> None:
     """TrickLabError, before allocating, when a split stored on `device` would not fit there."""
-    free = free_memory_bytes(device)
-    if free is not None and needed_bytes > free:
-        raise TrickLabError(
-            f"the device loader's split does not fit on {device}: {what} take "
-            f"{format_bytes(needed_bytes)}, {format_bytes(free)} free; set "
-            "loader.storage_dtype=uint8 (a quarter of float32's memory) or loader.kind=torch"
-        )
+    check_fits(
+        "the device loader's split",
+        needed_bytes,
+        free_memory_bytes(device),
+        what=what,
+        where=f"on {device}",
+        advice="set loader.storage_dtype=uint8 (a quarter of float32's memory) or loader.kind=torch",
+    )
 
 
 class DeviceLoader:

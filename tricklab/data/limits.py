@@ -10,16 +10,7 @@ out-of-memory killer. Files are bounded apiece: an image file or archive member 
 
 from __future__ import annotations
 
-from tricklab.core.errors import TrickLabError
-from tricklab.core.memory import (
-    available_memory_bytes,
-    format_bytes,
-)
-
-try:
-    import resource
-except ImportError:  # not on Windows
-    resource = None
+from tricklab.core.memory import available_memory_bytes, check_fits
 
 MAX_IMAGE_SIZE = 1024  # data.image_size: side of the square images are resized to
 MAX_IMAGE_FILE_BYTES = 64 << 20  # one image file or archive member
@@ -32,10 +23,10 @@ def check_fits_in_memory(name: str, needed_bytes: int, what: str, advice: str) -
 
     `what` says what needs it ("60000 images of 3x32x32"), `advice` what to ask for instead.
     """
-    available = available_memory_bytes()
-    if available is not None and needed_bytes > available:
-        raise TrickLabError(
-            f"dataset {name} does not fit in memory: {what} need about "
-            f"{format_bytes(needed_bytes)} while decoding, {format_bytes(available)} available; "
-            f"{advice}"
-        )
+    check_fits(
+        f"dataset {name}",
+        needed_bytes,
+        available_memory_bytes(),
+        what=f"{what}, decoded,",
+        advice=advice,
+    )
