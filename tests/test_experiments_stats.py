@@ -474,3 +474,11 @@ def test_a_study_on_a_busy_machine_gives_no_time_verdict():
     rows = config_stats(recs)
     meta = study_meta({"provenance": loaded}, recs, rows)
     assert meta["busy_machine"] and rows[1].time_verdict == NOT_JUDGED
+
+
+def test_a_busy_machine_leaves_too_few_runs_as_it_is():
+    from tricklab.experiments.busy import Busy, hold_time_verdicts
+
+    rows = config_stats(records("baseline", [0.9, 0.91], [10.0, 11.0]) + records("t", [0.9], [9.0]))
+    hold_time_verdicts(rows, Busy(True, "the 1-minute load average was 6.00 on 2 cores"))
+    assert rows[1].time_verdict == "too few runs"

@@ -142,12 +142,12 @@ def results_busy(
 
 
 def hold_time_verdicts(rows: Sequence[Any], busy: Busy) -> None:
-    """On a busy machine, every compared row's time verdict becomes NOT_JUDGED (the accuracy
-    verdicts stay: load slows a run, it does not change what it learns)."""
+    """On a busy machine, every row's time verdict from a test becomes NOT_JUDGED ("too few runs"
+    stays: no test ran); the accuracy verdicts stay: load slows a run, not what it learns."""
     if not busy.busy:
         return
     for row in rows:
-        if not row.is_reference and row.time_verdict is not None:
+        if not row.is_reference and row.time_verdict not in (None, "too few runs"):
             row.time_verdict = NOT_JUDGED
 
 
