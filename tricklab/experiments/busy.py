@@ -19,7 +19,8 @@ BUSY_WORDS = "timings taken on a busy machine"
 # A row's time verdict on a busy machine: the speedup stays a measurement, not a finding.
 NOT_JUDGED = "not judged: busy machine"
 BUSY_ADVICE = (
-    "to judge train time, run again when the machine is idle (`uptime`: a load below its cores), "
+    "to judge train time, run again when the machine is idle (a load average below its cores, "
+    "as uptime shows it), "
     "with fewer threads (OMP_NUM_THREADS=N, N below the cores left free), or on another machine"
 )
 

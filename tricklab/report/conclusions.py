@@ -187,7 +187,7 @@ def summary(sources: Sequence[Source]) -> str:
     text = " ".join(source_summary(s) for s in sources)
     for source in sources:  # experiments/busy.py; a held-back verdict says it in its sentence
         if source.busy.busy and not any(r.time_verdict == NOT_JUDGED for r in source.rows):
-            text += f" {source.name}: {source.busy.note()}."
+            text += f" {source.name}: {source.busy.note()}; {BUSY_ADVICE}."
     if any(
         r.verdict in ("within noise", "not significant after BH") for s in sources for r in s.rows
     ):

@@ -116,10 +116,9 @@ def effects(styles: Styles) -> Any | None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
     speedups = [row.speedup for _, entries in compared for _, row in entries if row.speedup]
-    if (
-        speedups
-    ):  # an interval at n = 2 may span 1000x: it runs off the axis, the points stay readable
+    if speedups:  # a wide interval runs off the axis; the points stay inside it, off its edges
         low, high = ax_speed.get_xlim()
+        low, high = min(low, min(speedups) / 1.05), max(high, max(speedups) * 1.05)
         ax_speed.set_xlim(
             max(low, min(min(speedups) / 3, 0.8)), min(high, max(max(speedups) * 3, 1.25))
         )
@@ -280,7 +279,7 @@ def memory_throughput(styles: Styles) -> Any | None:
     with_memory = any(b[2] for b in bars)
     configs = [cid for cid in styles.configs if any(b[0] == cid for b in bars)]
     per_row = 0.36 + 0.16 * (len(styles.sources) - 1)
-    fig = new_figure(8.0 if with_memory else 5.5, 1.7 + per_row * len(configs))
+    fig = new_figure(8.0 if with_memory else 7.0, 1.7 + per_row * len(configs))
     axes = list(fig.subplots(1, 2, sharey=True)) if with_memory else [None, fig.subplots()]
     height = 0.7 / len(styles.sources)
     for cid, si, memory, speed in bars:
@@ -309,7 +308,9 @@ def memory_throughput(styles: Styles) -> Any | None:
     for ax in shown:
         ax.set_xlim(0, ax.get_xlim()[1] * 1.25)  # room for the value labels
         ax.grid(axis="y", visible=False)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_major_formatter(
+            FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")
+        )
     shown[0].set_yticks(range(len(configs)))
     shown[0].set_yticklabels([wrap_label(styles.configs[cid]) for cid in configs])
     shown[0].set_ylim(len(configs) - 0.5, -0.5)
