@@ -51,6 +51,7 @@ TAKES_OVERRIDES = {
     "profile step",
     "profile loader",
     "profile model",
+    "models",
 }
 SHELL_SYNTAX = re.compile(r"[|><;&`]|\$\(|^\s*(for|while|if)\b")
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(append|skip)\s*(.*?)\s*-->\s*$")
