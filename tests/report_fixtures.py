@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.experiments import Liveness, ablate
+from tricklab.experiments import AblationPlan, Liveness, ablate
 from tricklab.recipe.schema import load_recipe
 
 TINY = [*TINY_SYNTHETIC, "optim.lr=0.2", "run.epochs=1"]
@@ -17,7 +17,10 @@ def make_study(root: Path, name: str = "rep", seeds: int = 2, vary: dict | None 
     """An ablation stored where `tricklab results NAME` looks for it from `root`
     (root/runs/experiments/NAME); returns that folder."""
     folder = root / "runs" / "experiments" / name
-    ablate(load_recipe(None, TINY), vary or VARY, seeds, study=name, out_dir=folder, liveness=FAST)
+    ablate(
+        AblationPlan(load_recipe(None, TINY), vary or VARY, seeds, study=name, out_dir=folder),
+        liveness=FAST,
+    )
     return folder
 
 

@@ -10,7 +10,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from tiny_recipe import TINY_SYNTHETIC
 
-from tricklab.experiments import Liveness, ablate, parse_space, sweep
+from tricklab.experiments import AblationPlan, Liveness, SweepPlan, ablate, parse_space, sweep
 from tricklab.experiments.storage import open_storage, storage_url
 from tricklab.recipe.schema import load_recipe
 from tricklab.training.api import RunResult
@@ -56,7 +56,7 @@ def fake_train(recipe, *, on_epoch=None, out_dir=None, stop=None):
 def test_an_ablation_names_its_metric_and_gives_each_trial_params_and_scalar_attrs(tmp_path):
     baseline = load_recipe(None, TINY)
     vary = {"optim.lr": ["0.1"], "aug.flip": ["random"]}
-    summary = ablate(baseline, vary, 1, out_dir=tmp_path, liveness=FAST)
+    summary = ablate(AblationPlan(baseline, vary, 1, out_dir=tmp_path), liveness=FAST)
     assert summary.status_counts == {"complete": 3}
     study = load(summary, tmp_path)
     assert study.metric_names == ["accuracy"]
@@ -82,16 +82,25 @@ def test_an_ablation_names_its_metric_and_gives_each_trial_params_and_scalar_att
     # the dashboard's importance view computes from these params
     assert set(optuna.importance.get_param_importances(study)) == {"optim.lr", "aug.flip"}
 
-    again = ablate(baseline, vary, 1, out_dir=tmp_path, liveness=FAST)  # resume still reads its own
+    again = ablate(
+        AblationPlan(baseline, vary, 1, out_dir=tmp_path), liveness=FAST
+    )  # resume still reads its own
     assert again.ran == 0 and again.already_done == 3
 
 
 def test_an_ablation_of_a_list_field_gives_its_values_as_categorical_strings(tmp_path):
     baseline = load_recipe(None, TINY)
     summary = ablate(
-        baseline, {"model.widths": ["[4, 8, 8]"], "optim.lr": ["0.1", "0.3"]}, 2, grid=True,
-        out_dir=tmp_path, train_fn=fake_train, liveness=FAST,
-    )  # fmt: skip
+        AblationPlan(
+            baseline,
+            {"model.widths": ["[4, 8, 8]"], "optim.lr": ["0.1", "0.3"]},
+            2,
+            grid=True,
+            out_dir=tmp_path,
+        ),
+        train_fn=fake_train,
+        liveness=FAST,
+    )
     assert summary.planned == 6  # 2 points and the baseline, 2 seeds
     study = load(summary, tmp_path)
     widths = CategoricalDistribution(["[8, 16, 16]", "[4, 8, 8]"])
@@ -108,7 +117,9 @@ def test_an_ablation_of_a_list_field_gives_its_values_as_categorical_strings(tmp
 def test_a_sampled_sweep_trial_carries_the_means_of_its_seeds(tmp_path):
     baseline = load_recipe(None, TINY)
     space = parse_space({"optim.lr": [0.2]})  # one point: the second trial takes the first's runs
-    summary = sweep(baseline, space, 2, sampler="random", seeds=2, out_dir=tmp_path, liveness=FAST)
+    summary = sweep(
+        SweepPlan(baseline, space, 2, sampler="random", seeds=2, out_dir=tmp_path), liveness=FAST
+    )
     assert summary.status_counts == {"complete": 2}
     study = load(summary, tmp_path)
     assert study.metric_names == ["accuracy"]
@@ -130,8 +141,11 @@ def test_a_sampled_sweep_trial_carries_the_means_of_its_seeds(tmp_path):
 def test_a_grid_sweep_names_its_metric_and_keeps_its_params(tmp_path):
     baseline = load_recipe(None, TINY)
     space = parse_space({"optim.lr": [0.1, 0.2], "optim.name": ["sgd", "adam"]})
-    summary = sweep(baseline, space, sampler="grid", seeds=1, out_dir=tmp_path,
-                    train_fn=fake_train, liveness=FAST)  # fmt: skip
+    summary = sweep(
+        SweepPlan(baseline, space, sampler="grid", seeds=1, out_dir=tmp_path),
+        train_fn=fake_train,
+        liveness=FAST,
+    )
     study = load(summary, tmp_path)
     assert study.metric_names == ["accuracy"]
     assert sorted((t.params["optim.lr"], t.params["optim.name"]) for t in study.trials) == [
@@ -150,8 +164,11 @@ def test_a_failed_trial_has_no_accuracy_but_says_why(tmp_path):
         raise ValueError("a bug in a trick")
 
     baseline = load_recipe(None, TINY)
-    summary = ablate(baseline, {"optim.lr": ["0.1"]}, 1, out_dir=tmp_path, train_fn=broken,
-                     liveness=FAST)  # fmt: skip
+    summary = ablate(
+        AblationPlan(baseline, {"optim.lr": ["0.1"]}, 1, out_dir=tmp_path),
+        train_fn=broken,
+        liveness=FAST,
+    )
     for trial in load(summary, tmp_path).trials:
         attrs = trial.user_attrs
         assert attrs["status"] == "failed" and attrs["error"] == "ValueError: a bug in a trick"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -90,21 +93,38 @@ def test_rerun_on_a_folder_holding_the_report_exits_2_with_one_line(smoke, capsy
     assert result.report.md_path.read_bytes() == before
 
 
-def test_cli_prints_the_report_path_and_the_conclusion(
-    tmp_path, tricklab_cache_dir, monkeypatch, capsys
-):
-    monkeypatch.setattr(demo, "DemoPlan", functools.partial(tiny_plan, tricklab_cache_dir))
+@pytest.fixture(scope="module")
+def cli_demo(tmp_path_factory, tricklab_cache_dir):
+    """`tricklab demo --seeds 1` of the tiny plan into a log: (result, its folder, stdout, stderr)."""
+    out = tmp_path_factory.mktemp("cli-demo") / "demo"
     results = []
     run_demo = demo.run_demo
-    monkeypatch.setattr(
-        demo, "run_demo", lambda *a, **k: results.append(run_demo(*a, **k)) or results[-1]
-    )
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--seeds", "1"]) == 0
-    printed = capsys.readouterr().out
-    report = results[0].report
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(demo, "DemoPlan", functools.partial(tiny_plan, tricklab_cache_dir))
+        patch.setattr(
+            demo, "run_demo", lambda *a, **k: results.append(run_demo(*a, **k)) or results[-1]
+        )
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            assert main(["demo", "--out", str(out), "--seeds", "1"]) == 0
+    return results[0], out, stdout.getvalue(), stderr.getvalue()
+
+
+def test_cli_prints_the_report_path_and_the_conclusion(cli_demo):
+    result, out, printed, _ = cli_demo
+    report = result.report
     assert f"report: {out / 'report.html'}" in printed and report.html_path.is_file()
     assert printed.rstrip().endswith(report.summary.strip())
+
+
+def test_cli_in_a_log_says_run_k_of_n_with_an_overall_eta_as_each_run_starts(cli_demo):
+    *_, log = cli_demo
+    starts = [line for line in log.splitlines() if line.startswith("run ")]
+    assert [line.split(":")[0] for line in starts] == ["run 1/4", "run 2/4", "run 3/4", "run 4/4"]
+    assert starts[0].startswith("run 1/4: baseline seed 0 starts;")
+    assert all(re.search(r"elapsed, eta (\d+:\d\d:\d\d|-:--:--)$", line) for line in starts)
+    assert re.search(r"eta \d+:\d\d:\d\d$", starts[-1])  # known once a run has ended
+    assert "\r" not in log and "\x1b" not in log
 
 
 def test_cli_json_is_one_object_naming_the_report(smoke, tmp_path, monkeypatch, capsys):

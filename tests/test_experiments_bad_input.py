@@ -12,7 +12,7 @@ from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
-from tricklab.experiments import Liveness, ablate
+from tricklab.experiments import AblationPlan, Liveness, ablate
 from tricklab.experiments.plan import MAX_SEEDS, parse_vary, plan_configs
 from tricklab.experiments.space import MAX_GRID_POINTS, load_space, parse_space
 from tricklab.recipe.schema import load_recipe
@@ -225,8 +225,13 @@ def test_an_empty_journal_file_is_a_new_journal(tmp_path):
     def train(recipe, **kwargs):
         raise RuntimeError("boom")  # a failed run is stored like any other
 
-    summary = ablate(baseline, {"optim.lr": [0.4]}, 1, storage=f"journal:{journal}",
-                     out_dir=tmp_path, train_fn=train, liveness=Liveness(poll_seconds=0.05))  # fmt: skip
+    summary = ablate(
+        AblationPlan(
+            baseline, {"optim.lr": [0.4]}, 1, storage=f"journal:{journal}", out_dir=tmp_path
+        ),
+        train_fn=train,
+        liveness=Liveness(poll_seconds=0.05),
+    )
     assert summary.status_counts == {"failed": 2}
     assert journal.read_text().startswith('{"op_code":')
 

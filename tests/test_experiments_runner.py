@@ -22,7 +22,15 @@ from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
-from tricklab.experiments import Liveness, ablate, parse_space, results, sweep
+from tricklab.experiments import (
+    AblationPlan,
+    Liveness,
+    SweepPlan,
+    ablate,
+    parse_space,
+    results,
+    sweep,
+)
 from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR, is_stale
 from tricklab.experiments.stats import ConfigStats
 from tricklab.experiments.storage import open_storage, storage_url, trial_status
@@ -95,7 +103,8 @@ def test_tiny_ablation_runs_end_to_end_and_results_json_round_trips(tmp_path, ca
 
 def test_nan_loss_gives_diverged_and_the_study_goes_on(tmp_path):
     summary = ablate(
-        load_recipe(None, TINY), {"optim.lr": [1e12]}, 1, out_dir=tmp_path, liveness=FAST
+        AblationPlan(load_recipe(None, TINY), {"optim.lr": [1e12]}, 1, out_dir=tmp_path),
+        liveness=FAST,
     )
     assert summary.status_counts == {"complete": 1, "diverged": 1}
     (diverged,) = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "diverged"]
@@ -111,7 +120,9 @@ def test_out_of_memory_gives_oom_and_the_next_config_goes_on(baseline, tmp_path)
         return fake_train(recipe, **kwargs)
 
     summary = ablate(
-        baseline, {"optim.lr": [0.4, 0.8]}, 1, out_dir=tmp_path, train_fn=train, liveness=FAST
+        AblationPlan(baseline, {"optim.lr": [0.4, 0.8]}, 1, out_dir=tmp_path),
+        train_fn=train,
+        liveness=FAST,
     )
     assert summary.status_counts == {"complete": 2, "oom": 1}
     (oom,) = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "oom"]
@@ -125,7 +136,9 @@ def test_any_other_exception_gives_failed_with_its_message(baseline, tmp_path):
         return fake_train(recipe, **kwargs)
 
     summary = ablate(
-        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path),
+        train_fn=train,
+        liveness=FAST,
     )
     assert summary.status_counts == {"complete": 2, "failed": 2}
     failed = [t for t in unit_trials(summary.study, tmp_path) if trial_status(t) == "failed"]
@@ -144,12 +157,16 @@ def test_rerun_skips_completed_units_and_runs_failed_ones_again(baseline, tmp_pa
         return fake_train(recipe, **kwargs)
 
     first = ablate(
-        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path),
+        train_fn=train,
+        liveness=FAST,
     )
     assert first.status_counts == {"complete": 2, "failed": 2}
     broken["on"] = False
     second = ablate(
-        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path),
+        train_fn=train,
+        liveness=FAST,
     )
     assert second.ran == 2 and second.already_done == 2
     assert second.status_counts == {"complete": 4}
@@ -166,9 +183,15 @@ def test_ctrl_c_marks_the_running_trial_interrupted_and_a_rerun_finishes(baselin
         return fake_train(recipe, **kwargs)
 
     with pytest.raises(KeyboardInterrupt):
-        ablate(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST)
+        ablate(
+            AblationPlan(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path),
+            train_fn=train,
+            liveness=FAST,
+        )
     summary = ablate(
-        baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path, train_fn=train, liveness=FAST
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 2, out_dir=tmp_path),
+        train_fn=train,
+        liveness=FAST,
     )
     trials = unit_trials(summary.study, tmp_path)
     assert [trial_status(t) for t in trials].count("interrupted") == 1
@@ -232,8 +255,13 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
 
     monkeypatch.setattr(loop, "train_step", step)
     with pytest.raises(KeyboardInterrupt):
-        ablate(load_recipe(None, TINY), {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path,
-               train_fn=train, liveness=FAST)  # fmt: skip
+        ablate(
+            AblationPlan(
+                load_recipe(None, TINY), {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path
+            ),
+            train_fn=train,
+            liveness=FAST,
+        )
     assert len(runs) == 2  # the worker stopped after the run in flight
     assert "Traceback" not in capsys.readouterr().err
     trials = unit_trials("s", tmp_path)
@@ -243,18 +271,17 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
 
 
 def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):
-    ablate(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+    ablate(
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path),
+        train_fn=fake_train,
+    )
     study = optuna.load_study(study_name="s", storage=open_storage(storage_url(None, tmp_path)))
     attrs = {"unit": "optim.lr=0.4 seed=1", "config_id": "optim.lr=0.4"}
     attrs |= {"overrides": ["optim.lr=0.4"], "seed": 1}
     study.enqueue_trial({}, user_attrs=attrs)  # as two workers starting together would
     study.enqueue_trial({}, user_attrs=attrs)
     summary = ablate(
-        baseline,
-        {"optim.lr": [0.4]},
-        2,
-        study="s",
-        out_dir=tmp_path,
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path),
         train_fn=fake_train,
         liveness=FAST,
     )
@@ -265,7 +292,10 @@ def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):
 
 
 def test_a_trial_whose_worker_died_is_run_again(baseline, tmp_path):
-    ablate(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+    ablate(
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path),
+        train_fn=fake_train,
+    )
     storage = open_storage(storage_url(None, tmp_path))
     study = optuna.load_study(study_name="s", storage=storage)
     attrs = {"unit": "baseline seed=1", "config_id": "baseline", "overrides": [], "seed": 1}
@@ -275,11 +305,7 @@ def test_a_trial_whose_worker_died_is_run_again(baseline, tmp_path):
     dead.wait()
     storage.set_trial_system_attr(lost._trial_id, WORKER_ATTR, {"host": _host(), "pid": dead.pid})
     summary = ablate(
-        baseline,
-        {"optim.lr": [0.4]},
-        2,
-        study="s",
-        out_dir=tmp_path,
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path),
         train_fn=fake_train,
         liveness=FAST,
     )
@@ -312,20 +338,25 @@ def test_a_worker_on_another_host_is_stale_only_after_its_heartbeat_goes_silent(
 
 
 def test_a_study_name_holding_another_baseline_is_a_user_error(baseline, tmp_path):
-    ablate(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+    ablate(
+        AblationPlan(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path),
+        train_fn=fake_train,
+    )
     other = baseline.override(["model.width=0.5"])
     with pytest.raises(TrickLabError, match="another experiment"):
-        ablate(other, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path, train_fn=fake_train)
+        ablate(
+            AblationPlan(other, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path),
+            train_fn=fake_train,
+        )
 
 
 def test_sampled_sweep_runs_the_requested_trials_each_with_every_seed(baseline, tmp_path):
     space = parse_space(
         {"optim.lr": {"low": 0.01, "high": 1.0, "log": True}, "optim.name": ["sgd", "adam"]}
     )
-    run = dict(
-        trials=4, sampler="tpe", seeds=2, out_dir=tmp_path, train_fn=fake_train, liveness=FAST
-    )
-    summary = sweep(baseline, space, **run)
+    plan = SweepPlan(baseline, space, trials=4, sampler="tpe", seeds=2, out_dir=tmp_path)
+    run = dict(train_fn=fake_train, liveness=FAST)
+    summary = sweep(plan, **run)
     assert summary.planned == summary.ran == 4  # trials, each with its 2 seeds
     trials = unit_trials(summary.study, tmp_path)
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
@@ -333,15 +364,18 @@ def test_sampled_sweep_runs_the_requested_trials_each_with_every_seed(baseline, 
     assert all(0.01 <= t.params["optim.lr"] <= 1.0 for t in trials)
     mean = sum(r["accuracy"] for r in trials[0].user_attrs["runs"]) / 2
     assert trials[0].value == pytest.approx(mean)
-    assert sweep(baseline, space, **run).ran == 0  # resumed: the study has its 4 trials
+    assert sweep(plan, **run).ran == 0  # resumed: the study has its 4 trials
 
 
 def test_median_pruner_stops_hopeless_trials_and_records_them_pruned(baseline, tmp_path):
     space = parse_space({"optim.lr": [0.1, 0.9, 1.0]})
     summary = sweep(
-        baseline, space, 12, sampler="random", pruner="median", sampler_seed=0,
-        out_dir=tmp_path, train_fn=fake_train, liveness=FAST,
-    )  # fmt: skip
+        SweepPlan(
+            baseline, space, 12, sampler="random", pruner="median", sampler_seed=0, out_dir=tmp_path
+        ),
+        train_fn=fake_train,
+        liveness=FAST,
+    )
     trials = unit_trials(summary.study, tmp_path)
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     # The best lr (1.0) never falls below the median of earlier trials; worse ones may.
@@ -378,9 +412,12 @@ def test_the_pruner_stops_runs_between_epochs_never_one_that_has_finished(tmp_pa
     base = load_recipe(None, ["data.name=synthetic", f"run.epochs={epochs}"])
     space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0}})
     summary = sweep(
-        base, space, 16, sampler="random", pruner="median", sampler_seed=0,
-        out_dir=tmp_path, train_fn=epochs_fake_train, liveness=FAST,
-    )  # fmt: skip
+        SweepPlan(
+            base, space, 16, sampler="random", pruner="median", sampler_seed=0, out_dir=tmp_path
+        ),
+        train_fn=epochs_fake_train,
+        liveness=FAST,
+    )
     pruned = [t for t in unit_trials(summary.study, tmp_path) if t.state == TrialState.PRUNED]
     if epochs == 1:
         assert not pruned and summary.status_counts == {"complete": 16}
@@ -399,12 +436,7 @@ def test_a_sampled_point_drawn_again_reuses_its_seeded_runs_and_counts_them_once
 
     space = parse_space({"optim.lr": [0.3]})
     summary = sweep(
-        baseline,
-        space,
-        3,
-        sampler="random",
-        seeds=2,
-        out_dir=tmp_path,
+        SweepPlan(baseline, space, 3, sampler="random", seeds=2, out_dir=tmp_path),
         train_fn=train_fn,
         liveness=FAST,
     )
@@ -428,12 +460,11 @@ def test_a_sampled_trial_whose_worker_dies_mid_way_keeps_its_finished_seeds(base
             raise SystemExit("worker lost")
 
     space = parse_space({"optim.lr": [0.3]})
-    run = dict(
-        trials=1, sampler="random", seeds=3, out_dir=tmp_path, train_fn=train_fn, liveness=FAST
-    )
+    plan = SweepPlan(baseline, space, trials=1, sampler="random", seeds=3, out_dir=tmp_path)
+    run = dict(train_fn=train_fn, liveness=FAST)
     with pytest.raises(SystemExit):
-        sweep(baseline, space, **run, on_run_end=die_after_seed_0)
-    summary = sweep(baseline, space, **run)
+        sweep(plan, **run, on_run_end=die_after_seed_0)
+    summary = sweep(plan, **run)
     assert calls == [0, 1, 2]  # seed 0 was stored as it ended: not trained again
     (row,) = results(summary.study, out_dir=tmp_path)
     assert row.n == 3
@@ -451,12 +482,11 @@ def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs
         return fake_train(recipe, **kwargs)
 
     space = parse_space({"optim.lr": [0.3]})
-    run = dict(
-        trials=1, sampler="random", seeds=3, out_dir=tmp_path, train_fn=train_fn, liveness=FAST
-    )
+    plan = SweepPlan(baseline, space, trials=1, sampler="random", seeds=3, out_dir=tmp_path)
+    run = dict(train_fn=train_fn, liveness=FAST)
     with pytest.raises(KeyboardInterrupt):
-        sweep(baseline, space, **run)
-    summary = sweep(baseline, space, **run)
+        sweep(plan, **run)
+    summary = sweep(plan, **run)
     assert calls == [0, 1, 1, 2]  # seed 0 is kept from the interrupted try
     (row,) = results(summary.study, out_dir=tmp_path)
     assert row.n == 3 and summary.status_counts == {"complete": 1}
@@ -465,11 +495,7 @@ def test_a_sampled_trial_interrupted_keeps_its_finished_seeds_and_the_rerun_runs
 def test_grid_sweep_runs_each_point_once_per_seed_with_its_params(baseline, tmp_path):
     space = parse_space({"optim.lr": [0.1, 0.2], "optim.name": ["sgd", "adam"]})
     summary = sweep(
-        baseline,
-        space,
-        sampler="grid",
-        seeds=2,
-        out_dir=tmp_path,
+        SweepPlan(baseline, space, sampler="grid", seeds=2, out_dir=tmp_path),
         train_fn=fake_train,
         liveness=FAST,
     )
@@ -492,9 +518,17 @@ def test_a_list_field_is_swept_over_list_choices(baseline, tmp_path, sampler):
 
     space = parse_space({"model.widths": [[8, 16, 16], [16, 32, 32]], "optim.lr": [0.1]})
     summary = sweep(
-        baseline, space, trials=None if sampler == "grid" else 6, sampler=sampler, sampler_seed=0,
-        out_dir=tmp_path, train_fn=train_fn, liveness=FAST,
-    )  # fmt: skip
+        SweepPlan(
+            baseline,
+            space,
+            trials=None if sampler == "grid" else 6,
+            sampler=sampler,
+            sampler_seed=0,
+            out_dir=tmp_path,
+        ),
+        train_fn=train_fn,
+        liveness=FAST,
+    )
     assert summary.status_counts["complete"] == (2 if sampler == "grid" else 6)
     assert {tuple(w) for w in widths_seen} == {(8, 16, 16), (16, 32, 32)}
     trials = unit_trials(summary.study, tmp_path)
@@ -506,15 +540,17 @@ def test_a_list_field_is_swept_over_list_choices(baseline, tmp_path, sampler):
 def test_grid_sweep_of_a_continuous_range_is_a_user_error(baseline, tmp_path):
     space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0}})
     with pytest.raises(TrickLabError, match="finite space"):
-        sweep(baseline, space, sampler="grid", out_dir=tmp_path, train_fn=fake_train)
+        sweep(SweepPlan(baseline, space, sampler="grid", out_dir=tmp_path), train_fn=fake_train)
 
 
 def test_a_bad_value_anywhere_in_the_space_fails_before_any_run(baseline, tmp_path, capsys):
     space = parse_space({"optim.name": ["sgd", "bogus"]})
     calls = []
     with pytest.raises(TrickLabError, match="optim.name='bogus' is not allowed"):
-        sweep(baseline, space, sampler="grid", out_dir=tmp_path,
-              train_fn=lambda recipe, **kw: calls.append(recipe))  # fmt: skip
+        sweep(
+            SweepPlan(baseline, space, sampler="grid", out_dir=tmp_path),
+            train_fn=lambda recipe, **kw: calls.append(recipe),
+        )
     assert calls == []
     (tmp_path / "space.yaml").write_text("optim.momentum: {low: 0.5, high: 5.0}\n")  # top end > 1
     args = ["sweep", "--space", str(tmp_path / "space.yaml"), "--trials", "2", "--dry-run"]

@@ -129,7 +129,7 @@ def test_a_file_that_is_no_journal_is_refused_and_left_untouched(tmp_path, capsy
 WORKER = """
 import os, sys, time
 from pathlib import Path
-from tricklab.experiments import Liveness, parse_space, sweep
+from tricklab.experiments import Liveness, SweepPlan, parse_space, sweep
 from tricklab.training.api import train
 from tricklab.recipe.schema import load_recipe
 
@@ -144,11 +144,11 @@ def counting_train(recipe, **kwargs):
 (ready / str(os.getpid())).touch()
 while len(list(ready.iterdir())) < 2:  # start together
     time.sleep(0.01)
-summary = sweep(
+plan = SweepPlan(
     load_recipe(None, sys.argv[4:]), parse_space({"optim.lr": [0.3]}), 2, sampler="random",
-    seeds=1, study="one-point", storage=f"journal:{journal}", train_fn=counting_train,
-    liveness=Liveness(poll_seconds=0.1),
+    seeds=1, study="one-point", storage=f"journal:{journal}",
 )
+summary = sweep(plan, train_fn=counting_train, liveness=Liveness(poll_seconds=0.1))
 print(summary.ran)
 """
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tricklab.experiments.speedrun import WARMUP_SEED, speedrun
+from tricklab.experiments.speedrun import WARMUP_SEED, SpeedrunPlan, speedrun
 from tricklab.models.airbench import AirbenchNet
 from tricklab.recipe.schema import load_recipe
 from tricklab.training import api, loop, setup, warmup
@@ -159,7 +159,7 @@ def test_speedrun_counts_no_second_of_its_warm_up_run(monkeypatch):
         return _result(1000.0 if seed == WARMUP_SEED else 1.0 + seed, seed)
 
     monkeypatch.setattr(api, "train", fake_train)
-    summary = speedrun(load_recipe("speedrun94", TINY_SPEEDRUN94), 3)
+    summary = speedrun(SpeedrunPlan(load_recipe("speedrun94", TINY_SPEEDRUN94), 3))
     assert summary.warmup.record_seconds == 6000.0  # kept apart, as the warm-up's own record
     assert [r.record_seconds for r in summary.runs] == [6.0, 12.0, 18.0]
     assert [r.whiten_seconds for r in summary.runs] == [1.0, 2.0, 3.0]

@@ -15,7 +15,15 @@ from tiny_recipe import TINY_SYNTHETIC
 from tricklab.cli.main import main
 from tricklab.core.paths import claim_folder
 from tricklab.core.stopping import Interrupted, StopRequest
-from tricklab.experiments import Liveness, ablate, parse_space, study_runs, sweep
+from tricklab.experiments import (
+    AblationPlan,
+    Liveness,
+    SweepPlan,
+    ablate,
+    parse_space,
+    study_runs,
+    sweep,
+)
 from tricklab.experiments.rundirs import config_folder_name, fresh_run_dir, run_dir, study_dir
 from tricklab.experiments.storage import open_storage, storage_url
 from tricklab.recipe.schema import load_recipe
@@ -53,7 +61,8 @@ def assert_run_folder(folder, config_id, seed):
 
 def test_each_ablation_run_keeps_its_folder_named_by_config_and_seed_and_recorded(tmp_path):
     summary = ablate(
-        load_recipe(None, TINY), {"aug.flip": ["random"]}, 2, out_dir=tmp_path, liveness=FAST
+        AblationPlan(load_recipe(None, TINY), {"aug.flip": ["random"]}, 2, out_dir=tmp_path),
+        liveness=FAST,
     )
     assert summary.status_counts == {"complete": 4}
     trials = trials_of(summary.study, tmp_path)
@@ -71,7 +80,8 @@ def test_each_ablation_run_keeps_its_folder_named_by_config_and_seed_and_recorde
 def test_each_grid_sweep_run_keeps_its_folder(tmp_path):
     space = parse_space({"optim.lr": [0.1, 0.2]})
     summary = sweep(
-        load_recipe(None, TINY), space, sampler="grid", seeds=2, out_dir=tmp_path, liveness=FAST
+        SweepPlan(load_recipe(None, TINY), space, sampler="grid", seeds=2, out_dir=tmp_path),
+        liveness=FAST,
     )
     assert summary.status_counts == {"complete": 4}
     for trial in trials_of(summary.study, tmp_path):
@@ -83,9 +93,17 @@ def test_each_grid_sweep_run_keeps_its_folder(tmp_path):
 def test_a_sampled_sweep_keeps_a_folder_per_seed_in_its_records(tmp_path):
     space = parse_space({"optim.lr": {"low": 0.1, "high": 0.3}})
     summary = sweep(
-        load_recipe(None, TINY), space, 2, sampler="random", seeds=2, sampler_seed=1,
-        out_dir=tmp_path, liveness=FAST,
-    )  # fmt: skip
+        SweepPlan(
+            load_recipe(None, TINY),
+            space,
+            2,
+            sampler="random",
+            seeds=2,
+            sampler_seed=1,
+            out_dir=tmp_path,
+        ),
+        liveness=FAST,
+    )
     assert summary.status_counts == {"complete": 2}
     for trial in trials_of(summary.study, tmp_path):
         runs = trial.user_attrs["runs"]
@@ -107,16 +125,22 @@ def test_a_rerun_of_an_interrupted_unit_trains_it_again_in_a_clean_folder(tmp_pa
         return train(recipe, on_epoch=epoch_end, **kwargs)
 
     with pytest.raises(Interrupted):
-        ablate(baseline, {"aug.flip": ["random"]}, 2, study="s", out_dir=tmp_path,
-               train_fn=stopped_after_first_epoch, stop=stop, liveness=FAST)  # fmt: skip
+        ablate(
+            AblationPlan(baseline, {"aug.flip": ["random"]}, 2, study="s", out_dir=tmp_path),
+            train_fn=stopped_after_first_epoch,
+            stop=stop,
+            liveness=FAST,
+        )
     (interrupted,) = trials_of("s", tmp_path)
     folder = Path(interrupted.user_attrs["run_dir"])
     assert interrupted.user_attrs["status"] == "interrupted"
     left = json.loads((folder / "result.json").read_text())  # what the stopped run wrote
     assert left["status"] == "interrupted" and len(left["epochs"]) == 2
 
-    summary = ablate(baseline, {"aug.flip": ["random"]}, 2, study="s", out_dir=tmp_path,
-                     liveness=FAST)  # fmt: skip
+    summary = ablate(
+        AblationPlan(baseline, {"aug.flip": ["random"]}, 2, study="s", out_dir=tmp_path),
+        liveness=FAST,
+    )
     assert summary.status_counts == {"complete": 4} and summary.ran == 4
     rerun = [
         t
@@ -163,9 +187,13 @@ def test_a_folder_the_study_never_named_is_left_alone(tmp_path):
 
 def test_two_studies_sharing_an_out_folder_keep_each_others_runs(tmp_path):
     baseline = load_recipe(None, TINY)
-    first = ablate(baseline, {"aug.flip": ["random"]}, 1, study="a", out_dir=tmp_path,
-                   liveness=FAST)  # fmt: skip
-    second = ablate(baseline, {"optim.lr": [0.1]}, 1, study="b", out_dir=tmp_path, liveness=FAST)
+    first = ablate(
+        AblationPlan(baseline, {"aug.flip": ["random"]}, 1, study="a", out_dir=tmp_path),
+        liveness=FAST,
+    )
+    second = ablate(
+        AblationPlan(baseline, {"optim.lr": [0.1]}, 1, study="b", out_dir=tmp_path), liveness=FAST
+    )
     assert first.status_counts == second.status_counts == {"complete": 2}
     folders = {}
     for study in ("a", "b"):
@@ -209,8 +237,16 @@ def test_the_study_folder_is_the_out_folder_beside_the_storage_file_or_the_defau
 def test_runs_of_a_journal_study_go_beside_the_journal(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     journal = tmp_path / "shared" / "exp.journal"
-    ablate(load_recipe(None, TINY), {"aug.flip": ["random"]}, 1, study="j",
-           storage=f"journal:{journal}", liveness=FAST)  # fmt: skip
+    ablate(
+        AblationPlan(
+            load_recipe(None, TINY),
+            {"aug.flip": ["random"]},
+            1,
+            study="j",
+            storage=f"journal:{journal}",
+        ),
+        liveness=FAST,
+    )
     assert sorted(p.name for p in (tmp_path / "shared" / "j" / "runs").iterdir()) == [
         "aug.flip=random",
         "baseline",

@@ -166,8 +166,10 @@ def run_demo(
 
     `out_dir` defaults to a new runs/<date>-<time>-demo. Bad input (a file as `out_dir`, a folder
     that already holds a report, a seed count out of range) raises TrickLabError before training.
-    `on_run_end` sees every finished run (for progress display).
+    `on_run_end` sees every finished run; a progress display the caller opened
+    (core/progress.py) shows `run k/N` with the elapsed time and ETA, and each run's epochs.
     """
+    from tricklab.experiments.plan import AblationPlan
     from tricklab.experiments.runner import ablate
     from tricklab.recipe.schema import load_recipe
     from tricklab.report import write_report
@@ -188,14 +190,8 @@ def run_demo(
         made = first_missing(out)
     try:
         make_folder(out)
-        summary = ablate(
-            baseline,
-            vary,
-            seeds,
-            study=STUDY_NAME,
-            out_dir=str(out / "study"),
-            on_run_end=on_run_end,
-        )
+        study = AblationPlan(baseline, vary, seeds, study=STUDY_NAME, out_dir=str(out / "study"))
+        summary = ablate(study, on_run_end=on_run_end)
     except TrickLabError:
         remove_empty_dirs(out, made)  # bad input met before the first run: leave nothing
         raise

@@ -1,8 +1,8 @@
 """What every `tricklab` command shares: consoles, the one-line error, argument helpers.
 
-The main CLI (cli.py) and the command modules it registers (speedrun.py, experiments/cli.py,
-measure/profile_cli.py) import from here, never from each other, so no import cycle hides behind
-a function-level import. Nothing here imports torch or Optuna at import time.
+The main CLI (main.py) and the command modules it registers (demo.py, speedrun.py,
+ablate_sweep.py, results.py, profile.py, report.py) import from here, so no import cycle hides
+behind a function-level import. Nothing here imports torch or Optuna at import time.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ from tricklab.core.paths import disk_full_error, first_missing, is_disk_full, ne
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 RUNS_ROOT = Path("runs")  # where a command given no --out makes its new folder
+STORAGE_HELP = (  # --storage of ablate, sweep, results
+    "Optuna storage: sqlite:///file.db; journal:PATH / PATH.journal for several worker "
+    "processes; postgresql+psycopg://USER@HOST/DB for several machines (pip install "
+    "'tricklab[postgres]'). Default: sqlite in the experiment folder"
+)
 
 # Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
 console = Console(markup=False)

@@ -18,10 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 import tricklab
+from tricklab.cli import ablate_sweep as ablate_sweep_cli
 from tricklab.cli import demo
-from tricklab.cli import experiments as experiments_cli
 from tricklab.cli import profile as profile_cli
 from tricklab.cli import report as report_cli
+from tricklab.cli import results as results_cli
 from tricklab.cli import speedrun as speedrun_cli
 from tricklab.cli.common import (
     INTERRUPTED_EXIT_CODE,
@@ -374,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(func=cmd_models)
 
     # Each command module adds its own commands.
-    for module in (demo, speedrun_cli, experiments_cli, profile_cli, report_cli):
+    for module in (demo, speedrun_cli, ablate_sweep_cli, results_cli, profile_cli, report_cli):
         module.register(sub)
     return parser
 

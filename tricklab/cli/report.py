@@ -1,6 +1,6 @@
 """`tricklab report` and the output of `tricklab results` (its formats, --per-seed, the list of
-studies). The main CLI calls `register(subparsers)`; experiments/cli.py adds `add_results_args` to
-its `results` parser and runs `run_results`. Nothing heavy is imported before a command runs."""
+studies). The main CLI calls `register(subparsers)`; results.py adds `add_results_args` to its
+`results` parser and runs `run_results`. Nothing heavy is imported before a command runs."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from tricklab.experiments.speedrun import (
     DEFAULT_RECIPE,
     DEFAULT_RUNS,
     SpeedrunInterrupted,
+    SpeedrunPlan,
     SpeedrunRun,
     SpeedrunSummary,
     check_arguments,
@@ -212,11 +213,8 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
     from tricklab.training.setup import check_setup
 
     if not main:
-        summary = speedrun(
-            recipe, args.runs, target_accuracy=target, warmup_epochs=args.warmup_epochs,
-            recipe_name=args.recipe, stop=args.stop,
-        )  # fmt: skip
-        return 1 if summary.failed else 0
+        plan = _plan(args, recipe, target, out_dir=None)
+        return 1 if speedrun(plan, stop=args.stop).failed else 0
     display = None if args.quiet else ProgressDisplay(err_console)  # bars or plain lines
     with display or contextlib.nullcontext():  # a bar while the data is decoded
         check_setup([recipe])  # bad data, model or device: one line before anything is printed
@@ -254,17 +252,7 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
         with display or contextlib.nullcontext():
             if display:
                 display.start_runs(args.runs, warmup=args.warmup_epochs != 0)
-            summary = speedrun(
-                recipe,
-                args.runs,
-                peak_tflops=args.peak_tflops,
-                out_dir=out,
-                on_run=show,
-                target_accuracy=target,
-                warmup_epochs=args.warmup_epochs,
-                recipe_name=args.recipe,
-                stop=args.stop,
-            )
+            summary = speedrun(_plan(args, recipe, target, out), on_run=show, stop=args.stop)
     except SpeedrunInterrupted as stop:  # the runs that finished are summarized all the same
         summary = stop.summary
         err.print(f"interrupted after {summary.n} of {summary.runs_planned} runs", highlight=False)
@@ -278,6 +266,21 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
     if summary.interrupted:
         return INTERRUPTED_EXIT_CODE
     return 1 if summary.failed else 0
+
+
+def _plan(
+    args: argparse.Namespace, recipe, target: float | None, out_dir: Path | None
+) -> SpeedrunPlan:
+    """The speedrun the arguments ask for (in `out_dir`; ranks > 0 of --nproc write none)."""
+    return SpeedrunPlan(
+        recipe,
+        args.runs,
+        peak_tflops=args.peak_tflops,
+        target_accuracy=target,
+        warmup_epochs=args.warmup_epochs,
+        recipe_name=args.recipe,
+        out_dir=out_dir,
+    )
 
 
 def _silent(*args: Any, **kwargs: Any) -> None:

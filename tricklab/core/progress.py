@@ -1,12 +1,12 @@
 """Progress on the command line: a bar per batch within each epoch (epoch e/E, images/s, the run's
-elapsed time and ETA), a bar while a dataset is decoded, and `run k/N` of a speedrun with its
-elapsed time and ETA. Plain lines when the output is not a terminal (a line per epoch, per run, and
+elapsed time and ETA), a bar while a dataset is decoded, and `run k/N` of a speedrun or an
+experiment (ablate, sweep, the demo) with its elapsed time and ETA. Plain lines when the output is not a terminal (a line per epoch, per run, and
 at the start and end of decoding; never a carriage return), nothing at all with `--quiet`.
 
 Library code prints nothing: a display shows only inside `with ProgressDisplay(console):`, which
 the CLI opens, and the code that reports finds it with `current()` and stays silent when there is
-none: the training loop (`Parts.progress`, set by `train`) and dataset decoding (`decoding`,
-`decode_ticker`). The display lives in a context variable, not a global: a thread started
+none: the training loop (`Parts.progress`, set by `train`), dataset decoding (`decoding`,
+`decode_ticker`) and an experiment's workers (`run_starts`). The display lives in a context variable, not a global: a thread started
 elsewhere sees none.
 
 Reporting costs the loop nothing measurable: batches and images are counted on the host as the
@@ -103,18 +103,21 @@ class _Training:
 
 @dataclass
 class _Runs:
-    """A speedrun's runs: the warm-up (not counted), then `total` counted ones."""
+    """A job's runs: a speedrun's warm-up (not counted), then `total` counted ones."""
 
     total: int
     warmup: bool  # the warm-up is still to finish
     start: float  # of the whole job
     counted_start: float  # of the first counted run (its ETA ignores the warm-up's compile)
     done: int = 0
+    what: str = ""  # the run in progress, when the job names it (an experiment's config and seed)
 
     def label(self) -> str:
         if self.warmup:
             return "warm-up run (not counted)"
-        return f"run {self.done + 1}/{self.total}" if self.done < self.total else "runs done"
+        if self.done >= self.total:
+            return "runs done"
+        return f"run {self.done + 1}/{self.total}" + (f": {self.what}" if self.what else "")
 
     def eta_seconds(self, now: float) -> float | None:
         if self.done == 0:
@@ -251,6 +254,21 @@ class ProgressDisplay:
             runs.warmup, runs.counted_start = False, now
         self._end_training()
         if not self.animate and runs.done < runs.total:
+            self._line(
+                f"{runs.label()} starts; {clock(now - runs.start)} elapsed, "
+                f"eta {clock(runs.eta_seconds(now))}"
+            )
+
+    def run_starts(self, what: str, done: int, total: int) -> None:
+        """An experiment's run starts: `what` names it; `done` of this process's `total` runs
+        have ended (the total as the study counts it now: other workers may take some)."""
+        now = time.perf_counter()
+        if self._runs is None:
+            self._runs = _Runs(total=total, warmup=False, start=now, counted_start=now)
+        runs = self._runs
+        runs.done, runs.total, runs.what = done, max(total, done + 1), what
+        self._end_training()
+        if not self.animate:
             self._line(
                 f"{runs.label()} starts; {clock(now - runs.start)} elapsed, "
                 f"eta {clock(runs.eta_seconds(now))}"

@@ -46,8 +46,6 @@ RETRY_STATUSES = frozenset({Status.FAILED, Status.OOM, Status.INTERRUPTED})
 FAILED_STATUSES = frozenset({Status.DIVERGED, Status.OOM, Status.FAILED})
 # The statuses an Optuna trial in state FAIL may carry.
 FAIL_STATE_STATUSES = FAILED_STATUSES | {Status.INTERRUPTED, Status.SKIPPED}
-# Not finished yet.
-PENDING_STATUSES = frozenset({Status.RUNNING, Status.WAITING})
 
 
 def target_counts(runs: Iterable[tuple[str, float | None]], target: float) -> tuple[int, int]:

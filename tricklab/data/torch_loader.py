@@ -156,7 +156,9 @@ class TorchLoader:
             sampler=_EpochSampler(self),
             drop_last=self.drop_last,
             num_workers=num_workers,
-            pin_memory=pin_memory,
+            # Page-locked memory speeds copies to an accelerator only; on a CPU torch ignores it
+            # (and warns that it does).
+            pin_memory=pin_memory and self.device.type != "cpu",
             persistent_workers=persistent_workers,
             prefetch_factor=prefetch_factor,
         )

@@ -2,14 +2,15 @@
 
 - `plan.py`: which configurations and seeds an ablation runs (one change at a time, or the grid);
 - `space.py`: sweep search spaces (SPACE.yaml) as Optuna distributions;
-- `storage.py`: Optuna storages and studies, trial statuses, worker heartbeats (`liveness.py`:
-  their settings);
+- `storage.py`: Optuna storages and studies, opened and read (a trial's status and runs);
 - `runner.py`: `ablate`, `sweep`, `results` from Python, and the summary an experiment leaves;
-- `workers.py`: the worker loops that train the units; `claims.py`: how workers claim units, so
-  each (configuration, seed) runs exactly once across processes and reruns; `rundirs.py`: where
-  each run's folder goes;
+- `workers.py`: the worker loops that train the units; `claims.py`: the claim protocol, how
+  workers claim units (so each (configuration, seed) runs exactly once across processes and
+  reruns), beat and fail stale trials (`liveness.py`: the intervals); `rundirs.py`: where each
+  run's folder goes;
 - `stats.py`: the results table (means, Student t intervals, Welch tests, speedups);
-- `cli.py`: `tricklab ablate | sweep | results`.
+- `speedrun.py`: `tricklab speedrun`'s runs and summary (SpeedrunPlan).
+The commands are tricklab/cli/'s (ablate_sweep.py, results.py, speedrun.py).
 
 Names are imported on first use, so the CLI can register its commands without loading Optuna.
 """
@@ -20,6 +21,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "AblationPlan": "plan",
+    "SweepPlan": "plan",
     "Config": "plan",
     "Unit": "plan",
     "budget_overrides": "plan",

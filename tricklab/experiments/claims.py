@@ -4,7 +4,7 @@ A unit is a (configuration, seed) pair of an ablation or grid sweep, or one samp
 with all its seeds in a random/TPE sweep; the `unit` user attr of a trial names it. A unit's
 tries are its trials, `skipped` ones aside. Each worker (workers.py) loops:
 1. fail stale trials: RUNNING trials whose worker died (SIGKILL, lost machine) become FAIL
-   (`interrupted`), see storage.py;
+   (`interrupted`), see Liveness below;
 2. enqueue, as a WAITING trial tagged with its unit, one unit of its plan that `needs_try`: no
    done try (complete, diverged or pruned), nothing waiting or running, and no try that started
    since this worker started: a unit never run, or one that failed / ran out of memory / was
@@ -21,6 +21,13 @@ tries are its trials, `skipped` ones aside. Each worker (workers.py) loops:
    outcome with `finish_trial`.
 A unit's final status is its first done try's, else its last try's (`final_statuses`): the one
 place summaries count statuses from.
+
+Liveness: a claiming worker names itself on the trial (`tricklab:worker`: host and pid) and, while
+it runs the unit, writes a heartbeat (`tricklab:heartbeat`, unix seconds) every few seconds
+(`heartbeat`; the intervals are liveness.py's). A RUNNING trial is stale when its worker's process
+is gone (same host: checked at once) or its heartbeat is older than the grace period (any host);
+`fail_stale_trials` marks such trials FAIL so their units can run again. Optuna's own heartbeat
+exists only for RDB storages; this one works for journal files too.
 
 A random/TPE sampler may draw one point in two trials that run at once. Each seed of a sampled
 point is then claimed as a unit is: holding `claim_lock`, a trial takes a finished run of that
@@ -224,6 +231,12 @@ def worker_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
+def name_worker(storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+    """Name this process on a trial it has just claimed: if it dies before its heartbeat starts,
+    the next worker sees the process gone instead of waiting out the grace period."""
+    storage.set_trial_system_attr(trial_id, WORKER_ATTR, worker_identity())
+
+
 def _process_gone(pid: int) -> bool:
     """True when no live process has this pid (a zombie counts as gone)."""
     try:
@@ -343,9 +356,7 @@ def pop_waiting_trial(
             continue
         try:
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
-                # Named at once: if this worker dies before its heartbeat starts, the next one
-                # sees the process gone instead of waiting out the grace period.
-                storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker_identity())
+                name_worker(storage, trial._trial_id)
                 return trial._trial_id
         except UpdateFinishedTrialError:
             continue

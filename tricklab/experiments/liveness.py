@@ -1,6 +1,6 @@
 """How workers tell each other they are alive: the heartbeat and grace period settings.
 
-No Optuna here: the CLI reads the defaults to build its parser (storage.py does the beating).
+No Optuna here: the CLI reads the defaults to build its parser (claims.py does the beating).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ MAX_HEARTBEAT_SECONDS = 86_400
 
 @dataclass(frozen=True)
 class Liveness:
-    """How workers tell each other they are alive (see storage.py).
+    """How workers tell each other they are alive (see claims.py).
 
     heartbeat_seconds: beat interval; grace_seconds: silence after which another host's worker
     counts as dead (same-host workers are checked by pid at once); poll_seconds: how often an idle

@@ -162,7 +162,7 @@ def normalize_target(target: float) -> float:
 
 
 @dataclass(frozen=True)
-class AblationPlan:
+class ConfigPlan:
     """The configurations of an ablation, and the recipes its setup check builds (`checked`): the
     baseline and, for each value of each varied key, one configuration that has it."""
 
@@ -170,9 +170,52 @@ class AblationPlan:
     checked: list[Any]
 
 
+@dataclass(frozen=True)
+class AblationPlan:
+    """An ablation: the baseline plus one change at a time from `vary` (with `grid`, every
+    combination), each with seeds 0..seeds-1; `tricklab.experiments.ablate` runs it.
+
+    `baseline` is a Recipe run as given (apply `budget_overrides` for the fixed budget the CLI
+    uses); `vary` maps recipe keys to values (Python values or strings as typed on the command
+    line). Where it is stored: study `study` (default: a name derived from the baseline and the
+    plan) in `storage` (default: an SQLite file in `out_dir`, default runs/experiments/<study>;
+    storage.py lists the others)."""
+
+    baseline: Any
+    vary: Mapping[str, Sequence[Any]]
+    seeds: int = 3
+    grid: bool = False
+    study: str | None = None
+    storage: str | None = None
+    out_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep of recipe keys over `space` (space.py) from the recipe `base`, with an Optuna
+    sampler; `tricklab.experiments.sweep` runs it.
+
+    grid: every point of the (finite) space, or a seeded subset of `trials` of them, each with
+    seeds 0..seeds-1; random, tpe: `trials` sampled configurations, each with every seed. pruner
+    "median" stops trials whose per-epoch accuracy trails the median of earlier ones at that epoch.
+    `sampler_seed` seeds the sampler (leave it None with several workers, or they draw alike).
+    `study`, `storage` and `out_dir` say where it is stored, as `AblationPlan`'s do."""
+
+    base: Any
+    space: Any  # a space.SearchSpace
+    trials: int | None = None
+    sampler: str = "tpe"
+    pruner: str = "none"
+    seeds: int = 1
+    sampler_seed: int | None = None
+    study: str | None = None
+    storage: str | None = None
+    out_dir: str | None = None
+
+
 def ablation_plan(
     baseline: Any, vary: Mapping[str, Sequence[Any]], grid: bool = False
-) -> AblationPlan:
+) -> ConfigPlan:
     """The configurations of an ablation: baseline first, then one change at a time (or the grid).
 
     `baseline` is a Recipe; `vary` maps recipe keys to values (Python values or strings as typed on
@@ -205,7 +248,7 @@ def ablation_plan(
                     raise TrickLabError(f"--vary {text}: {exc}") from None
                 configs.append(Config(text, (text,)))
                 checked.append(recipe)
-    return AblationPlan(configs, checked)
+    return ConfigPlan(configs, checked)
 
 
 def plan_configs(
@@ -256,7 +299,7 @@ def _read_value(baseline: Any, key: str, value: Any) -> Any:
         return baseline.override([f"{key}={text}"]).get(key)
 
 
-def _grid_plan(baseline: Any, axes: Mapping[str, list[Any]]) -> AblationPlan:
+def _grid_plan(baseline: Any, axes: Mapping[str, list[Any]]) -> ConfigPlan:
     """Every point of the product (and the baseline), each checked against the recipe's
     cross-field rules; the setup check takes, for each value, the point whose other keys take
     their first values."""
@@ -284,7 +327,7 @@ def _grid_plan(baseline: Any, axes: Mapping[str, list[Any]]) -> AblationPlan:
             point = [*firsts[:i], value, *firsts[i + 1 :]]
             recipe = with_values(baseline, list(zip(keys, point)))
             checked.setdefault(json.dumps(point, default=str), recipe)
-    return AblationPlan(list(configs.values()), list(checked.values()))
+    return ConfigPlan(list(configs.values()), list(checked.values()))
 
 
 def with_values(recipe: Any, changes: Sequence[tuple[str, Any]]) -> Any:

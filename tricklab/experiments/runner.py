@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,7 +28,9 @@ from tricklab.experiments.plan import (
     BASELINE,
     PRUNERS,
     SAMPLERS,
+    AblationPlan,
     Config,
+    SweepPlan,
     Unit,
     ablation_plan,
     baseline_identity,
@@ -134,88 +136,87 @@ ABLATION_MATCH = ("kind", "baseline")
 SWEEP_MATCH = ("kind", "baseline", "space")
 
 
-def ablation_attrs(
-    baseline: Any, configs: Sequence[Config], seeds: int, grid: bool
-) -> dict[str, Any]:
+def ablation_attrs(plan: AblationPlan, configs: Sequence[Config]) -> dict[str, Any]:
     """The study user attrs an ablation stores (and --dry-run compares with a stored study's)."""
     return {
         "kind": "ablation",
-        "baseline": baseline_identity(baseline),
+        "baseline": baseline_identity(plan.baseline),
         "configs": [c.config_id for c in configs],
-        "seeds": seeds,
-        "grid": grid,
+        "seeds": plan.seeds,
+        "grid": plan.grid,
         "tricklab_version": __version__,
     }
 
 
-def sweep_attrs(base: Any, space: SearchSpace, sampler: str, seeds: int) -> dict[str, Any]:
+def sweep_attrs(plan: SweepPlan) -> dict[str, Any]:
     """The study user attrs a sweep stores (and --dry-run compares with a stored study's)."""
     return {
         "kind": "sweep",
-        "baseline": baseline_identity(base),
-        "space": space.to_dict(),
-        "sampler": sampler,
-        "seeds": seeds,
+        "baseline": baseline_identity(plan.base),
+        "space": plan.space.to_dict(),
+        "sampler": plan.sampler,
+        "seeds": plan.seeds,
         "tricklab_version": __version__,
     }
+
+
+def ablation_study(plan: AblationPlan, configs: Sequence[Config]) -> str:
+    """The ablation's study name: the plan's, else one derived from the baseline and configs."""
+    return plan.study or default_study_name("ablate", plan.baseline, [c.config_id for c in configs])
+
+
+def sweep_study(plan: SweepPlan) -> str:
+    """The sweep's study name: the plan's, else one derived from the baseline and the space."""
+    grid_trials = plan.trials if plan.sampler == "grid" else None
+    return plan.study or default_study_name(
+        "sweep", plan.base, plan.space.to_dict(), plan.sampler, grid_trials
+    )
 
 
 # ---------------------------------------------------------------- ablations
 
 
 def plan_ablation(
-    baseline: Any,
-    vary: Mapping[str, Sequence[Any]],
-    seeds: int,
-    grid: bool = False,
-    *,
-    check_runs: bool = True,
+    plan: AblationPlan, *, check_runs: bool = True
 ) -> tuple[list[Config], list[Unit]]:
     """The ablation's configurations and (configuration, seed) units. With `check_runs`, input
     that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first:
     the setup of the baseline and of one configuration per varied value is built (each distinct
     data source, model and loader once), so a large grid costs about what a small one does."""
-    plan = ablation_plan(baseline, vary, grid)
-    units = plan_units(plan.configs, seeds)
+    planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
+    units = plan_units(planned.configs, plan.seeds)
     if check_runs:
         from tricklab.training.setup import check_setup  # torch
 
-        check_setup(plan.checked)
-    return plan.configs, units
+        check_setup(planned.checked)
+    return planned.configs, units
 
 
 def ablate(
-    baseline: Any,
-    vary: Mapping[str, Sequence[Any]],
-    seeds: int = 3,
+    plan: AblationPlan,
     *,
-    grid: bool = False,
-    study: str | None = None,
-    storage: str | None = None,
-    out_dir: str | None = None,
     train_fn: TrainFn | None = None,
     on_run_end: Callable[[RunEvent], None] | None = None,
     liveness: Liveness | None = None,
     stop: StopRequest | None = None,
 ) -> ExperimentSummary:
-    """Run an ablation: the baseline plus one change at a time (or the grid), seeds 0..seeds-1.
+    """Run an ablation (plan.AblationPlan): the baseline plus one change at a time (or the
+    grid), seeds 0..seeds-1, e.g. `ablate(AblationPlan(recipe, {"optim.lr": [0.1, 0.4]}))`.
 
-    `baseline` is a Recipe run as given (apply `plan.budget_overrides` for the fixed budget the CLI
-    uses). `study` defaults to a name derived from the baseline and the plan, `storage` to an SQLite
-    file in `out_dir` (default runs/experiments/<study>); see storage.py for the other storages.
+    `train_fn` replaces `tricklab.train` (tests); `on_run_end` hears of each finished run.
     Each run's folder goes to `<study folder>/runs/<config>/seed-<k>` (rundirs.py).
     Calling it again resumes; several processes calling it on one storage share the work.
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) marks the running trial interrupted and
     raises Interrupted.
     """
-    configs, units = plan_ablation(baseline, vary, seeds, grid, check_runs=train_fn is None)
-    name = study or default_study_name("ablate", baseline, [c.config_id for c in configs])
-    url = storage_url(storage, experiment_dir(name, out_dir))
+    configs, units = plan_ablation(plan, check_runs=train_fn is None)
+    name = ablation_study(plan, configs)
+    url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
     store = open_storage(url)
     opened = open_study(
         store,
         name,
-        attrs=ablation_attrs(baseline, configs, seeds, grid),
+        attrs=ablation_attrs(plan, configs),
         must_match=ABLATION_MATCH,
         sampler=optuna.samplers.RandomSampler(),
     )
@@ -227,14 +228,14 @@ def ablate(
             opened,
             store,
             url,
-            baseline,
+            plan.baseline,
             train_fn or _default_train(),
             stop,
             liveness or Liveness(),
             on_run_end=on_run_end,
-            study_folder=study_dir(name, storage, out_dir),
+            study_folder=study_dir(name, plan.storage, plan.out_dir),
         )
-        space, params = ablation_params(baseline, configs, vary)  # for optuna-dashboard
+        space, params = ablation_params(plan.baseline, configs, plan.vary)  # optuna-dashboard
         ran = run_units(
             worker, units, params=lambda unit: params[unit.config.config_id], space=space
         )
@@ -261,81 +262,62 @@ def grid_configs(
     return out
 
 
-def check_sweep(
-    base: Any,
-    space: SearchSpace,
-    sampler: str,
-    trials: int | None,
-    seeds: int,
-    sampler_seed: int | None,
-    *,
-    check_runs: bool = True,
-) -> None:
+def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> None:
     """TrickLabError for sweep arguments no sweep can run with, and for a key or value of the
     space that is not valid. With `check_runs`, also for input every run with some value of the
     space would fail on (missing data, an unknown model, ...)."""
+    sampler, trials, sampler_seed = plan.sampler, plan.trials, plan.sampler_seed
     if sampler not in SAMPLERS:
         raise TrickLabError(f"unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}")
     if trials is not None and trials < 1:
         raise TrickLabError(f"--trials {trials} must be at least 1")
     if sampler != "grid" and trials is None:
         raise TrickLabError(f"--sampler {sampler} needs --trials N")
-    check_seeds(seeds)
+    check_seeds(plan.seeds)
     if sampler_seed is not None and not 0 <= sampler_seed < 2**32:
         raise TrickLabError(f"--sampler-seed {sampler_seed} must lie in [0, 2**32 - 1]")
-    recipes = space.check(base)  # every choice and both ends of every range
+    recipes = plan.space.check(plan.base)  # every choice and both ends of every range
     if sampler == "grid":
-        space.grid_size()  # too large a grid is refused before any setup is built
+        plan.space.grid_size()  # too large a grid is refused before any setup is built
     if check_runs:
         from tricklab.training.setup import check_setup
 
-        check_setup([base, *recipes])
+        check_setup([plan.base, *recipes])
 
 
 def sweep(
-    base: Any,
-    space: SearchSpace,
-    trials: int | None = None,
+    plan: SweepPlan,
     *,
-    sampler: str = "tpe",
-    pruner: str = "none",
-    seeds: int = 1,
-    sampler_seed: int | None = None,
-    study: str | None = None,
-    storage: str | None = None,
-    out_dir: str | None = None,
     train_fn: TrainFn | None = None,
     on_run_end: Callable[[RunEvent], None] | None = None,
     liveness: Liveness | None = None,
     stop: StopRequest | None = None,
 ) -> ExperimentSummary:
-    """Sweep recipe keys over `space` with an Optuna sampler; objective: validation accuracy.
+    """Sweep recipe keys over a space (plan.SweepPlan) with an Optuna sampler; objective:
+    validation accuracy, e.g. `sweep(SweepPlan(recipe, load_space("space.yaml"), trials=20))`.
 
-    grid: every point of the (finite) space, or a seeded subset of `trials` of them; each
-    (point, seed) pair is one trial and runs exactly once, as an ablation unit does. random, tpe:
-    `trials` sampled configurations, each trained with seeds 0..seeds-1 in one trial whose value is
-    their mean accuracy. pruner "median" stops trials whose per-epoch accuracy falls below the
-    median of earlier trials at the same epoch (Optuna's MedianPruner); they are stored `pruned`.
-    `sampler_seed` seeds the sampler (leave it None with several workers, or they draw alike).
+    grid: each (point, seed) pair is one trial and runs exactly once, as an ablation unit does.
+    random, tpe: each sampled configuration is one trial, trained with seeds 0..seeds-1, whose
+    value is their mean accuracy. Trials the median pruner (Optuna's MedianPruner) stops are
+    stored `pruned`. The other arguments are `ablate`'s.
     """
-    check_sweep(base, space, sampler, trials, seeds, sampler_seed, check_runs=train_fn is None)
-    name = study or default_study_name(
-        "sweep", base, space.to_dict(), sampler, trials if sampler == "grid" else None
-    )
-    url = storage_url(storage, experiment_dir(name, out_dir))
+    check_sweep(plan, check_runs=train_fn is None)
+    space, sampler, seeds, trials = plan.space, plan.sampler, plan.seeds, plan.trials
+    name = sweep_study(plan)
+    url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
     store = open_storage(url)
     optuna_sampler = (
-        optuna.samplers.TPESampler(seed=sampler_seed)
+        optuna.samplers.TPESampler(seed=plan.sampler_seed)
         if sampler == "tpe"
-        else optuna.samplers.RandomSampler(seed=sampler_seed)
+        else optuna.samplers.RandomSampler(seed=plan.sampler_seed)
     )
     opened = open_study(
         store,
         name,
-        attrs=sweep_attrs(base, space, sampler, seeds),
+        attrs=sweep_attrs(plan),
         must_match=SWEEP_MATCH,
         sampler=optuna_sampler,
-        pruner=_pruner(pruner),
+        pruner=_pruner(plan.pruner),
     )
     provenance = start_record()
     with _stop_request(stop) as stop:
@@ -343,16 +325,16 @@ def sweep(
             opened,
             store,
             url,
-            base,
+            plan.base,
             train_fn or _default_train(),
             stop,
             liveness or Liveness(),
-            prune=pruner != "none",
+            prune=plan.pruner != "none",
             on_run_end=on_run_end,
-            study_folder=study_dir(name, storage, out_dir),
+            study_folder=study_dir(name, plan.storage, plan.out_dir),
         )
         if sampler == "grid":
-            points = grid_configs(space, trials, sampler_seed)
+            points = grid_configs(space, trials, plan.sampler_seed)
             values = {config.config_id: v for config, v in points}
             units = plan_units([config for config, _ in points], seeds)
             keys = [u.key for u in units]

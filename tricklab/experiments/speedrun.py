@@ -265,11 +265,7 @@ def speedrun(
     from tricklab.training.api import train
 
     recipe, runs, peak_tflops, out_dir = plan.recipe, plan.runs, plan.peak_tflops, plan.out_dir
-    target_accuracy, warmup_epochs, recipe_name = (
-        plan.target_accuracy,
-        plan.warmup_epochs,
-        plan.recipe_name,
-    )
+    target_accuracy, warmup_epochs = plan.target_accuracy, plan.warmup_epochs
     check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("--out is empty: give a folder name")
@@ -320,7 +316,9 @@ def speedrun(
             raise
         interrupted = True
 
-    summary = summarize(records, results, recipe, recipe_name, target, peak, peak_source, warmup)
+    summary = summarize(
+        records, results, recipe, plan.recipe_name, target, peak, peak_source, warmup
+    )
     summary.runs_planned, summary.interrupted = runs, interrupted
     summary.provenance = finish_record(provenance)
     seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]

@@ -21,9 +21,10 @@ exactly `trials` sampled units. Failed/oom/interrupted trials of an earlier sess
 again with their parameters (as Optuna's RetryFailedTrialCallback does), under the same unit.
 
 Each run trains in its own folder (rundirs.py), which the trial names before the run starts; a
-folder an interrupted try of the same run left is replaced. Each finished run is reported to
-`on_run_end` with this process's count of runs, the runs the study still wants and the time since
-this process started working (for "run k/N" and an ETA).
+folder an interrupted try of the same run left is replaced. Each run that starts is shown by the
+command's progress display, if there is one (core/progress.py: `run k/N`, elapsed time and ETA,
+then the run's epoch bar), and each finished run is reported to `on_run_end` with this process's
+count of runs, the runs the study still wants and the time since this process started working.
 
 A run's status is the one `train()` gave it (see tricklab.core.stopping and `api.run_end`). An
 interrupted run is stored, then the worker raises Interrupted; a SIGKILL leaves the trial RUNNING
@@ -47,18 +48,19 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.progress import current as current_progress
 from tricklab.core.status import COMPLETE_STATUSES, RETRY_STATUSES, TRAINED_STATUSES, Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
 from tricklab.experiments.claims import (
     ACTIVE,
     TRAINING_ATTR,
-    WORKER_ATTR,
     attempts,
     claim_lock,
     claimed,
     fail_stale_trials,
     finish_trial,
     heartbeat,
+    name_worker,
     needs_try,
     planned_runs_left,
     pop_waiting_trial,
@@ -67,7 +69,6 @@ from tricklab.experiments.claims import (
     skip,
     taken_by_other,
     unit_of,
-    worker_identity,
 )
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import Unit, unit_recipe
@@ -124,7 +125,7 @@ class RunCounter:
 @dataclass(frozen=True)
 class Worker:
     """What a worker loop needs besides its plan: the study and its storage (`url` names the
-    claim lock, see storage.claim_lock), the baseline recipe the units change, how to train, the
+    claim lock, see claims.claim_lock), the baseline recipe the units change, how to train, the
     stop request, liveness, whether the study's pruner may stop runs, who hears of each run, and
     the study folder its run folders go in (None: runs keep no folder)."""
 
@@ -150,6 +151,14 @@ class Worker:
         folder = fresh_run_dir(run_dir(self.study_folder, config_id, seed), ours)
         self.storage.set_trial_user_attr(trial_id, RUN_DIR_ATTR, str(folder))
         return folder
+
+    def starting(self, config_id: str, seed: int, runs_left: int) -> None:
+        """Show that a run starts (`runs_left`: it and the runs the study wants after it) on the
+        command's progress display, if any: run k/N, elapsed, ETA."""
+        display = current_progress()
+        if display is not None:
+            done = self.counter.done
+            display.run_starts(f"{config_id} seed {seed}", done, done + runs_left)
 
     def report(self, trial_number: int, config_id: str, record: dict, runs_left: int) -> None:
         self.counter.done += 1
@@ -229,6 +238,8 @@ def run_units(
                 recipe = unit_recipe(worker.base, unit)
                 reporter = pruning_reporter(trial, recipe) if worker.prune else None
                 folder = worker.run_folder(trial_id, unit.config.config_id, unit.seed)
+                left = planned_runs_left(study.get_trials(deepcopy=False), by_key, session_start)
+                worker.starting(unit.config.config_id, unit.seed, left)
                 record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
             record["seed"] = unit.seed
             stored = finish_trial(study, trial, [record], record["status"], record["error"])
@@ -267,7 +278,7 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
             with claim_lock(worker.url):
                 trial = study.ask()  # pops a waiting retry if one appeared meanwhile
             trial_id = trial._trial_id
-            storage.set_trial_system_attr(trial_id, WORKER_ATTR, worker_identity())
+            name_worker(storage, trial_id)
         else:
             trial = None
         with claimed(storage, trial_id):
@@ -357,6 +368,7 @@ def _run_sampled_trial(
             break
         reporter = pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
         folder = worker.run_folder(trial._trial_id, config_id, seed)
+        worker.starting(config_id, seed, runs_left(seeds - seed))
         record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
         record["seed"] = seed
         records.append(record)

@@ -31,7 +31,7 @@ from tricklab.models import build_model, set_batchnorm_momentum
 from tricklab.recipe.schema import Recipe
 from tricklab.training import distributed, precision
 from tricklab.training.averaging import WeightAverage
-from tricklab.training.backend import backend_settings
+from tricklab.training.backend import backend_settings, compiled
 from tricklab.training.loggers import require_packages
 from tricklab.training.loop import Parts
 from tricklab.training.model_memory import check_model_fits
@@ -213,7 +213,7 @@ def prepare(
         compile_mode=t.compile,
     )
     check_step_sizes(optimizer, recipe)
-    forward = model if t.compile == "off" else torch.compile(model, mode=t.compile)
+    forward = model if t.compile == "off" else compiled(model, t.compile, device)
     ema = None
     if t.ema_decay > 0:
         # In epochs, not steps, so the start moves with the data size and batch (a subset, a CPU run).

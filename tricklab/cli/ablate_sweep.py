@@ -1,8 +1,10 @@
-"""`tricklab ablate | sweep | results`: argument parsing and rich rendering of experiments.
+"""`tricklab ablate | sweep`: argument parsing, progress and rich rendering of experiments.
 
 The main CLI calls `register(subparsers)`; each command's `func(args)` returns the exit code.
-While `ablate` and `sweep` run, each finished run prints one plain line: "run k/N", the run, and
-this process's elapsed time and ETA (`--quiet`: none; the summary still prints).
+While `ablate` and `sweep` run, stderr shows the progress (on a terminal, `run k/N` with elapsed
+time and ETA over the current run's epoch bar; in a log, a plain line as each run starts and each
+epoch ends) and each finished run prints one plain line: "run k/N", the run, and this process's
+elapsed time and ETA (`--quiet`: neither; the summary still prints).
 User mistakes raise TrickLabError (the main CLI prints it as one line, exit 2); Ctrl-C (or
 SIGTERM) marks the running trial interrupted and exits 130 with one line on stderr.
 """
@@ -13,29 +15,33 @@ import argparse
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-import tricklab.cli.report as report_cli
 from tricklab.cli.common import (
     INTERRUPTED_EXIT_CODE,
+    STORAGE_HELP,
     check_not_empty,
+    err_console,
     quiet_optuna,
     recipe_and_overrides,
 )
 from tricklab.cli.common import wide_console as console
 from tricklab.core.errors import TrickLabError
-from tricklab.experiments.busy import BUSY_WORDS
+from tricklab.core.progress import ProgressDisplay, clock
+from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.core.urls import shown_url
+from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
 from tricklab.experiments.plan import (
     PRUNERS,
     SAMPLERS,
+    AblationPlan,
+    SweepPlan,
     budget_overrides,
-    default_study_name,
     normalize_target,
     parse_vary,
 )
@@ -48,7 +54,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Any) -> None:
-    """Add the `ablate`, `sweep` and `results` commands to the main CLI's subparsers."""
+    """Add the `ablate` and `sweep` commands to the main CLI's subparsers."""
     ablate_p = subparsers.add_parser(
         "ablate",
         help="baseline plus one trick at a time (or the grid), many seeds, resumable",
@@ -106,50 +112,6 @@ def register(subparsers: Any) -> None:
     _add_run_args(sweep_p)
     sweep_p.set_defaults(func=run_sweep)
 
-    results_p = subparsers.add_parser(
-        "results",
-        help="statistics of an ablation or sweep: means, 95%% CIs, Welch tests, speedups",
-        description=(
-            "One row per configuration: complete runs, accuracy mean ± std with its 95% Student t "
-            "interval, train seconds, the accuracy difference and speedup against the reference "
-            "(baseline) with Welch intervals and p-values, runs reaching the target, failures."
-        ),
-    )
-    results_p.add_argument(
-        "study", nargs="?", help="the study name (ablate/sweep print it); none: list the studies"
-    )
-    results_p.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
-    results_p.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="experiment folder (default runs/experiments/STUDY)",
-    )
-    results_p.add_argument(
-        "--reference", default=None, metavar="CONFIG", help="compare against this configuration"
-    )
-    results_p.add_argument(
-        "--target", type=float, default=None, help="target accuracy (fraction or %%)"
-    )
-    results_p.add_argument(
-        "--json", action="store_true", help="print one JSON object (meta + rows) as the last line"
-    )
-    results_p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
-    report_cli.add_results_args(results_p)  # --format table|md|latex|csv|json, --per-seed
-    results_p.add_argument(
-        "--runs",
-        action="store_true",
-        help="list the runs (config, seed, status, accuracy, train seconds, run folder)",
-    )
-    results_p.set_defaults(func=run_results)
-
-
-_STORAGE_HELP = (
-    "Optuna storage: sqlite:///file.db; journal:PATH / PATH.journal for several worker "
-    "processes; postgresql+psycopg://USER@HOST/DB for several machines (pip install "
-    "'tricklab[postgres]'). Default: sqlite in the experiment folder"
-)
-
 
 def _add_recipe_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -179,7 +141,7 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
         help="record each run's time to this accuracy (fraction or %%); runs are not stopped",
     )
     parser.add_argument("--study", default=None, help="study name (default: derived from the plan)")
-    parser.add_argument("--storage", default=None, metavar="URL", help=_STORAGE_HELP)
+    parser.add_argument("--storage", default=None, metavar="URL", help=STORAGE_HELP)
     parser.add_argument(
         "--out",
         default=None,
@@ -226,6 +188,13 @@ def _liveness(args: argparse.Namespace) -> Liveness:
     return Liveness(heartbeat_seconds=args.heartbeat_seconds, grace_seconds=args.grace_seconds)
 
 
+def _display(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """What shows on stderr while the runs train (none with --quiet): on a terminal, the bar of
+    `run k/N` with elapsed time and ETA over the current run's epoch bar; in a log, a plain line
+    as each run starts and each epoch ends (core/progress.py)."""
+    return contextlib.nullcontext() if args.quiet else ProgressDisplay(err_console)
+
+
 def _consoles(as_json: bool) -> tuple[Console, Console]:
     """(progress console, stdout): with --json, progress goes to stderr so stdout is the JSON."""
     out = console()
@@ -234,17 +203,13 @@ def _consoles(as_json: bool) -> tuple[Console, Console]:
 
 def _run_line(console: Console, quiet: bool) -> Any:
     """What `on_run_end` prints: one line per finished run, none when `quiet`."""
-    from tricklab.core.progress import clock
-
     if quiet:
         return None
 
     def show(event: RunEvent) -> None:
         acc = f"{event.accuracy * 100:6.2f}%" if event.accuracy is not None else "     -"
         secs = f"{event.train_seconds:7.1f}s" if event.train_seconds is not None else ""
-        colour = (
-            "green" if event.status in ("complete", "stopped-early", "reached-target") else "red"
-        )
+        colour = "green" if event.status in COMPLETE_STATUSES else "red"
         error = f"  {event.error}" if event.error and colour == "red" else ""
         progress = f"  {clock(event.elapsed_seconds)} elapsed, eta {clock(event.eta_seconds)}"
         console.print(
@@ -262,21 +227,33 @@ def _run_line(console: Console, quiet: bool) -> Any:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from tricklab.experiments.runner import ABLATION_MATCH, ablate, ablation_attrs, plan_ablation
-    from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
+    from tricklab.experiments.runner import (
+        ABLATION_MATCH,
+        ablate,
+        ablation_attrs,
+        ablation_study,
+        plan_ablation,
+    )
+    from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out")
     liveness = _liveness(args)
-    baseline = _baseline(args)
-    vary = parse_vary(args.vary)
+    plan = AblationPlan(
+        _baseline(args),
+        parse_vary(args.vary),
+        args.seeds,
+        grid=args.grid,
+        study=args.study,
+        storage=args.storage,
+        out_dir=args.out,
+    )
     progress, out = _consoles(args.json)
     if args.dry_run:  # checks all that a real run checks before its first run
-        configs, units = plan_ablation(baseline, vary, args.seeds, args.grid)
-        name = args.study or default_study_name("ablate", baseline, [c.config_id for c in configs])
+        configs, units = plan_ablation(plan)
+        name = ablation_study(plan, configs)
         url = storage_url(args.storage, experiment_dir(name, args.out))
-        attrs = ablation_attrs(baseline, configs, args.seeds, args.grid)
-        check_storage(url, (name, attrs, ABLATION_MATCH))
-        plan = {
+        check_storage(url, (name, ablation_attrs(plan, configs), ABLATION_MATCH))
+        shown = {
             "study": name,
             "storage": shown_url(url),
             "seeds": args.seeds,
@@ -285,24 +262,15 @@ def run_ablate(args: argparse.Namespace) -> int:
                 {"config_id": c.config_id, "overrides": list(c.overrides)} for c in configs
             ],
         }
-        _print_plan(out, plan, args.json)
+        _print_plan(out, shown, args.json)
         return 0
-    with quiet_optuna():
+    with quiet_optuna(), _display(args):
         try:
             summary = ablate(
-                baseline,
-                vary,
-                args.seeds,
-                grid=args.grid,
-                study=args.study,
-                storage=args.storage,
-                out_dir=args.out,
-                on_run_end=_run_line(progress, args.quiet),
-                liveness=liveness,
-                stop=args.stop,
+                plan, on_run_end=_run_line(progress, args.quiet), liveness=liveness, stop=args.stop
             )
-        except KeyboardInterrupt:
-            return _interrupted()
+        except KeyboardInterrupt as stop:
+            return _interrupted(stop)
     _print_summary(progress, out, summary, args.json)
     return 0
 
@@ -314,28 +282,34 @@ def run_sweep(args: argparse.Namespace) -> int:
         grid_configs,
         sweep,
         sweep_attrs,
+        sweep_study,
     )
     from tricklab.experiments.space import load_space
-    from tricklab.experiments.storage import check_storage, experiment_dir, shown_url, storage_url
+    from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out", "--space")
     liveness = _liveness(args)
     base = _baseline(args)
     space = load_space(args.space)
+    plan = SweepPlan(
+        base,
+        space,
+        args.trials,
+        sampler=args.sampler,
+        pruner=args.pruner,
+        seeds=args.seeds,
+        sampler_seed=args.sampler_seed,
+        study=args.study,
+        storage=args.storage,
+        out_dir=args.out,
+    )
     progress, out = _consoles(args.json)
     if args.dry_run:  # checks all that a real run checks before its first run
-        check_sweep(base, space, args.sampler, args.trials, args.seeds, args.sampler_seed)
-        name = args.study or default_study_name(
-            "sweep",
-            base,
-            space.to_dict(),
-            args.sampler,
-            args.trials if args.sampler == "grid" else None,
-        )
+        check_sweep(plan)
+        name = sweep_study(plan)
         url = storage_url(args.storage, experiment_dir(name, args.out))
-        attrs = sweep_attrs(base, space, args.sampler, args.seeds)
-        check_storage(url, (name, attrs, SWEEP_MATCH))
-        plan: dict[str, Any] = {
+        check_storage(url, (name, sweep_attrs(plan), SWEEP_MATCH))
+        shown: dict[str, Any] = {
             "study": name,
             "storage": shown_url(url),
             "sampler": args.sampler,
@@ -345,105 +319,37 @@ def run_sweep(args: argparse.Namespace) -> int:
         }
         if args.sampler == "grid":
             points = grid_configs(space, args.trials, args.sampler_seed)
-            plan["configs"] = [
+            shown["configs"] = [
                 {"config_id": c.config_id, "overrides": list(c.overrides)} for c, _ in points
             ]
-            plan["units"] = len(points) * args.seeds
+            shown["units"] = len(points) * args.seeds
         else:
-            plan["trials"] = args.trials
-        _print_plan(out, plan, args.json)
+            shown["trials"] = args.trials
+        _print_plan(out, shown, args.json)
         return 0
-    with quiet_optuna():
+    with quiet_optuna(), _display(args):
         try:
             summary = sweep(
-                base,
-                space,
-                args.trials,
-                sampler=args.sampler,
-                pruner=args.pruner,
-                seeds=args.seeds,
-                sampler_seed=args.sampler_seed,
-                study=args.study,
-                storage=args.storage,
-                out_dir=args.out,
-                on_run_end=_run_line(progress, args.quiet),
-                liveness=liveness,
-                stop=args.stop,
+                plan, on_run_end=_run_line(progress, args.quiet), liveness=liveness, stop=args.stop
             )
-        except KeyboardInterrupt:
-            return _interrupted()
+        except KeyboardInterrupt as stop:
+            return _interrupted(stop)
     _print_summary(progress, out, summary, args.json)
     return 0
 
 
-def run_results(args: argparse.Namespace) -> int:
-    """`tricklab results`: the statistics (rendered by report/cli.py), or with --runs the runs."""
-    if not args.runs:
-        return report_cli.run_results(args)
-    if args.study is None:
-        raise TrickLabError("--runs lists the runs of one study: give its name")
-    if args.per_seed:
-        raise TrickLabError("--runs and --per-seed list the runs two ways: give one of them")
-    if args.csv is not None:
-        raise TrickLabError("--csv writes the statistics; for the runs use --format csv > FILE")
-    check_not_empty(args, "study", "--storage", "--out")
-    with quiet_optuna():
-        return _print_runs(args, "json" if args.json else args.format)
+def _interrupted(stop: KeyboardInterrupt) -> int:
+    """The line for a stopped worker: what the storage holds now (claims.claimed said)."""
+    from tricklab.experiments.claims import TrialNotMarked
 
-
-RUN_FIELDS = ("config_id", "seed", "status", "accuracy", "train_seconds", "run_dir")
-
-
-def _print_runs(args: argparse.Namespace, output: str) -> int:
-    import tricklab.report.tables as tables
-    from tricklab.experiments.catalog import check_study
-    from tricklab.experiments.runner import study_runs
-    from tricklab.report.fmt import pct, seconds
-
-    check_study(args.study, args.storage, args.out)
-    meta, runs = study_runs(args.study, args.storage, out_dir=args.out)
-    if output == "json":
-        print(json.dumps({**meta, "runs": runs}))
-        return 0
-    if output == "csv":
-        print(tables.to_csv(RUN_FIELDS, [[r[k] for k in RUN_FIELDS] for r in runs]), end="")
-        return 0
-    if not runs:
-        report_cli.output_console().print(f"study {args.study} has no runs yet", highlight=False)
-        return 0
-    rows = [
-        [r["config_id"], str(r["seed"]), r["status"], pct(r["accuracy"]),
-         seconds(r["train_seconds"]), _shown_path(r["run_dir"])]
-        for r in runs
-    ]  # fmt: skip
-    header = ["config", "seed", "status", "acc %", "train s", "run folder"]
-    title = f"{meta['kind']} {meta['study']}: {len(runs)} runs"
-    table = tables.TableData(title, header, rows, ["l", "r", "l", "r", "r", "l"])
-    if output == "md":
-        print(tables.to_markdown(table))
-    elif output == "latex":
-        print(tables.to_latex(table))
+    if isinstance(stop, TrialNotMarked):
+        print(f"interrupted: {stop}", file=sys.stderr)
     else:
-        out = report_cli.output_console()
-        out.print(tables.to_rich(table, out.width))
-    return 0
-
-
-def _shown_path(folder: str | None) -> str:
-    """A run folder as a table shows it: relative to the current folder when inside it."""
-    if folder is None:
-        return "-"
-    path = Path(folder)
-    with contextlib.suppress(ValueError):
-        return str(path.relative_to(Path.cwd()))
-    return str(path)
-
-
-def _interrupted() -> int:
-    print(
-        "interrupted: the running trial is marked interrupted; rerun the same command to resume",
-        file=sys.stderr,
-    )
+        print(
+            "interrupted: the running trial is marked interrupted; rerun the same command to "
+            "resume",
+            file=sys.stderr,
+        )
     return INTERRUPTED_EXIT_CODE
 
 
@@ -485,7 +391,8 @@ def _print_summary(
     if summary.stats:
         out.print(stats_table(summary.stats, f"{summary.kind} {summary.study}", out.width))
         if summary.busy_machine:  # measure/provenance.py
-            out.print(f"{BUSY_WORDS}: {summary.busy_reason}", highlight=False, style="bold yellow")
+            busy = f"{BUSY_WORDS}: {summary.busy_reason}; {BUSY_ADVICE}"
+            out.print(busy, highlight=False, style="bold yellow")
     out.print(line, highlight=False)
     out.print(f"storage {summary.storage}", highlight=False)
 
