@@ -10,6 +10,7 @@ from typing import Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import parse_json, read_bounded_text, shown
+from tricklab.core.status import COMPLETE_STATUSES
 
 __all__ = ["read_bounded_text", "read_metrics", "check_run_result", "check_speedrun_summary"]
 
@@ -20,6 +21,7 @@ NUMBER_FIELDS = (
     "time_to_target_seconds", "peak_memory_bytes", "images_per_second", "params", "forward_macs",
     "target_accuracy",
 )  # fmt: skip
+FRACTION_FIELDS = ("accuracy", "val_acc", "val_acc_tta", "target_accuracy")
 MAPPING_FIELDS = ("recipe", "hardware", "provenance", "resolved", "peak_memory")
 TEXT_FIELDS = ("status", "error", "recipe_name")
 MAX_METRICS_BYTES = 64 << 20  # a metrics.jsonl of a million epochs is about 300 MB: none is
@@ -45,6 +47,14 @@ def _problem(record: Any, needs_status: bool) -> str | None:
             value = record.get(name)
             if value is not None and not fits(value):
                 return f"'{name}' is {json.dumps(value)[:40]}, not {kind}"
+    for name in FRACTION_FIELDS:
+        value = record.get(name)
+        if is_number(value) and not 0 <= value <= 1:
+            return f"'{name}' is {value!r:.40}, not a fraction from 0 to 1"
+    for name in NUMBER_FIELDS:
+        value = record.get(name)
+        if name.endswith(("_seconds", "_bytes")) and is_number(value) and value < 0:
+            return f"'{name}' is {value!r:.40}, below 0"
     if "seed" in record and not (isinstance(record["seed"], int) and is_number(record["seed"])):
         return f"'seed' is {json.dumps(record['seed'])[:40]}, not a whole number"
     recipe = record.get("recipe") or {}
@@ -76,10 +86,21 @@ def epochs_problem(epochs: Any) -> str | None:
 
 def check_run_result(result: dict[str, Any], path: Path) -> dict[str, Any]:
     """`result` (read from `path`, a result.json); TrickLabError unless a report can read it."""
-    problem = _problem(result, needs_status=True)
+    problem = _problem(result, needs_status=True) or _unmeasured(result)
     if problem:
         raise TrickLabError(f"{shown(path)} is not a tricklab run result: {shown(problem)}")
     return result
+
+
+def _unmeasured(result: dict[str, Any]) -> str | None:
+    """What a run recorded complete lacks of what the statistics read, or None."""
+    if result["status"] not in COMPLETE_STATUSES:
+        return None
+    if not is_number(result.get("train_seconds")):
+        return f"a {result['status']} run without 'train_seconds'"
+    if not any(is_number(result.get(k)) for k in ("accuracy", "val_acc", "val_acc_tta")):
+        return f"a {result['status']} run without an accuracy"
+    return None
 
 
 def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any]:

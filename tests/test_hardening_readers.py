@@ -1,0 +1,282 @@
+"""The harness, part 1: every reader of a file tricklab did not write, fed generated hostile
+content (Hypothesis). The property, for any content: a correct value, or one TrickLabError whose
+message is one line; never another exception (a traceback), never a write, never more than a
+bounded time. See docs/hardening.md for how to add a reader."""
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import MAX_JSON_DEPTH, parse_json, read_json, shown
+from tricklab.experiments.space import parse_space
+from tricklab.recipe.schema import load_recipe
+from tricklab.recipe.yamlio import read_yaml
+from tricklab.report.collect import load_sources
+from tricklab.report.conclusions import conclusions, summary
+from tricklab.report.inputs import read_metrics
+from tricklab.report.profiles import load_profile
+from tricklab.report.tables import results_table
+
+SECONDS_PER_READ = 5.0  # far above any of these reads on a loaded laptop
+HOSTILE = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+# Text that breaks naive code: control characters, line breaks of every kind, look-alikes,
+# right-to-left marks, the terminal's escape character.
+nasty_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        ["", "\n", "a\nerror: forged", "\r", "\x1b[31mred", "\u2028", "\u202e", "сomplete", "\x00",
+         "NaN", "Infinity", "-0", "1e999", " " * 300, "x" * 5000]
+    ),
+)  # fmt: skip
+numbers = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 1e308, -1e308, 5e-324, 2**63, True, False]),
+)
+scalars = st.one_of(st.none(), numbers, nasty_text)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(nasty_text, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def deep(depth: int, kind: str) -> str:
+    """A value nested `depth` levels: lists, objects, or both."""
+    if kind == "list":
+        return "[" * depth + "]" * depth
+    if kind == "object":
+        return '{"a":' * depth + "1" + "}" * depth
+    return '[{"a":' * ((depth + 1) // 2) + "1" + "}]" * ((depth + 1) // 2)
+
+
+def as_text(value) -> str:
+    return json.dumps(value, allow_nan=True)  # what a user's json.dump writes
+
+
+# What a report reads from a run folder: a result.json like train()'s, fields made hostile.
+RESULT = {
+    "status": "complete",
+    "val_acc": 0.5,
+    "val_loss": 1.2,
+    "train_seconds": 3.0,
+    "params": 1000,
+    "recipe": {"run": {"seed": 0}, "optim": {"lr": 0.1}},
+    "hardware": {"device_type": "cpu", "cpu_model": "x", "cpu_cores": 2},
+    "epochs": [{"epoch": 1, "val_acc": 0.5, "train_seconds": 3.0}],
+}
+
+
+def one_line_or_value(read, *args):
+    """Call the reader: its value, or None after checking that it refused in one line, quickly."""
+    start = time.perf_counter()
+    try:
+        return read(*args)
+    except TrickLabError as exc:
+        assert "\n" not in shown(str(exc)) and str(exc).strip(), repr(str(exc))
+        return None
+    finally:
+        assert time.perf_counter() - start < SECONDS_PER_READ
+
+
+def files_in(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+# ---------------------------------------------------------------- the JSON door
+
+
+@HOSTILE
+@given(value=json_values)
+@example(value=float("nan"))
+@example(value={"a": [float("inf")]})
+def test_parse_json_gives_back_every_finite_value_and_refuses_the_rest(value):
+    text = as_text(value)
+    if all_finite(value):
+        assert parse_json(text) == json.loads(text)
+    else:
+        with pytest.raises(ValueError):
+            parse_json(text)
+
+
+def all_finite(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(all_finite(v) for v in value.values())
+    return all(all_finite(v) for v in value) if isinstance(value, list) else True
+
+
+@pytest.mark.parametrize("kind", ["list", "object", "mixed"])
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5_000, 200_000])
+def test_json_nested_beyond_the_bound_is_refused_in_one_line(tmp_path, kind, depth):
+    path = tmp_path / "x.json"
+    path.write_text(deep(depth, kind))
+    with pytest.raises(TrickLabError, match="nested deeper than"):
+        read_json(path, 8 << 20, "test file")
+
+
+@HOSTILE
+@given(data=st.binary(max_size=200))
+def test_any_bytes_read_as_json_give_a_value_or_one_line(tmp_path, data):
+    path = tmp_path / "x.json"
+    path.write_bytes(data)
+    one_line_or_value(read_json, path, 1 << 20, "test file")
+
+
+@HOSTILE
+@given(cut=st.integers(min_value=0, max_value=len(as_text(RESULT))))
+def test_a_result_json_cut_at_any_byte_is_read_whole_or_refused(tmp_path, cut):
+    path = tmp_path / "x.json"
+    path.write_text(as_text(RESULT)[:cut])
+    value = one_line_or_value(read_json, path, 1 << 20, "test file")
+    assert value is None or value == RESULT
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"status": "complete", "status": "failed"}')
+    with pytest.raises(TrickLabError, match="given twice"):
+        read_json(path, 1 << 20, "test file")
+
+
+def test_a_name_with_a_newline_is_shown_on_one_line():
+    assert shown("a\nerror: forged\x1b[31m\u2028") == "a\\nerror: forged\\x1b[31m\\u2028"
+
+
+# ---------------------------------------------------------------- run folders, as report reads them
+
+
+@HOSTILE
+@given(field=st.sampled_from(sorted(RESULT)), value=json_values)
+def test_a_run_folder_with_any_field_made_hostile_reports_or_refuses_in_one_line(
+    tmp_path_factory, field, value
+):
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "result.json").write_text(as_text({**RESULT, field: value}))
+    before = files_in(folder)
+    sources = one_line_or_value(load_sources, [folder])
+    if sources is not None:  # what the report computes from them must hold too
+        for source in sources:
+            one_line_or_value(results_table, source.rows, "t", source.name_of)
+        one_line_or_value(conclusions, sources)
+        one_line_or_value(summary, sources)
+    assert files_in(folder) == before  # a reader never writes
+
+
+@HOSTILE
+@given(rows=st.lists(json_values, max_size=4))
+def test_any_metrics_jsonl_gives_epoch_rows_or_one_line(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("m") / "metrics.jsonl"
+    path.write_text("\n".join(as_text(r) for r in rows))
+    got = one_line_or_value(read_metrics, path)
+    assert got is None or all(isinstance(r, dict) for r in got)
+
+
+@HOSTILE
+@given(value=json_values)
+def test_any_saved_profile_gives_a_profile_or_one_line(tmp_path_factory, value):
+    path = tmp_path_factory.mktemp("p") / "profile.json"
+    document = value if not isinstance(value, dict) else {"kind": "model", **value}
+    path.write_text(as_text(document))
+    one_line_or_value(load_profile, path)
+
+
+# ---------------------------------------------------------------- the YAML door
+
+
+yaml_text = st.one_of(
+    st.text(max_size=200),
+    st.builds(
+        lambda key, value: f"{key}: {value}\n",
+        st.sampled_from(["optim.lr", "optim", "run", "model.widths", "x", "aug.flip"]),
+        st.sampled_from(["[1, 2]", "{low: 1, high: 0}", "&a [*a]", ".nan", "-.inf", "1e999",
+                         "!!python/object:os.system x", "off", "[" * 50, "{choices: []}", "''"]),
+    ),
+)  # fmt: skip
+
+
+@HOSTILE
+@given(text=yaml_text)
+def test_any_yaml_text_gives_a_value_or_one_line(text):
+    import yaml
+
+    try:
+        one_line_or_value(read_yaml, text)
+    except yaml.YAMLError:
+        pass  # the callers name the file and describe it (yamlio.describe_yaml_error)
+
+
+@HOSTILE
+@given(text=yaml_text)
+def test_any_recipe_file_gives_a_recipe_or_one_line(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("r") / "recipe.yaml"
+    path.write_text(text)
+    one_line_or_value(load_recipe, str(path), [])
+
+
+@HOSTILE
+@given(
+    override=st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(
+            [
+                "optim.lr",
+                "run.epochs",
+                "model.widths",
+                "loader.batch_size",
+                "aug.cutout",
+                "x.y",
+                "run",
+            ]
+        ),
+        st.one_of(
+            nasty_text, st.sampled_from(["nan", "inf", "1e999", "-1", "[", "[1,2,3]", "10**9"])
+        ),
+    )
+)
+def test_any_override_gives_a_recipe_or_one_line(override):
+    one_line_or_value(load_recipe, None, [override])
+
+
+@HOSTILE
+@given(
+    space=st.dictionaries(
+        st.sampled_from(["optim.lr", "run.epochs", "aug.flip", "model.widths", "run.seed", "x"]),
+        json_values,
+        max_size=3,
+    )
+)
+def test_any_sweep_space_gives_a_space_or_one_line(space):
+    one_line_or_value(parse_space, space)
+
+
+# ---------------------------------------------------------------- through the CLI
+
+
+@HOSTILE
+@given(name=st.sampled_from(["bad\nerror: forged", "\x1b[2Jx", "a\u2028b", "ok"]))
+def test_a_corrupt_result_json_under_any_name_is_one_error_line(tmp_path_factory, capsys, name):
+    assume(os.sep not in name)
+    folder = tmp_path_factory.mktemp("runs") / name
+    folder.mkdir()
+    (folder / "result.json").write_text("[" * 200_000)
+    assert main(["report", str(folder), "--out", str(folder.parent / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not (folder.parent / "r").exists()
