@@ -55,8 +55,9 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
-from tricklab.core.stopping import INTERRUPTED_ERROR, is_interrupt
+from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, is_interrupt
 from tricklab.experiments.dashboard import trial_attrs
 from tricklab.experiments.storage import trial_status
 
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 
 ACTIVE = (TrialState.WAITING, TrialState.RUNNING)
 TRAINING_ATTR = "tricklab:training-seed"  # the seed a sampled trial trains now
+MARK_TRIES = 5  # tries to mark a trial that ends by an exception (claimed)
 
 
 def unit_of(trial: FrozenTrial) -> str:
@@ -157,14 +159,49 @@ def claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[Non
         yield
     except BaseException as exc:
         interrupted = is_interrupt(exc)
-        with contextlib.suppress(Exception):
-            if storage.get_trial(trial_id).state == TrialState.RUNNING:
-                status = Status.INTERRUPTED if interrupted else Status.FAILED
-                storage.set_trial_user_attr(trial_id, "status", status)
-                error = INTERRUPTED_ERROR if interrupted else f"{type(exc).__name__}: {exc}"
-                storage.set_trial_user_attr(trial_id, "error", error)
-                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        status = Status.INTERRUPTED if interrupted else Status.FAILED
+        error = INTERRUPTED_ERROR if interrupted else f"{type(exc).__name__}: {exc}"
+        why = _mark_finished(storage, trial_id, status, error)
+        if why is None:
+            raise
+        log.warning("trial %d could not be marked %s: %s", trial_id, status, why)
+        if isinstance(exc, KeyboardInterrupt):  # the CLI must not say it was marked
+            raise TrialNotMarked(
+                f"the running trial could not be marked interrupted ({why}); a rerun finds its "
+                "worker gone and runs it again"
+            ) from exc
         raise
+
+
+class TrialNotMarked(Interrupted):
+    """A stop that left its running trial unmarked: the storage refused every try to mark it."""
+
+
+def _mark_finished(
+    storage: optuna.storages.BaseStorage, trial_id: int, status: str, error: str
+) -> str | None:
+    """Mark a RUNNING trial FAIL with `status` and `error` (a trial no longer RUNNING is left as
+    it is); None once that is stored, else why it could not be, after MARK_TRIES tries. A stop
+    landing inside a storage write can leave that thread's database session unusable, so each
+    retry starts a fresh one."""
+    why = "no try"
+    for attempt in range(MARK_TRIES):
+        try:
+            if storage.get_trial(trial_id).state != TrialState.RUNNING:
+                return None
+            storage.set_trial_user_attr(trial_id, "status", status)
+            storage.set_trial_user_attr(trial_id, "error", error)
+            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+            return None
+        except UpdateFinishedTrialError:
+            return None  # another worker finished it meanwhile (took it for dead)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {shown(str(exc).strip()[:200])}"
+            backend = getattr(storage, "_backend", storage)  # Optuna's cache around an RDB
+            with contextlib.suppress(Exception):
+                backend.remove_session()
+            time.sleep(0.1 * (attempt + 1))
+    return why
 
 
 def finish_trial(

@@ -1,0 +1,54 @@
+"""The harness, part 3: a stop (Ctrl-C, SIGTERM) wherever it lands, a storage write included.
+The property: what the worker prints about the storage is what the storage holds."""
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tricklab.core.stopping import Interrupted
+from tricklab.experiments.claims import TrialNotMarked, claimed
+from tricklab.experiments.storage import open_storage
+
+
+class FailingWrites:
+    """A storage whose next `failures` writes raise, as one whose session a stop broke."""
+
+    def __init__(self, storage, failures):
+        self._storage, self.failures = storage, failures
+
+    def __getattr__(self, name):
+        attr = getattr(self._storage, name)
+        if not name.startswith("set_"):
+            return attr
+
+        def write(*args, **kwargs):
+            if self.failures > 0:
+                self.failures -= 1
+                raise optuna.exceptions.StorageInternalError("the session is broken")
+            return attr(*args, **kwargs)
+
+        return write
+
+
+@pytest.fixture
+def running(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    study = optuna.create_study(storage=storage, study_name="s")
+    return storage, study.ask()._trial_id
+
+
+def test_a_stop_whose_first_marks_fail_still_leaves_the_trial_marked_interrupted(running):
+    storage, trial_id = running
+    with pytest.raises(Interrupted) as raised, claimed(FailingWrites(storage, 2), trial_id):
+        raise Interrupted("stopped")
+    assert not isinstance(raised.value, TrialNotMarked)
+    trial = storage.get_trial(trial_id)
+    assert trial.state == TrialState.FAIL and trial.user_attrs["status"] == "interrupted"
+
+
+def test_a_stop_whose_trial_cannot_be_marked_says_so_instead_of_marked(running):
+    storage, trial_id = running
+    with pytest.raises(TrialNotMarked, match="could not be marked interrupted"):
+        with claimed(FailingWrites(storage, 1_000), trial_id):
+            raise Interrupted("stopped")
+    assert storage.get_trial(trial_id).state == TrialState.RUNNING  # as the line says
