@@ -4,6 +4,7 @@ exit code 2, no traceback and nothing left behind."""
 import json
 
 import pytest
+import torch
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli.main import main
@@ -285,8 +286,8 @@ def test_bad_profile_thread_count_is_one_line(capsys, threads, message):
 @pytest.mark.parametrize(
     "memory_left, message",
     [
-        (2**20, "a training batch of 32 images of 16x16 needs about"),
-        (3 * 2**20, "an eval batch of 128 images of 16x16 needs about"),
+        (2**20, "a training batch of 32 images of 16x16 does not fit in the memory left"),
+        (3 * 2**20, "an eval batch of 128 images of 16x16 does not fit in the memory left"),
     ],
     ids=["train-batch", "eval-batch"],
 )
@@ -300,13 +301,13 @@ def test_bad_batch_whose_activations_exceed_the_memory_left_is_refused_on_the_cp
     args = ["train", *TINY, "loader.eval_batch_size=128", "loader.batch_size=32"]
     assert main([*args, "data.image_size=16", "--out", str(out)]) == 2
     line = one_error_line(capsys)
-    assert message in line and "memory left (the kernel would kill the run)" in line, line
+    assert message in line and "(the kernel would kill the process)" in line, line
     assert not out.exists()
 
 
 def test_activation_estimate_counts_an_in_place_output_once():
     recipe = load_recipe(None, TINY)
-    per_image, largest = preflight.activation_bytes(recipe, 10, (3, 16, 16))
+    per_image, largest = preflight.activation_bytes(recipe, 10, (3, 16, 16), torch.float32)
     assert 0 < largest < per_image < 2**20  # kilobytes for 8-16 channels of 16x16 at most
 
 

@@ -3,7 +3,6 @@ argument, so the CPU tests run the same code; here the torch.cuda calls behind i
 fakes that record what was called, with which arguments, and answer as a GPU would."""
 
 import contextlib
-import functools
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +15,7 @@ from tricklab.experiments.speedrun import _resolve_peak
 from tricklab.measure import hardware
 from tricklab.profile.model import _peak
 from tricklab.recipe.schema import load_recipe
-from tricklab.training import api, loop, model_memory, precision
+from tricklab.training import api, model_memory, precision
 
 GPU = torch.device("cuda", 1)  # not the default index: the device must be passed on, not assumed
 H100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=85_000_000_000, major=9, minor=0)
@@ -53,25 +52,22 @@ def recorder(monkeypatch):
 # ---------------------------------------------------------------- sync
 
 
-@pytest.mark.parametrize("sync", [loop.sync, device.synchronize], ids=["loop", "device"])
-def test_sync_waits_for_the_cuda_device_it_is_given(recorder, sync):
+def test_sync_waits_for_the_cuda_device_it_is_given(recorder):
     recorder.fake(torch.cuda, "synchronize")
-    sync(GPU)
+    device.synchronize(GPU)
     assert recorder.calls == [("synchronize", (GPU,), {})]
 
 
-@pytest.mark.parametrize("sync", [loop.sync, device.synchronize], ids=["loop", "device"])
-def test_sync_waits_for_an_mps_device(recorder, sync):
+def test_sync_waits_for_an_mps_device(recorder):
     recorder.fake(torch.mps, "synchronize")
-    sync(torch.device("mps"))
+    device.synchronize(torch.device("mps"))
     assert recorder.calls == [("synchronize", (), {})]
 
 
-@pytest.mark.parametrize("sync", [loop.sync, device.synchronize], ids=["loop", "device"])
-def test_sync_on_the_cpu_calls_no_accelerator(recorder, sync):
+def test_sync_on_the_cpu_calls_no_accelerator(recorder):
     recorder.refuse(torch.cuda, "synchronize")
     recorder.refuse(torch.mps, "synchronize")
-    sync(torch.device("cpu"))
+    device.synchronize(torch.device("cpu"))
 
 
 # ---------------------------------------------------------------- the loader's generator
@@ -120,20 +116,20 @@ def test_the_loader_draws_its_augmentations_from_a_generator_on_its_own_device(m
 )
 def test_autocast_on_cuda_casts_to_the_precisions_dtype(recorder, name, dtype):
     recorder.fake(torch, "autocast", contextlib.nullcontext())
-    precision.autocast_for(name, "cuda")
+    precision.precision_policy(name, "cuda").autocast()
     assert recorder.calls == [("autocast", (), {"device_type": "cuda", "dtype": dtype})]
 
 
 @pytest.mark.parametrize("name", ["32-true", "16-true-bn32"])
 def test_no_autocast_for_the_true_precisions(recorder, name):
     recorder.refuse(torch, "autocast")
-    assert isinstance(precision.autocast_for(name, "cuda"), contextlib.nullcontext)
+    assert isinstance(precision.precision_policy(name, "cuda").autocast(), contextlib.nullcontext)
 
 
 @pytest.mark.parametrize("name", ["bf16-mixed", "16-mixed", "32-true"])
 def test_gradient_scaling_on_cuda_is_on_for_fp16_autocast_only(recorder, name):
     recorder.fake(torch.amp, "GradScaler")
-    precision.grad_scaler_for(name, "cuda")
+    precision.precision_policy(name, "cuda").grad_scaler()
     assert recorder.calls == [("GradScaler", ("cuda",), {"enabled": name == "16-mixed"})]
 
 
@@ -158,7 +154,7 @@ def test_a_run_gives_autocast_and_the_scaler_its_devices_type(recorder):
     recorder.fake(torch.amp, "GradScaler")
     parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
     assert recorder.calls == [("GradScaler", ("cpu",), {"enabled": False})]
-    assert isinstance(parts.autocast, functools.partial) and parts.autocast.args[-1] == "cpu"
+    assert parts.autocast.__self__.device_type == "cpu"  # the policy's bound method
     recorder.fake(torch, "autocast", contextlib.nullcontext())
     parts.autocast()
     assert recorder.calls[1:] == [("autocast", (), {"device_type": "cpu", "dtype": torch.bfloat16})]

@@ -132,7 +132,7 @@ def test_the_recorder_sees_the_grad_scalers_read_with_an_optimizer_that_cannot_t
     monkeypatch,
 ):
     """Muon (like RMSprop) cannot unscale on the device: GradScaler reads found_inf on the host
-    every step, as precision.grad_scaler_for says. This also shows the recorder catches syncs."""
+    every step, as PrecisionPolicy.grad_scaler says. This also shows the recorder catches syncs."""
     recorder, result = recorded_run(
         monkeypatch, "tricks.precision=16-mixed", "optim.name=muon", "optim.muon_lr=0.05"
     )
@@ -144,7 +144,7 @@ def test_the_recorder_sees_the_grad_scalers_read_with_an_optimizer_that_cannot_t
 def test_the_loop_synchronises_only_where_it_reads_a_time(monkeypatch):
     """Without a time budget: at each epoch's start and end, nowhere else."""
     calls = []
-    monkeypatch.setattr(loop, "sync", lambda device: calls.append(device))
+    monkeypatch.setattr(loop, "synchronize", lambda device: calls.append(device))
     recorded_run(monkeypatch)
     assert len(calls) == 2 * EPOCHS
 
@@ -152,7 +152,7 @@ def test_the_loop_synchronises_only_where_it_reads_a_time(monkeypatch):
 def test_a_time_budget_reads_the_time_every_few_steps(monkeypatch):
     calls = []
     monkeypatch.setattr(loop, "CHECK_EVERY_STEPS", 2)
-    monkeypatch.setattr(loop, "sync", lambda device: calls.append(device))
+    monkeypatch.setattr(loop, "synchronize", lambda device: calls.append(device))
     _, result = recorded_run(monkeypatch, "run.time_budget_seconds=1000")
     steps = result.epochs[-1]["step"]  # 12: a read after steps 2, 4, ..., 10; the epoch ends
     assert len(calls) == 2 * EPOCHS + (steps - 1) // 2  # read the time after step 12
@@ -165,7 +165,7 @@ def test_the_epochs_order_is_drawn_before_its_timer_starts(monkeypatch):
 
     events = []
     real_order = device_loader.epoch_order
-    monkeypatch.setattr(loop, "sync", lambda device: events.append("sync"))
+    monkeypatch.setattr(loop, "synchronize", lambda device: events.append("sync"))
     monkeypatch.setattr(
         device_loader,
         "epoch_order",

@@ -98,7 +98,7 @@ def test_the_display_reads_no_device_value_and_adds_no_sync(monkeypatch, animate
     """Every .item(), .tolist() and loop sync of a run, counted with and without the display:
     the same counts (on a GPU each would stall the queue)."""
     counts = {"item": 0, "tolist": 0, "sync": 0}
-    real_item, real_tolist, real_sync = torch.Tensor.item, torch.Tensor.tolist, loop.sync
+    real_item, real_tolist, real_sync = torch.Tensor.item, torch.Tensor.tolist, loop.synchronize
 
     def counted(name, real):
         def call(*args, **kwargs):
@@ -109,7 +109,7 @@ def test_the_display_reads_no_device_value_and_adds_no_sync(monkeypatch, animate
 
     monkeypatch.setattr(torch.Tensor, "item", counted("item", real_item))
     monkeypatch.setattr(torch.Tensor, "tolist", counted("tolist", real_tolist))
-    monkeypatch.setattr(loop, "sync", counted("sync", real_sync))
+    monkeypatch.setattr(loop, "synchronize", counted("sync", real_sync))
     recipe = load_recipe(None, TINY)
     train(recipe)
     without = dict(counts)

@@ -546,9 +546,9 @@ def test_runs_of_every_seed_see_the_same_images_and_data_seed_draws_others():
 def test_steps_the_grad_scaler_skips_raise_no_scheduler_warning(monkeypatch):
     # A huge initial scale: the first fp16 gradients overflow, GradScaler skips those steps.
     monkeypatch.setattr(
-        setup.precision,
-        "grad_scaler_for",
-        lambda precision, device: torch.amp.GradScaler(device, init_scale=2.0**100),
+        setup.PrecisionPolicy,
+        "grad_scaler",
+        lambda policy: torch.amp.GradScaler(policy.device_type, init_scale=2.0**100),
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -688,7 +688,7 @@ def test_a_model_whose_weights_cannot_fit_the_device_is_refused_before_it_is_bui
         train(tiny("model.widths=[512, 512, 512]"), out_dir=tmp_path / "run")
     message = str(error.value)
     assert "model.widths" in message and "11.9 M parameters" in message
-    assert "needs at least 0.1 GiB" in message and "0.1 GiB is available on the cpu" in message
+    assert "does not fit in the cpu's memory" in message and "64.0 MiB available" in message
     assert not built and not (tmp_path / "run").exists()
 
 

@@ -11,8 +11,9 @@ from tricklab.core.errors import TrickLabError
 from tricklab.recipe.schema import OptimConfig, ScheduleConfig
 from tricklab.training.averaging import WeightAverage
 from tricklab.training.backend import backend_settings
+from tricklab.training.loss import training_loss
 from tricklab.training.optim import build_optimizer, scaled_lr, split_params
-from tricklab.training.precision import autocast_for, half_with_fp32_batchnorm
+from tricklab.training.precision import half_with_fp32_batchnorm, precision_policy
 from tricklab.training.schedule import lr_factor
 from tricklab.training.tta import tta_logits
 
@@ -171,7 +172,7 @@ def test_bf16_mixed_runs_forward_in_bfloat16():
     seen = []
     model = small_net()
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    with autocast_for("bf16-mixed", "cpu"):
+    with precision_policy("bf16-mixed", "cpu").autocast():
         model(torch.randn(2, 3, 8, 8))
     assert seen == [torch.bfloat16]
 
@@ -393,8 +394,6 @@ def test_fp16_weights_get_the_fp32_gradients_within_fp16_rounding():
     summed over the batch, which keeps gradients far above fp16's underflow. Gradients of about
     1e-5 (near fp16's smallest normal number, 6e-5, where a mean loss's lose their precision)
     come out as the fp32 ones times the batch size, within fp16 rounding."""
-    from tricklab.training.precision import loss_for
-
     torch.manual_seed(0)
     batch = 256
     net16 = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
@@ -403,8 +402,8 @@ def test_fp16_weights_get_the_fp32_gradients_within_fp16_rounding():
         net16[3].weight.mul_(1e-3)  # small logits: small gradients reach the first layer
     net32 = copy.deepcopy(net16).float()  # the same weights, in fp32
     images, labels = torch.randn(batch, 16).half(), torch.randint(0, 10, (batch,))
-    loss_for("32-true", 0.2)(net32(images.float()), labels).backward()
-    loss_for("16-true-bn32", 0.2)(net16(images), labels).backward()
+    training_loss(0.2)(net32(images.float()), labels).backward()
+    training_loss(0.2, summed=True)(net16(images), labels).backward()
     grad32, grad16 = net32[0].weight.grad, net16[0].weight.grad
     assert grad16.dtype == torch.float16 and grad32.abs().max() < 6e-5
     # measured: 7e-4 of the largest gradient; a mean loss in fp16 is off by 9.5e-2
@@ -416,8 +415,6 @@ def test_a_summed_loss_takes_the_mean_losss_step_with_the_rescaled_lr_and_weight
     """build_optimizer(loss_scale=batch) divides the lr and multiplies the (coupled) weight decay
     by the batch size, so the summed loss's steps are the mean loss's: momentum, Nesterov and
     decoupled_weight_decay included."""
-    from tricklab.training.precision import loss_for, loss_scale_for
-
     torch.manual_seed(0)
     batch = 64
     mean_net = small_net()
@@ -431,17 +428,14 @@ def test_a_summed_loss_takes_the_mean_losss_step_with_the_rescaled_lr_and_weight
         bias_lr_mult=4,
     )
     mean_opt = build_optimizer(mean_net, cfg, batch)
-    scale = loss_scale_for("16-true-bn32", batch)
+    scale = precision_policy("16-true-bn32", "cpu").loss_scale(batch)
     sum_opt = build_optimizer(sum_net, cfg, batch, loss_scale=scale)
     assert scale == batch and sum_opt.param_groups[0]["lr"] == mean_opt.param_groups[0]["lr"] / 64
     for _ in range(3):
         images, labels = torch.randn(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
-        for net, opt, precision in (
-            (mean_net, mean_opt, "32-true"),
-            (sum_net, sum_opt, "16-true-bn32"),
-        ):
+        for net, opt, summed in ((mean_net, mean_opt, False), (sum_net, sum_opt, True)):
             opt.zero_grad()
-            loss_for(precision, 0.2)(net(images), labels).backward()
+            training_loss(0.2, summed)(net(images), labels).backward()
             opt.step()
     for (name, a), b in zip(mean_net.named_parameters(), sum_net.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
@@ -471,9 +465,9 @@ def test_16_mixed_uses_a_fused_optimizer_that_takes_the_scale_on_the_device():
 def test_bf16_falls_back_to_fp16_on_gpus_without_bf16_tensor_cores(
     precision, device, capability, expected
 ):
-    from tricklab.training.precision import precision_for_device
+    from tricklab.training.precision import resolve_precision
 
-    assert precision_for_device(precision, device, capability) == expected
+    assert resolve_precision(precision, device, capability)[0].name == expected
 
 
 @pytest.mark.parametrize(
@@ -498,13 +492,13 @@ def test_the_device_decides_auto_values_and_the_run_records_what_it_decided():
     from tricklab.recipe.schema import load_recipe
     from tricklab.training.resolve import for_device
 
-    recipe = load_recipe("speedrun94-muon", [])
+    recipe = load_recipe("speedrun94-muon", ["tricks.precision=bf16-mixed"])
     assert recipe.tricks.compile == "auto"
-    t4, resolved = for_device(recipe, torch.device("cuda"), capability=(7, 5))
+    t4, _, resolved = for_device(recipe, torch.device("cuda"), capability=(7, 5))
     assert (t4.tricks.compile, t4.tricks.precision) == ("max-autotune", "16-mixed")
     assert resolved["compile"] == "max-autotune" and resolved["precision"] == "16-mixed"
     assert "bf16" in " ".join(resolved["notes"]) and "7.5" in " ".join(resolved["notes"])
-    cpu, resolved = for_device(recipe, torch.device("cpu"))
+    cpu, _, resolved = for_device(recipe, torch.device("cpu"))
     assert (cpu.tricks.compile, cpu.tricks.precision) == ("off", "bf16-mixed")
     assert resolved["notes"] == [] and recipe.tricks.compile == "auto"  # the recipe is left as is
 

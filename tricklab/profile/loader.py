@@ -23,6 +23,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -123,25 +124,35 @@ def _recipe_for(recipe: Recipe, config: dict) -> Recipe:
     return recipe.override(overrides)
 
 
+@dataclass(frozen=True)
+class LoaderGrid:
+    """The loader configurations measured: each kind (device, torch); for torch every
+    num_workers x pin_memory."""
+
+    kinds: Sequence[str] = KINDS
+    num_workers: Sequence[int] = (0, 2)
+    pin_memory: Sequence[bool] = (False,)
+
+
 def profile_loader(
     recipe: Recipe,
+    grid: LoaderGrid | None = None,
     *,
     recipe_name: str | None = None,
-    kinds: Sequence[str] = KINDS,
-    num_workers: Sequence[int] = (0, 2),
-    pin_memory: Sequence[bool] = (False,),
     batch_size: int | None = None,
     batches: int | None = None,
     repeats: int = DEFAULT_REPEATS,
     with_step: bool = False,
 ) -> dict:
-    """Images/s of every loader configuration; a JSON-ready dict (keys in the README).
+    """Images/s of every loader configuration of `grid`; a JSON-ready dict (keys in the README).
 
     `batch_size` overrides the recipe's loader.batch_size (for the step too); `batches` is the
     batches per measurement (default: one epoch)."""
     from tricklab.data.augment import channel_stats
-    from tricklab.training.setup import build_loaders, load_data, resolve_device
+    from tricklab.training.setup import LoaderInputs, build_loaders, load_data, resolve_device
 
+    grid = grid if grid is not None else LoaderGrid()
+    kinds, num_workers, pin_memory = grid.kinds, grid.num_workers, grid.pin_memory
     check_options(kinds, num_workers, pin_memory, batch_size, batches, repeats)
     if batch_size is not None:
         recipe = recipe.override([f"loader.batch_size={batch_size}"])
@@ -152,7 +163,8 @@ def profile_loader(
     notes, contenders, measurements = [], [], []
     for index, config in enumerate(configs):
         start = time.perf_counter()
-        loader = build_loaders(_recipe_for(recipe, config), dataset, device, mean, std)[0]
+        inputs = LoaderInputs.of(_recipe_for(recipe, config), device)
+        loader = build_loaders(inputs, dataset, mean, std)[0]
         _Measurement(loader, min(WARMUP_BATCHES, len(loader)), device)()  # starts workers
         config["setup_seconds"] = time.perf_counter() - start
         if config["pin_memory"] and device.type == "cpu":  # the loader pins nothing there

@@ -25,13 +25,15 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
+from tricklab.core.memory import available_memory_bytes
 from tricklab.measure.flops import count_forward_flops, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
 from tricklab.models import build_model, get_model_info
-from tricklab.recipe.schema import MAX_BATCH, TricksConfig
+from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
 from tricklab.training import precision as precision_lib
+from tricklab.training.model_memory import check_batches_fit, check_model_fits
 from tricklab.training.resolve import compile_for_device
 
 MACS_NOTE = (
@@ -68,22 +70,50 @@ class Combination:
     channels_last: bool
 
 
+@dataclass(frozen=True)
+class ProfileGrid:
+    """What every model is timed in: each batch size x precision x compile mode x memory format
+    (channels_last False/True)."""
+
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES
+    precisions: Sequence[str] = ("32-true",)
+    compile_modes: Sequence[str] = ("off",)
+    channels_last: Sequence[bool] = (False,)
+
+    def combinations(self, device_type: str) -> list[Combination]:
+        """Every combination, compile mode `auto` resolved for the device."""
+        return [
+            Combination(b, p, compile_for_device(c, device_type), cl)
+            for b in self.batch_sizes
+            for p in self.precisions
+            for c in self.compile_modes
+            for cl in self.channels_last
+        ]
+
+
+@dataclass(frozen=True)
+class ModelBuild:
+    """How every profiled model is built: `width` scales its channels or `widths` sets them (a
+    model that does not take them is an error), for `image_size`-square RGB images and
+    `num_classes` classes."""
+
+    width: float = 1.0
+    widths: Sequence[int] | None = None
+    image_size: int = 32
+    num_classes: int = 10
+
+
 def check_options(
-    models: Sequence[str],
-    batch_sizes: Sequence[int],
-    precisions: Sequence[str],
-    compile_modes: Sequence[str],
-    channels_last: Sequence[bool],
-    repeats: int,
-    peak: float | None,
+    models: Sequence[str], grid: ProfileGrid, repeats: int, peak: float | None
 ) -> None:
     """Raise TrickLabError on an empty list, an unknown name or a value out of range."""
+    batch_sizes, precisions, compile_modes = grid.batch_sizes, grid.precisions, grid.compile_modes
     for option, values in (
         ("models", models),
         ("batch sizes", batch_sizes),
         ("precisions", precisions),
         ("compile modes", compile_modes),
-        ("channels-last settings", channels_last),
+        ("channels-last settings", grid.channels_last),
     ):
         if not values:
             raise TrickLabError(f"no {option} given; give at least one")
@@ -108,16 +138,17 @@ def check_options(
 
 def check_precision_runs(precision: str, device: torch.device) -> None:
     """Raise TrickLabError if `device` cannot train a conv-BN-ReLU-linear net in `precision`."""
-    if device.type == "cuda" and precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
-        raise TrickLabError(f"precision bf16-mixed cannot run on {torch.cuda.get_device_name()}")
+    policy = precision_lib.precision_policy(precision, device.type)
+    bf16 = policy.autocast_dtype == torch.bfloat16
+    if device.type == "cuda" and bf16 and not torch.cuda.is_bf16_supported():
+        raise TrickLabError(f"precision {precision} cannot run on {torch.cuda.get_device_name()}")
     net = nn.Sequential(
         nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2)
     ).to(device)
-    if precision == "16-true-bn32":
-        precision_lib.half_with_fp32_batchnorm(net)
-    images = torch.randn(2, 3, 8, 8, device=device, dtype=precision_lib.input_dtype(precision))
+    policy.prepare_model(net)
+    images = torch.randn(2, 3, 8, 8, device=device, dtype=policy.compute_dtype)
     try:
-        with precision_lib.autocast_for(precision, device.type):
+        with policy.autocast():
             loss = net(images).float().sum()
         loss.backward()
     except (RuntimeError, NotImplementedError, TypeError) as exc:
@@ -132,9 +163,8 @@ class _Setup:
 
     def __init__(self, base: nn.Module, combo: Combination, device: torch.device, shape) -> None:
         self.combo = combo
-        self.model = copy.deepcopy(base).to(device)
-        if combo.precision == "16-true-bn32":
-            precision_lib.half_with_fp32_batchnorm(self.model)
+        self.policy = precision_lib.precision_policy(combo.precision, device.type)
+        self.model = self.policy.prepare_model(copy.deepcopy(base).to(device))
         memory_format = torch.channels_last if combo.channels_last else torch.contiguous_format
         if combo.channels_last:
             precision_lib.apply_channels_last(self.model)
@@ -144,7 +174,7 @@ class _Setup:
         generator = torch.Generator().manual_seed(0)
         self.images = (
             torch.randn((combo.batch_size, *shape), generator=generator)
-            .to(device, precision_lib.input_dtype(combo.precision))
+            .to(device, self.policy.compute_dtype)
             .contiguous(memory_format=memory_format)
         )
         num_classes = self._num_classes(shape, device)
@@ -152,14 +182,14 @@ class _Setup:
             device
         )
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
-        self.scaler = precision_lib.grad_scaler_for(combo.precision, device.type)
+        self.scaler = self.policy.grad_scaler()
         self.loss_fn = nn.CrossEntropyLoss()
 
     def _num_classes(self, shape, device) -> int:
         with torch.no_grad():
             self.model.eval()
             probe = torch.zeros((1, *shape), device=device, dtype=self.images.dtype)
-            with precision_lib.autocast_for(self.combo.precision, device.type):
+            with self.policy.autocast():
                 return int(self.model(probe).shape[-1])
 
     def train_mode(self) -> None:
@@ -169,7 +199,7 @@ class _Setup:
         self.model.eval()
 
     def train_step(self) -> None:
-        with precision_lib.autocast_for(self.combo.precision, self.images.device.type):
+        with self.policy.autocast():
             loss = self.loss_fn(self.forward(self.images), self.labels)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
@@ -179,21 +209,20 @@ class _Setup:
     def forward_only(self) -> None:
         with (
             torch.inference_mode(),
-            precision_lib.autocast_for(self.combo.precision, self.images.device.type),
+            self.policy.autocast(),
         ):
             self.forward(self.images)
 
 
-def _build_base(
-    name: str, width: float, widths: Sequence[int] | None, image_size: int, num_classes: int
-) -> nn.Module:
+def _build_base(name: str, build: ModelBuild) -> nn.Module:
+    image_size = build.image_size
     model = build_model(
         name,
-        num_classes=num_classes,
+        num_classes=build.num_classes,
         in_channels=3,
         image_size=image_size,
-        width=width,
-        widths=widths,
+        width=build.width,
+        widths=build.widths,
     )
     init = getattr(model, "init_from_data", None)
     if init is not None:  # the timings do not depend on the values, only NaN-free weights matter
@@ -224,44 +253,62 @@ def _warm_up(setup: _Setup, device: torch.device) -> tuple[float, float, float]:
     return seconds, train, forward
 
 
+def check_memory(
+    models: Sequence[str], grid: ProfileGrid, build: ModelBuild, device: torch.device
+) -> None:
+    """TrickLabError before any model is built when one cannot fit: its training state on the
+    device, or on the CPU a timed batch's activations in the memory left (the kernel would kill
+    the process without a word). The same counts and check as `train`'s (model_memory)."""
+    shape = (3, build.image_size, build.image_size)
+    capacity = available_memory_bytes() if device.type == "cpu" else None
+    batch = max(grid.batch_sizes)
+    for name in models:
+        for precision in grid.precisions:
+            recipe = Recipe().override(
+                [f"model.name={name}", f"tricks.precision={precision}", "optim.momentum=0.9"]
+            )
+            model = dataclasses.replace(recipe.model, width=build.width, widths=build.widths)
+            recipe = dataclasses.replace(recipe, model=model)
+            policy = precision_lib.precision_policy(precision, device.type)
+            check_model_fits(recipe, policy, build.num_classes, shape, device)
+            check_batches_fit(
+                recipe,
+                policy.compute_dtype,
+                build.num_classes,
+                shape,
+                (batch, batch),
+                capacity,
+                ("--batch-sizes", "--batch-sizes"),
+            )
+
+
 def profile_models(
     models: Sequence[str],
+    grid: ProfileGrid | None = None,
     *,
-    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    precisions: Sequence[str] = ("32-true",),
-    compile_modes: Sequence[str] = ("off",),
-    channels_last: Sequence[bool] = (False,),
+    build: ModelBuild | None = None,
     device: str = "auto",
     repeats: int = DEFAULT_REPEATS,
     peak_tflops_override: float | None = None,
-    width: float = 1.0,
-    widths: Sequence[int] | None = None,
-    image_size: int = 32,
-    num_classes: int = 10,
 ) -> dict:
-    """Count and time every model in every combination; a JSON-ready dict (keys in the README).
-
-    `width`/`widths` apply to every model (one that does not take them is an error). A compiled
-    combination's warm-up (compilation) is timed apart as `compile_seconds`."""
+    """Count and time every model in every combination of `grid`; a JSON-ready dict (keys in
+    the README). Each model is built as `build` says. A compiled combination's warm-up
+    (compilation) is timed apart as `compile_seconds`."""
     from tricklab.training.setup import resolve_device
 
-    check_options(
-        models, batch_sizes, precisions, compile_modes, channels_last, repeats, peak_tflops_override
-    )
+    grid = grid if grid is not None else ProfileGrid()
+    build = build if build is not None else ModelBuild()
+    check_options(models, grid, repeats, peak_tflops_override)
     torch_device = resolve_device(device)
-    for precision in precisions:
+    for precision in grid.precisions:
         check_precision_runs(precision, torch_device)
+    check_memory(models, grid, build, torch_device)
+    image_size, precisions = build.image_size, grid.precisions
     shape = (3, image_size, image_size)
-    combos = [
-        Combination(b, p, compile_for_device(c, torch_device.type), cl)  # auto: the device's mode
-        for b in batch_sizes
-        for p in precisions
-        for c in compile_modes
-        for cl in channels_last
-    ]
+    combos = grid.combinations(torch_device.type)  # auto: the device's mode
     model_rows, setups = [], []
     for name in models:
-        base = _build_base(name, width, widths, image_size, num_classes)
+        base = _build_base(name, build)
         flops = count_forward_flops(copy.deepcopy(base), (1, *shape))  # eager, batch of one
         model_rows.append(
             {

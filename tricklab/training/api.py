@@ -49,6 +49,8 @@ from tricklab.training.runfiles import (
 )
 from tricklab.training.setup import (
     INIT_FROM_DATA_IMAGES,
+    LoaderInputs,
+    ModelInputs,
     SetupCache,
     build_loaders,
     build_run_model,
@@ -63,6 +65,8 @@ from tricklab.training.warmup import needs_warm_up, warm_up
 __all__ = [  # with the moved names, so that `from tricklab.training.api import X` keeps working
     "INIT_FROM_DATA_IMAGES",
     "RUN_FILES",
+    "LoaderInputs",
+    "ModelInputs",
     "RunInterrupted",
     "RunResult",
     "SetupCache",

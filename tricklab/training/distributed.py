@@ -145,7 +145,7 @@ def data_parallel(parts, sync_batchnorm: bool, compile_mode: str):
     """`parts` (loop.Parts) training across the process group: BatchNorm layers synchronised
     (`tricks.sync_batchnorm`), the model in DistributedDataParallel (the loop calls it; the
     optimizer, EMA and checkpoint keep the bare model, whose parameters are the same tensors),
-    torch.compile applied after the wrap, and DDP's no_sync for accumulating micro-steps.
+    torch.compile applied after the wrap, and DDP's no_sync for the loop's micro-steps.
     Unchanged without a process group."""
     if not dist.is_initialized():
         return parts
@@ -202,26 +202,6 @@ class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
         return out
-
-
-def accumulate_gradients(parts, images: torch.Tensor, labels: torch.Tensor):
-    """The gradients of one optimizer step's batch, in parts.accumulate_steps micro-batches:
-    each backward adds to the ones before (a mean loss weighted by its micro-batch's share of the
-    batch, 1/k for equal parts), DDP's all-reduce skipped (no_sync) on all but the last. Returns
-    (the batch's loss, its logits), as one forward of the whole batch would."""
-    parts.optimizer.zero_grad(set_to_none=True)
-    k = parts.accumulate_steps
-    micro = list(zip(images.chunk(k), labels.chunk(k)))  # the last batch may give fewer parts
-    loss, logits = 0, []
-    for index, (part_images, part_labels) in enumerate(micro):
-        share = 1.0 if parts.loss_fn.reduction == "sum" else len(part_labels) / len(labels)
-        with parts.no_sync() if index < len(micro) - 1 else contextlib.nullcontext():
-            with parts.autocast():
-                logits.append(parts.forward(part_images))
-                part_loss = parts.loss_fn(logits[-1], part_labels) * share
-            parts.scaler.scale(part_loss).backward()
-        loss = loss + part_loss.detach()
-    return loss, torch.cat(logits)
 
 
 class _SummedOverRanks(torch.autograd.Function):

@@ -66,28 +66,40 @@ class Outcome:
     time_budget_reached: bool = False  # run.time_budget_seconds ended training before run.epochs
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work (CUDA, MPS) before a time is read; no-op on the CPU."""
-    synchronize(device)
-
-
 def train_step(
     parts: Parts, images: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step; returns (loss, logits) without syncing. With optim.accumulate_steps,
-    the gradients of the batch's micro-batches add up first (distributed.accumulate_gradients)."""
-    if parts.accumulate_steps > 1:
-        loss, logits = distributed.accumulate_gradients(parts, images, labels)
-    else:
-        with parts.autocast():
-            logits = parts.forward(images)
-            loss = parts.loss_fn(logits, labels)
-        parts.optimizer.zero_grad(set_to_none=True)
-        parts.scaler.scale(loss).backward()
+    """One optimizer step over the batch in optim.accumulate_steps micro-batches (nanoGPT's
+    micro-step loop; one, the whole batch, without accumulation): each backward adds to the
+    gradients before it, DDP's all-reduce skipped (no_sync) on all but the last. A mean loss is
+    weighted by its micro-batch's share of the batch. Returns the batch's (loss, logits), as one
+    forward of the whole batch gives them, without syncing."""
+    parts.optimizer.zero_grad(set_to_none=True)
+    micro = micro_batches(images, labels, parts.accumulate_steps)
+    loss, logits = None, []
+    for index, (part_images, part_labels) in enumerate(micro):
+        with parts.no_sync() if index < len(micro) - 1 else contextlib.nullcontext():
+            with parts.autocast():
+                logits.append(parts.forward(part_images))
+                part_loss = parts.loss_fn(logits[-1], part_labels)
+            if len(micro) > 1 and parts.loss_fn.reduction != "sum":
+                part_loss = part_loss * (len(part_labels) / len(labels))
+            parts.scaler.scale(part_loss).backward()
+        loss = part_loss.detach() if loss is None else loss + part_loss.detach()
     parts.scaler.step(parts.optimizer)
     parts.scaler.update()
     parts.scheduler.step()
-    return loss.detach(), logits.detach()
+    return loss, (logits[0] if len(logits) == 1 else torch.cat(logits)).detach()
+
+
+def micro_batches(
+    images: torch.Tensor, labels: torch.Tensor, parts: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The batch in `parts` micro-batches, as Tensor.chunk splits it (the last batch of an epoch
+    may give fewer); the batch itself for one."""
+    if parts == 1:
+        return [(images, labels)]
+    return list(zip(images.chunk(parts), labels.chunk(parts)))
 
 
 @torch.inference_mode()
@@ -137,12 +149,12 @@ def run_loop(parts: Parts, run: RunConfig, on_epoch: OnEpoch | None = None) -> O
             batches = parts.progress.batches(
                 batches, epoch, num_epochs(parts), len(parts.train_loader), parts.total_steps
             )
-        sync(parts.device)
+        synchronize(parts.device)
         start = time.perf_counter()
         budget = run.time_budget_seconds
         deadline = None if budget is None else start + budget - out.train_seconds
         steps = train_epoch(parts, batches, step, deadline)
-        sync(parts.device)
+        synchronize(parts.device)
         epoch_seconds = distributed.slowest(time.perf_counter() - start, parts.device)
         out.train_seconds += epoch_seconds
         totals = epoch_totals(parts, steps)  # the epoch's one read of device values
@@ -193,7 +205,7 @@ def train_epoch(
         if step >= parts.total_steps:
             break
         if deadline is not None and step % CHECK_EVERY_STEPS == 0:
-            sync(parts.device)
+            synchronize(parts.device)
             if distributed.any_rank(time.perf_counter() >= deadline, parts.device):
                 break
     return out

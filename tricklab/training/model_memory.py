@@ -1,20 +1,27 @@
-"""Will the model fit? Its training state, counted on the meta device, against free memory.
+"""Will the model fit? Its training state and a batch's activations, counted on the meta device,
+against free memory (`core.memory.check_fits`: one check, one message).
 
 Weights, gradients, optimizer state and the weight average take memory whatever the batch, so
 their sum is a lower bound of what a run needs. The model is built on PyTorch's meta device
 (shapes without storage) to count it, so a net that cannot fit is refused in milliseconds with
-one line, instead of failing in the allocator (a 100,000-channel conv asks for 360 GB).
+one line, instead of failing in the allocator (a 100,000-channel conv asks for 360 GB). A
+batch's activations are counted the same way, from one forward on the meta device; `train`
+(training/preflight.py) and `profile model` check them on the CPU, where the kernel would
+otherwise kill the process without a word.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.memory import available_memory_bytes
+from tricklab.core.memory import available_memory_bytes, check_fits
 from tricklab.models import build_model
 from tricklab.recipe.schema import Recipe
+from tricklab.training.precision import PrecisionPolicy
 
 # Per-parameter state tensors each optimizer keeps (SGD's momentum buffer only with momentum).
 OPTIMIZER_STATE_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "muon": 1}
@@ -60,7 +67,11 @@ def meta_model(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -
 
 
 def check_model_fits(
-    recipe: Recipe, num_classes: int, image_shape: tuple[int, int, int], device: torch.device
+    recipe: Recipe,
+    policy: PrecisionPolicy,
+    num_classes: int,
+    image_shape: tuple[int, int, int],
+    device: torch.device,
 ) -> None:
     """TrickLabError, before anything is allocated, when the model's training state alone is
     larger than the memory it may take on `device`. Pretrained models (fixed, known sizes) are not
@@ -69,15 +80,73 @@ def check_model_fits(
     model = None if m.pretrained else meta_model(recipe, num_classes, image_shape)
     if model is None:
         return
-    if recipe.tricks.precision == "16-true-bn32":
-        model.half()
-    needed, capacity = training_state_bytes(model, recipe), device_memory_bytes(device)
-    if capacity is None or needed <= capacity:
-        return
+    policy.prepare_model(model)
     params = sum(p.numel() for p in model.parameters())
-    raise TrickLabError(
-        f"{m.name} with model.widths={m.widths} and model.width={m.width} has "
-        f"{params / 1e6:,.1f} M parameters and needs at least {needed / 2**30:,.1f} GiB for "
-        f"weights, gradients and {recipe.optim.name}'s state; {capacity / 2**30:,.1f} GiB is "
-        f"available on the {device.type}: make the model narrower"
+    check_fits(
+        f"{m.name} with model.widths={m.widths} and model.width={m.width}",
+        training_state_bytes(model, recipe),
+        device_memory_bytes(device),
+        what=f"the weights, gradients and {recipe.optim.name}'s state of its "
+        f"{params / 1e6:,.1f} M parameters",
+        where=f"in the {device.type}'s memory",
+        advice="make the model narrower (model.width=, model.widths=)",
     )
+
+
+def activation_bytes(
+    recipe: Recipe, num_classes: int, image_shape: tuple[int, ...], dtype: torch.dtype
+) -> Any:
+    """(bytes of the distinct outputs of the model's leaf modules, bytes of the largest one) for
+    one image computed in `dtype`, from a forward on PyTorch's meta device (no memory); None
+    where that cannot run."""
+    outputs: dict[int, torch.Tensor] = {}  # by id, held: an in-place op returns its input
+
+    def record(module: nn.Module, args: tuple, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            outputs[id(output)] = output
+
+    try:
+        model = meta_model(recipe, num_classes, image_shape)
+        if model is None:
+            return None
+        for module in model.modules():
+            if not list(module.children()):
+                module.register_forward_hook(record)
+        with torch.no_grad():
+            model.eval()(torch.empty((1, *image_shape), device="meta"))
+    except Exception:  # a model that needs real storage, a meta kernel PyTorch lacks: not counted
+        return None
+    counts = [t.numel() for t in outputs.values()]
+    return sum(counts) * dtype.itemsize, max(counts, default=0) * dtype.itemsize
+
+
+def check_batches_fit(
+    recipe: Recipe,
+    dtype: torch.dtype,
+    num_classes: int,
+    image_shape: tuple[int, ...],
+    batches: tuple[int, int],
+    capacity: int | None,
+    options: tuple[str, str],
+) -> None:
+    """TrickLabError when the activations a training batch keeps for its backward (about the sum
+    of the leaf modules' outputs), or the two largest outputs of an evaluation batch, are more
+    than `capacity` (None: unknown, nothing checked). `batches`: (training, eval) batch sizes;
+    `options`: what the user lowers for each."""
+    found = activation_bytes(recipe, num_classes, image_shape, dtype) if capacity else None
+    if found is None:
+        return
+    (per_image, largest), (train, evaluation) = found, batches
+    side = "x".join(map(str, image_shape[1:]))
+    for kind, batch, need, option in (
+        ("a training", train, per_image * train, options[0]),
+        ("an eval", evaluation, 2 * largest * evaluation, options[1]),
+    ):
+        check_fits(
+            f"{kind} batch of {batch} images of {side}",
+            need,
+            capacity,
+            what=f"{recipe.model.name}'s activations",
+            where="in the memory left (the kernel would kill the process)",
+            advice=f"lower {option}, data.image_size or the model's width",
+        )

@@ -1,82 +1,131 @@
-"""Numeric precision: autocast, gradient scaling, half weights with fp32 BatchNorm, channels_last."""
+"""Numeric precision, decided once: `resolve_precision` turns tricks.precision and the device into a
+`PrecisionPolicy` (autocast, gradient scaling, loss scale, input dtype, model preparation), and
+everything else asks the policy. channels_last lives here too (a memory format, not a dtype)."""
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
-# CUDA compute capability from which GPUs have bf16 tensor cores (Ampere, A100: 8.0).
+from tricklab.core.errors import TrickLabError
+
+# CUDA compute capability from which GPUs have fp16 tensor cores (Volta, V100: 7.0) and bf16 ones
+# (Ampere, A100: 8.0).
+FP16_TENSOR_CORES_FROM = (7, 0)
 BF16_TENSOR_CORES_FROM = (8, 0)
+# Optimizers whose state fp16 weights would hold in fp16 (their eps rounds to 0): the recipe refuses
+# 16-true-bn32 with them, and `auto` picks autocast for them instead.
+FP32_STATE_OPTIMIZERS = ("adam", "adamw", "rmsprop")
 
 
-def precision_for_device(
-    precision: str, device_type: str, capability: tuple[int, int] | None
-) -> str:
-    """The precision a recipe runs at on a device: bf16-mixed becomes 16-mixed (fp16 autocast with
-    loss scaling) on CUDA GPUs without bf16 tensor cores (T4 7.5, V100 7.0), where bf16 matmuls
-    and convolutions run several times slower; every other precision as given."""
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """How a run computes, from tricks.precision as it runs on its device (`name`).
+
+    32-true: fp32 everything. 16-mixed / bf16-mixed: fp32 weights, ops under torch.autocast in
+    fp16 / bf16 (fp16 with loss scaling: its gradients underflow). 16-true-bn32: airbench's fp16
+    weights and activations with BatchNorm kept fp32 and the loss summed over the batch."""
+
+    name: str
+    device_type: str
+    autocast_dtype: torch.dtype | None = None  # ops under torch.autocast in this dtype
+    weight_dtype: torch.dtype = torch.float32  # every weight but BatchNorm's
+    grad_scaling: bool = False  # a GradScaler scales the loss (fp16 autocast)
+    summed_loss: bool = False  # the loss is summed over the batch (fp16 weights: no underflow)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype activations are computed in; the batches the model is fed come in it."""
+        return self.autocast_dtype or self.weight_dtype
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """A fresh torch.autocast for the mixed precisions (a no-op context otherwise)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.autocast_dtype)
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """Loss scaling for fp16 autocast; a no-op scaler otherwise.
+
+        GradScaler skips the steps whose gradients overflowed. With an optimizer that takes the
+        scale itself (torch's fused SGD, Adam, AdamW: `build_optimizer(grad_scaler=True)` picks
+        them), the unscaling and the skip happen on the device; with any other (Muon, RMSprop)
+        `scaler.step` reads found_inf on the host, a sync every step."""
+        return torch.amp.GradScaler(self.device_type, enabled=self.grad_scaling)
+
+    def loss_scale(self, batch_size: int) -> float:
+        """How many times larger than a mean loss's the loss's gradients are: the batch size for
+        a summed loss, else 1 (build_optimizer divides the lr by it)."""
+        return float(batch_size) if self.summed_loss else 1.0
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """The weights in `weight_dtype`, BatchNorm kept in fp32 (in place; returns `model`)."""
+        if self.weight_dtype == torch.float16:
+            half_with_fp32_batchnorm(model)
+        return model
+
+
+# What each precision name means; the one place a precision string is read.
+_POLICIES = {
+    "32-true": {},
+    "16-mixed": {"autocast_dtype": torch.float16, "grad_scaling": True},
+    "bf16-mixed": {"autocast_dtype": torch.bfloat16},
+    "16-true-bn32": {"weight_dtype": torch.float16, "summed_loss": True},
+}
+PRECISIONS = tuple(_POLICIES)
+
+
+def precision_policy(name: str, device_type: str) -> PrecisionPolicy:
+    """The policy of a concrete precision name (no `auto`) on a device type."""
+    if name not in _POLICIES:
+        raise TrickLabError(f"unknown precision {name!r}; one of {', '.join(PRECISIONS)}")
+    return PrecisionPolicy(name, device_type, **_POLICIES[name])
+
+
+def auto_precision(device_type: str, capability: tuple[int, int] | None, optimizer: str) -> str:
+    """What tricks.precision=auto runs as (docs/precision.md has the figures behind each row):
+    on CUDA GPUs with fp16 tensor cores (7.0+), airbench's fp16 weights with fp32 BatchNorm
+    (16-true-bn32), or autocast for the optimizers whose state it cannot hold in fp16 (bf16 from
+    8.0, else fp16); fp32 elsewhere: on CPUs without native bf16 it is emulated, and slower."""
+    if device_type != "cuda" or capability is None or tuple(capability) < FP16_TENSOR_CORES_FROM:
+        return "32-true"
+    if optimizer not in FP32_STATE_OPTIMIZERS:
+        return "16-true-bn32"
+    return "bf16-mixed" if tuple(capability) >= BF16_TENSOR_CORES_FROM else "16-mixed"
+
+
+def resolve_precision(
+    requested: str, device_type: str, capability: tuple[int, int] | None, optimizer: str = "sgd"
+) -> tuple[PrecisionPolicy, str | None]:
+    """(the policy tricks.precision runs with on the device, a note when it differs from the
+    recipe's explicit value). An explicit value wins, except bf16-mixed on CUDA GPUs without bf16
+    tensor cores (T4 7.5, V100 7.0), where bf16 matmuls and convolutions run several times slower:
+    it runs as 16-mixed (fp16 autocast with loss scaling)."""
+    if requested == "auto":
+        return precision_policy(
+            auto_precision(device_type, capability, optimizer), device_type
+        ), None
     if (
-        precision == "bf16-mixed"
+        requested == "bf16-mixed"
         and device_type == "cuda"
         and capability is not None
         and tuple(capability) < BF16_TENSOR_CORES_FROM
     ):
-        return "16-mixed"
-    return precision
+        major, minor = capability
+        note = (
+            f"tricks.precision={requested} ran as 16-mixed: compute capability {major}.{minor} "
+            "has no bf16 tensor cores (from 8.0), where bf16 runs several times slower than fp16"
+        )
+        return precision_policy("16-mixed", device_type), note
+    return precision_policy(requested, device_type), None
 
 
 def cuda_capability(device: torch.device) -> tuple[int, int] | None:
     """The CUDA compute capability of `device`; None for other devices."""
     return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-
-
-def autocast_for(precision: str, device_type: str) -> contextlib.AbstractContextManager:
-    """torch.autocast for the mixed precisions (ops run in fp16/bf16, weights stay fp32)."""
-    dtype = AUTOCAST_DTYPES.get(precision)
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=dtype)
-
-
-def grad_scaler_for(precision: str, device_type: str) -> torch.amp.GradScaler:
-    """Loss scaling for fp16 autocast (fp16 gradients underflow without it); a no-op otherwise.
-
-    GradScaler skips the steps whose gradients overflowed. With an optimizer that takes the scale
-    itself (torch's fused SGD, Adam, AdamW: `build_optimizer(grad_scaler=True)` picks them), the
-    unscaling and the skip happen on the device; with any other (Muon, RMSprop) `scaler.step`
-    reads found_inf on the host, a sync every step."""
-    return torch.amp.GradScaler(device_type, enabled=precision == "16-mixed")
-
-
-class SummedCrossEntropy(nn.CrossEntropyLoss):
-    """Cross-entropy summed over the batch, computed in fp32 from (fp16) logits.
-
-    airbench's loss for its fp16 weights: the gradients of a summed loss are those of the mean
-    times the batch size, far above fp16's underflow (6e-5 is its smallest normal number), where
-    a mean loss's small gradients would be flushed. `loss_scale_for` gives the factor by which
-    the optimizer's lr is divided to keep the step of a mean loss."""
-
-    def __init__(self, label_smoothing: float = 0.0) -> None:
-        super().__init__(reduction="sum", label_smoothing=label_smoothing)
-
-    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return super().forward(logits.float(), labels)
-
-
-def loss_for(precision: str, label_smoothing: float) -> nn.CrossEntropyLoss:
-    """The training loss: summed over the batch with fp16 weights (16-true-bn32), else the mean."""
-    if precision == "16-true-bn32":
-        return SummedCrossEntropy(label_smoothing)
-    return nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-
-
-def loss_scale_for(precision: str, batch_size: int) -> float:
-    """How many times larger than a mean loss's the loss's gradients are (`loss_for`): the batch
-    size for the summed loss of 16-true-bn32, else 1."""
-    return float(batch_size) if precision == "16-true-bn32" else 1.0
 
 
 def half_with_fp32_batchnorm(model: nn.Module) -> nn.Module:
@@ -89,11 +138,6 @@ def half_with_fp32_batchnorm(model: nn.Module) -> nn.Module:
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             module.float()
     return model
-
-
-def input_dtype(precision: str) -> torch.dtype:
-    """dtype of the batches fed to the model."""
-    return torch.float16 if precision == "16-true-bn32" else torch.float32
 
 
 def apply_channels_last(model: nn.Module) -> nn.Module:

@@ -1,5 +1,9 @@
-"""Checks `prepare` makes once the model, loaders and optimizer exist, for recipes whose fields are
-each valid but which together would fail mid-run with a traceback instead of one line:
+"""Checks `prepare` makes once the model, loaders and optimizer exist (`check_run`), for recipes
+whose fields are each valid but which together would fail mid-run with a traceback instead of one
+line:
+
+- a whitening bias to freeze (model.whiten_bias_epochs) in a model that has no whitening layer;
+- run.epochs so small that it gives no training step;
 
 - a training batch (or micro-batch) of one image where a BatchNorm layer then sees one value per
   channel (1×1 maps: small images, deep nets), which PyTorch refuses in training mode;
@@ -18,9 +22,13 @@ import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.memory import available_memory_bytes, format_bytes
-from tricklab.training import precision
-from tricklab.training.model_memory import meta_model
+from tricklab.core.memory import available_memory_bytes
+from tricklab.training.model_memory import (  # noqa: F401 (activation_bytes: reached here)
+    activation_bytes,
+    check_batches_fit,
+    meta_model,
+)
+from tricklab.training.precision import PrecisionPolicy
 
 # PyTorch's optimizers scale the lr by up to this much within a step (Adam's bias correction is
 # 1 / (1 - 0.9) = 10 at its first step), so the bound leaves this margin below the dtype's maximum.
@@ -41,8 +49,30 @@ def micro_batch_sizes(num_samples: int, batch_size: int, drop_last: bool, parts:
     return sizes
 
 
+def check_run(
+    recipe: Any,
+    policy: PrecisionPolicy,
+    dataset: Any,
+    model: nn.Module,
+    loaders: tuple[Any, Any],
+    optimizer: torch.optim.Optimizer,
+) -> None:
+    """TrickLabError for the first of the checks above that the run would fail."""
+    m, (train_loader, eval_loader) = recipe.model, loaders
+    if m.whiten_bias_epochs > 0 and "whiten.bias" not in dict(model.named_parameters()):
+        raise TrickLabError(
+            f"model.whiten_bias_epochs={m.whiten_bias_epochs:g} trains the bias of a whitening "
+            f"layer `whiten` (airbench's), and {m.name} has none; set model.whiten_bias_epochs=0"
+        )
+    if math.ceil(recipe.run.epochs * len(train_loader)) < 1:
+        raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
+    check_batchnorm_batches(model, train_loader, dataset.image_shape, recipe, policy)
+    check_activations_fit(recipe, policy, dataset, train_loader, eval_loader)  # on the CPU
+    check_step_sizes(optimizer, recipe)
+
+
 def single_value_batchnorm(
-    model: nn.Module, image_shape: tuple[int, ...], dtype: torch.dtype, recipe_precision: str
+    model: nn.Module, image_shape: tuple[int, ...], dtype: torch.dtype, policy: PrecisionPolicy
 ) -> Any:
     """(name, input shape) of the first BatchNorm layer that normalizes one value per channel for
     a batch of one image, or None; found with one evaluation-mode forward (nothing changes)."""
@@ -67,7 +97,7 @@ def single_value_batchnorm(
     was_training = model.training
     try:
         model.eval()
-        with torch.no_grad(), precision.autocast_for(recipe_precision, device.type):
+        with torch.no_grad(), policy.autocast():
             model(torch.zeros((1, *image_shape), dtype=dtype, device=device))
     finally:
         model.train(was_training)
@@ -77,7 +107,11 @@ def single_value_batchnorm(
 
 
 def check_batchnorm_batches(
-    model: nn.Module, train_loader: Any, image_shape: tuple[int, ...], recipe: Any
+    model: nn.Module,
+    train_loader: Any,
+    image_shape: tuple[int, ...],
+    recipe: Any,
+    policy: PrecisionPolicy,
 ) -> None:
     """TrickLabError when a training micro-batch of one image meets a BatchNorm layer that would
     then normalize a single value per channel (PyTorch's "Expected more than 1 value per channel
@@ -86,7 +120,7 @@ def check_batchnorm_batches(
     n, b = train_loader.num_samples, train_loader.batch_size
     if 1 not in micro_batch_sizes(n, b, train_loader.drop_last, k):
         return
-    found = single_value_batchnorm(model, image_shape, train_loader.dtype, recipe.tricks.precision)
+    found = single_value_batchnorm(model, image_shape, train_loader.dtype, policy)
     if found is None:
         return
     name, shape = found
@@ -149,55 +183,22 @@ def check_step_sizes(optimizer: torch.optim.Optimizer, recipe: Any) -> None:
                 )
 
 
-def activation_bytes(recipe: Any, num_classes: int, image_shape: tuple[int, ...]) -> Any:
-    """(bytes of the distinct outputs of the model's leaf modules, bytes of the largest one) for
-    one image, from a forward on PyTorch's meta device (no memory); None where that cannot run."""
-    outputs: dict[int, torch.Tensor] = {}  # by id, held: an in-place op returns its input
-
-    def record(module: nn.Module, args: tuple, output: Any) -> None:
-        if isinstance(output, torch.Tensor):
-            outputs[id(output)] = output
-
-    try:
-        model = meta_model(recipe, num_classes, image_shape)
-        if model is None:
-            return None
-        for module in model.modules():
-            if not list(module.children()):
-                module.register_forward_hook(record)
-        with torch.no_grad():
-            model.eval()(torch.empty((1, *image_shape), device="meta"))
-    except Exception:  # a model that needs real storage, a meta kernel PyTorch lacks: not counted
-        return None
-    size = 2 if recipe.tricks.precision != "32-true" else 4  # the compute dtype's
-    counts = [t.numel() for t in outputs.values()]
-    return sum(counts) * size, max(counts, default=0) * size
-
-
-def check_activations_fit(recipe: Any, dataset: Any, train_loader: Any, eval_loader: Any) -> None:
+def check_activations_fit(
+    recipe: Any, policy: PrecisionPolicy, dataset: Any, train_loader: Any, eval_loader: Any
+) -> None:
     """On the CPU, TrickLabError when the activations a training batch keeps for its backward
     (about the sum of the leaf modules' outputs), or the two largest outputs of an evaluation
     batch, are more than the memory this process may still take: the kernel would kill it."""
     if train_loader.device.type != "cpu" or recipe.model.pretrained:
         return
-    capacity = available_memory_bytes()
-    image_shape = dataset.image_shape
-    found = activation_bytes(recipe, dataset.num_classes, image_shape) if capacity else None
-    if found is None:
-        return
-    per_image, largest = found
     k = recipe.optim.accumulate_steps
     train = max(micro_batch_sizes(train_loader.num_samples, train_loader.batch_size, False, k))
-    evaluation = min(eval_loader.batch_size, eval_loader.num_samples)
-    side = "x".join(map(str, image_shape[1:]))
-    for kind, batch, need, options in (
-        ("a training", train, per_image * train, "loader.batch_size (or optim.accumulate_steps)"),
-        ("an eval", evaluation, 2 * largest * evaluation, "loader.eval_batch_size"),
-    ):
-        if need > capacity:
-            raise TrickLabError(
-                f"{kind} batch of {batch} images of {side} needs about {format_bytes(need)} for "
-                f"{recipe.model.name}'s activations, more than the {format_bytes(capacity)} of "
-                f"memory left (the kernel would kill the run); lower {options}, data.image_size "
-                "or the model's width"
-            )
+    check_batches_fit(
+        recipe,
+        policy.compute_dtype,
+        dataset.num_classes,
+        dataset.image_shape,
+        (train, min(eval_loader.batch_size, eval_loader.num_samples)),
+        available_memory_bytes(),
+        ("loader.batch_size (or optim.accumulate_steps)", "loader.eval_batch_size"),
+    )

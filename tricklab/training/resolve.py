@@ -1,4 +1,4 @@
-"""The recipe as it runs on a device: `tricks.compile: auto` and bf16 without tensor cores decided.
+"""The recipe as it runs on a device: `tricks.compile: auto` and tricks.precision decided.
 
 A run records what was decided (`RunResult.resolved`); the recipe it was given stays as written,
 so the same recipe.yaml runs as its record did on a GPU and eagerly on a CPU."""
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from tricklab.recipe.schema import Recipe
-from tricklab.training.precision import cuda_capability, precision_for_device
+from tricklab.training.precision import PrecisionPolicy, cuda_capability, resolve_precision
 
 # What tricks.compile=auto compiles with on CUDA: the records' setting (airbench94_muon.py,
 # airbench94_compiled.py: the model under torch.compile(mode="max-autotune")).
@@ -28,23 +28,16 @@ def compile_for_device(mode: str, device_type: str) -> str:
 
 def for_device(
     recipe: Recipe, device: torch.device, capability: tuple[int, int] | None = None
-) -> tuple[Recipe, dict[str, Any]]:
-    """(the recipe with the device's choices in it, what was decided and why).
+) -> tuple[Recipe, PrecisionPolicy, dict[str, Any]]:
+    """(the recipe with the device's choices in it, its precision policy, what was decided and
+    why: the `resolved` a run records).
 
     `capability`: the CUDA compute capability, read from the device when not given."""
     if capability is None:
         capability = cuda_capability(device)
     t = recipe.tricks
     compile_mode = compile_for_device(t.compile, device.type)
-    precision = precision_for_device(t.precision, device.type, capability)
-    notes = []
-    if precision != t.precision:
-        major, minor = capability
-        notes.append(
-            f"tricks.precision={t.precision} ran as {precision}: compute capability "
-            f"{major}.{minor} has no bf16 tensor cores (from 8.0), where bf16 runs several "
-            "times slower than fp16"
-        )
-    tricks = dataclasses.replace(t, compile=compile_mode, precision=precision)
-    resolved = {"compile": compile_mode, "precision": precision, "notes": notes}
-    return dataclasses.replace(recipe, tricks=tricks), resolved
+    policy, note = resolve_precision(t.precision, device.type, capability, recipe.optim.name)
+    tricks = dataclasses.replace(t, compile=compile_mode, precision=policy.name)
+    resolved = {"compile": compile_mode, "precision": policy.name, "notes": [note] if note else []}
+    return dataclasses.replace(recipe, tricks=tricks), policy, resolved

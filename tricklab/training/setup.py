@@ -1,6 +1,10 @@
 """A run's setup, from a recipe: the device, the data, the loaders and the model with every trick
 (`prepare`), and `check_setup`, which builds all that once per distinct setting before an
-experiment's first run."""
+experiment's first run.
+
+The parts worth sharing are built by functions that read nothing but their arguments
+(`build_run_model(ModelInputs, ...)`, `build_loaders(LoaderInputs, ...)`), and `SetupCache` keys on
+those arguments: a recipe that changes any input gets its own part."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,19 +33,24 @@ from tricklab.data.loaders import (
 from tricklab.data.sources import Dataset, Sampling, load_dataset
 from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.models import build_model, set_batchnorm_momentum
-from tricklab.recipe.schema import Recipe
-from tricklab.training import distributed, precision
+from tricklab.recipe.schema import (
+    AugConfig,
+    DataConfig,
+    LoaderConfig,
+    ModelConfig,
+    Recipe,
+    TricksConfig,
+)
+from tricklab.training import distributed
 from tricklab.training.averaging import WeightAverage
 from tricklab.training.backend import backend_settings, compiled
 from tricklab.training.loggers import require_packages
 from tricklab.training.loop import Parts
+from tricklab.training.loss import training_loss
 from tricklab.training.model_memory import check_model_fits
 from tricklab.training.optim import build_optimizer
-from tricklab.training.preflight import (
-    check_activations_fit,
-    check_batchnorm_batches,
-    check_step_sizes,
-)
+from tricklab.training.precision import PrecisionPolicy, apply_channels_last
+from tricklab.training.preflight import check_run
 from tricklab.training.resolve import for_device
 from tricklab.training.schedule import build_scheduler
 
@@ -60,8 +70,9 @@ def resolve_device(name: str) -> torch.device:
     return distributed.rank_device(torch.device(name))  # under torchrun: cuda:LOCAL_RANK
 
 
-def load_data(recipe: Recipe) -> Dataset:
-    d = recipe.data
+def load_data(source: Recipe | DataConfig) -> Dataset:
+    """The dataset of a recipe's `data` section (or of that section itself)."""
+    d = source.data if isinstance(source, Recipe) else source
     return load_dataset(
         d.name,
         d.dir,
@@ -73,24 +84,57 @@ def load_data(recipe: Recipe) -> Dataset:
     )
 
 
+@dataclass(frozen=True)
+class ModelInputs:
+    """All that `build_run_model` reads besides the data: the model's part of its cache key."""
+
+    model: ModelConfig
+    seed: int  # run.seed: the initial weights
+    policy: PrecisionPolicy
+    channels_last: bool
+    device: torch.device
+
+    @classmethod
+    def of(cls, recipe: Recipe, policy: PrecisionPolicy, device: torch.device) -> ModelInputs:
+        t = recipe.tricks
+        return cls(recipe.model, recipe.run.seed, policy, t.channels_last, device)
+
+
+@dataclass(frozen=True)
+class LoaderInputs:
+    """All that `build_loaders` reads besides the data: the loaders' part of their cache key."""
+
+    loader: LoaderConfig
+    aug: AugConfig
+    policy: PrecisionPolicy  # the batches' dtype
+    channels_last: bool
+    seed: int  # run.seed: the order and the augmentations' draws
+    accumulate_steps: int
+    device: torch.device
+    world: distributed.World  # each rank loads its share
+
+    @classmethod
+    def of(
+        cls, recipe: Recipe, device: torch.device, policy: PrecisionPolicy | None = None
+    ) -> LoaderInputs:
+        """The loaders' inputs of `recipe` on `device`; `policy`: resolved from them if not given."""
+        if policy is None:
+            _, policy, _ = for_device(recipe, device)
+        t, world = recipe.tricks, distributed.world()
+        a = recipe.optim.accumulate_steps
+        return cls(recipe.loader, recipe.aug, policy, t.channels_last, recipe.run.seed, a, device, world)  # fmt: skip
+
+
 def build_loaders(
-    recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
+    inputs: LoaderInputs, dataset: Dataset, mean: list[float], std: list[float]
 ) -> tuple[Any, Any]:
-    """Train and eval loaders of the recipe's kind, normalized with the given channel statistics."""
-    lc, a, p = recipe.loader, recipe.aug, recipe.tricks.precision
-    autocast = precision.AUTOCAST_DTYPES.get(p)  # batches in the dtype the model computes in
+    """Train and eval loaders of the recipe's kind, normalized with the given channel statistics,
+    their batches in the dtype the model computes in."""
+    lc, a, policy = inputs.loader, inputs.aug, inputs.policy
     dtype, storage = batch_dtypes(
         lc.storage_dtype if lc.kind == "device" else "auto",
-        autocast or precision.input_dtype(p),
-        autocast=autocast is not None,
-    )
-    common = dict(
-        mean=mean,
-        std=std,
-        device=device,
-        dtype=dtype,
-        channels_last=recipe.tricks.channels_last,
-        seed=recipe.run.seed,
+        policy.compute_dtype,
+        autocast=policy.autocast_dtype is not None,
     )
     if lc.kind == "device":
         cls = functools.partial(DeviceLoader, storage_dtype=storage)
@@ -102,33 +146,34 @@ def build_loaders(
             persistent_workers=lc.persistent_workers and lc.num_workers > 0,
             prefetch_factor=lc.prefetch_factor if lc.num_workers > 0 else None,
         )
-    spec = AugmentSpec(
+    augment = AugmentSpec(
         flip=a.flip,
         translate=a.translate,
         pad_mode=a.pad_mode,
         cutout=a.cutout,
         cutout_inside=a.cutout_inside,
     )
-    world = distributed.world()  # each rank: its share of every global batch, of the eval split
-    train = cls(
-        dataset.train.images,
-        dataset.train.labels,
-        LoaderSpec(
-            distributed.local_batch_size(lc.batch_size, recipe.optim.accumulate_steps),
-            train=True,
-            augment=spec,
-            drop_last=lc.drop_last,
-            rank=world.rank,
-            world_size=world.world_size,
-            **common,
-        ),
+    world = inputs.world  # each rank: its share of every global batch, of the eval split
+    common = LoaderSpec(
+        distributed.local_batch_size(lc.batch_size, inputs.accumulate_steps, world.world_size),
+        mean=mean,
+        std=std,
+        device=inputs.device,
+        dtype=dtype,
+        channels_last=inputs.channels_last,
+        seed=inputs.seed,
     )
+    train_spec = dataclasses.replace(
+        common,
+        augment=augment,
+        drop_last=lc.drop_last,
+        rank=world.rank,
+        world_size=world.world_size,
+    )
+    train = cls(dataset.train.images, dataset.train.labels, train_spec)
     shard = slice(world.rank, None, world.world_size)
-    evaluation = cls(
-        dataset.test.images[shard],
-        dataset.test.labels[shard],
-        LoaderSpec(lc.eval_batch_size, train=False, **common),
-    )
+    eval_spec = dataclasses.replace(common, batch_size=lc.eval_batch_size, train=False)
+    evaluation = cls(dataset.test.images[shard], dataset.test.labels[shard], eval_spec)
     return train, evaluation
 
 
@@ -143,22 +188,46 @@ def init_sample(images: torch.Tensor, seed: int) -> torch.Tensor:
 
 
 class SetupCache:
-    """What `prepare` built, by what it read: recipes that build a part alike share it (a part
-    that failed fails again without being rebuilt)."""
+    """What `prepare` built, by the arguments it was built from: a call of a function with
+    arguments equal to an earlier call's returns that call's result (or raises its error again).
+
+    The key is derived from every argument (configs field by field, objects such as a dataset or
+    a tensor by identity, held here so that no other object takes their id), so a function whose
+    inputs are all its arguments can never be handed a part built from other inputs."""
 
     def __init__(self) -> None:
-        self._built: dict[str, Any] = {}
+        self._built: dict[tuple[Callable[..., Any], str], Any] = {}
+        self._held: list[Any] = []  # the objects keyed by identity
 
-    def get(self, part: str, *reads: Any, make: Callable[[], Any]) -> Any:
-        key = json.dumps([part, *reads], sort_keys=True, default=str)
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)`, or what an equal call of the same function returned (raised) before."""
+        key = (function, json.dumps(self._key(args)))
         if key not in self._built:
             try:
-                self._built[key] = make()
+                self._built[key] = function(*args)
             except Exception as exc:
                 self._built[key] = exc
         if isinstance(self._built[key], Exception):
             raise self._built[key]
         return self._built[key]
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    def _key(self, value: Any) -> Any:
+        if isinstance(value, str | int | float | bool | type(None)):
+            return [type(value).__name__, value]
+        if isinstance(value, torch.device | torch.dtype):
+            return str(value)
+        if isinstance(value, list | tuple):
+            return [self._key(v) for v in value]
+        if isinstance(value, dict):
+            return [[self._key(k), self._key(v)] for k, v in value.items()]
+        if dataclasses.is_dataclass(value) and not isinstance(value, Dataset):
+            fields = dataclasses.fields(value)
+            return [type(value).__qualname__, *(self._key(getattr(value, f.name)) for f in fields)]
+        self._held.append(value)
+        return ["id", id(value)]
 
 
 def prepare(
@@ -167,94 +236,74 @@ def prepare(
     """Model, optimizer, schedule and every trick of the recipe, ready for `run_loop`; info holds
     the model's size and what the device decided (`resolved`).
 
-    With `reuse` (check_setup's), the model and loaders of an earlier recipe that builds them alike
-    are taken again instead of being built."""
-    recipe, resolved = for_device(recipe, device)
-    t, m = recipe.tricks, recipe.model
+    With `reuse` (check_setup's), the statistics, model and loaders built from equal inputs by an
+    earlier recipe are taken again instead of being built."""
+    recipe, policy, resolved = for_device(recipe, device)
+    t = recipe.tricks
     reuse = reuse if reuse is not None else SetupCache()  # a run builds everything anew
-    reuse.get(
-        "fits",  # what check_model_fits reads
-        m, recipe.data, t.precision, t.ema_decay, recipe.optim.name, recipe.optim.momentum, device,
-        make=lambda: check_model_fits(recipe, dataset.num_classes, dataset.image_shape, device),
-    )  # fmt: skip
-    mean, std = reuse.get("stats", recipe.data, make=lambda: channel_stats(dataset.train.images))
-    built_with = (recipe.data, recipe.run.seed, t.precision, t.channels_last, device)
-    model, info = reuse.get(
-        "model", m, *built_with, make=lambda: build_run_model(recipe, dataset, device, mean, std)
-    )
-    info = {**info, "resolved": resolved}
-    train_loader, eval_loader = reuse.get(
-        "loaders",
-        recipe.loader,
-        recipe.aug,
-        *built_with,
-        make=lambda: build_loaders(recipe, dataset, device, mean, std),
-    )
-    freeze = {}
-    if m.whiten_bias_epochs > 0:
-        if "whiten.bias" not in dict(model.named_parameters()):  # what the loop freezes
-            raise TrickLabError(
-                f"model.whiten_bias_epochs={m.whiten_bias_epochs:g} trains the bias of a whitening "
-                f"layer `whiten` (airbench's), and {m.name} has none; set model.whiten_bias_epochs=0"
-            )
-        freeze["whiten.bias"] = m.whiten_bias_epochs
-    total_steps = math.ceil(recipe.run.epochs * len(train_loader))
-    if total_steps < 1:
-        raise TrickLabError(f"run.epochs={recipe.run.epochs} gives no training step; raise it")
-    check_batchnorm_batches(model, train_loader, dataset.image_shape, recipe)  # train/preflight
-    check_activations_fit(recipe, dataset, train_loader, eval_loader)  # on the CPU
-    loss_scale = precision.loss_scale_for(t.precision, train_loader.batch_size)  # a rank's
+    check_model_fits(recipe, policy, dataset.num_classes, dataset.image_shape, device)
+    mean, std = reuse.call(channel_stats, dataset.train.images)
+    model_inputs = ModelInputs.of(recipe, policy, device)
+    model, info = reuse.call(build_run_model, model_inputs, dataset, mean, std)
+    loaders = reuse.call(build_loaders, LoaderInputs.of(recipe, device, policy), dataset, mean, std)
+    total_steps = math.ceil(recipe.run.epochs * len(loaders[0]))
+    loss_scale = policy.loss_scale(loaders[0].batch_size)  # a rank's
     optimizer = build_optimizer(
         model,
         recipe.optim,
         recipe.loader.batch_size,
         loss_scale=loss_scale,
-        grad_scaler=t.precision == "16-mixed",
+        grad_scaler=policy.grad_scaling,
         compile_mode=t.compile,
     )
-    check_step_sizes(optimizer, recipe)
-    forward = model if t.compile == "off" else compiled(model, t.compile, device)
-    ema = None
-    if t.ema_decay > 0:
-        # In epochs, not steps, so the start moves with the data size and batch (a subset, a CPU run).
-        warmup_steps = math.ceil(t.ema_warmup_epochs * len(train_loader))
-        ema = WeightAverage(
-            model,
-            t.ema_decay,
-            t.ema_every,
-            warmup_steps,
-            t.lookahead,
-            t.ema_decay_power,
-            total_steps,
-        )
+    check_run(recipe, policy, dataset, model, loaders, optimizer)
     parts = Parts(
         model=model,
-        forward=forward,
+        forward=model if t.compile == "off" else compiled(model, t.compile, device),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, recipe.schedule, total_steps),
-        scaler=precision.grad_scaler_for(t.precision, device.type),
-        autocast=functools.partial(precision.autocast_for, t.precision, device.type),
-        loss_fn=precision.loss_for(t.precision, t.label_smoothing),
-        train_loader=train_loader,
-        eval_loader=eval_loader,
+        scaler=policy.grad_scaler(),
+        autocast=policy.autocast,
+        loss_fn=training_loss(t.label_smoothing, policy.summed_loss),
+        train_loader=loaders[0],
+        eval_loader=loaders[1],
         device=device,
         total_steps=total_steps,
-        ema=ema,
+        ema=weight_average(model, t, len(loaders[0]), total_steps),
         loss_scale=loss_scale,
-        freeze_after_epochs=freeze,
+        freeze_after_epochs=frozen_whitening_bias(recipe.model),
         accumulate_steps=recipe.optim.accumulate_steps,
     )
-    return parts, info
+    return parts, {**info, "resolved": resolved}
+
+
+def weight_average(
+    model: nn.Module, tricks: TricksConfig, steps_per_epoch: int, total_steps: int
+) -> WeightAverage | None:
+    """tricks.ema_*: the EMA (and lookahead) of the weights, or None when ema_decay is 0. Its
+    start is in epochs, not steps, so it moves with the data size and batch (a subset, a CPU run)."""
+    if tricks.ema_decay == 0:
+        return None
+    warmup_steps = math.ceil(tricks.ema_warmup_epochs * steps_per_epoch)
+    t = tricks
+    return WeightAverage(
+        model, t.ema_decay, t.ema_every, warmup_steps, t.lookahead, t.ema_decay_power, total_steps
+    )
+
+
+def frozen_whitening_bias(model: ModelConfig) -> dict[str, float]:
+    """model.whiten_bias_epochs: the whitening layer's bias trained for that many epochs only
+    (airbench94), as the loop's {parameter name: epochs}."""
+    return {"whiten.bias": model.whiten_bias_epochs} if model.whiten_bias_epochs > 0 else {}
 
 
 def build_run_model(
-    recipe: Recipe, dataset: Dataset, device: torch.device, mean: list[float], std: list[float]
+    inputs: ModelInputs, dataset: Dataset, mean: list[float], std: list[float]
 ) -> tuple[nn.Module, dict]:
-    """The recipe's model on `device` as a run starts it (seeded weights, the whitening fitted to
-    the data, BatchNorm momentum, precision, memory format), with its params and forward MACs.
-    It reads the data, `model`, `run.seed` and `tricks.precision`/`channels_last` only."""
-    t, m = recipe.tricks, recipe.model
-    torch.manual_seed(recipe.run.seed)
+    """The recipe's model on its device as a run starts it (seeded weights, the whitening fitted to
+    the data, BatchNorm momentum, precision, memory format), with its params and forward MACs."""
+    m, device = inputs.model, inputs.device
+    torch.manual_seed(inputs.seed)
     c, h, w = dataset.image_shape
     model = build_model(
         m.name,
@@ -269,7 +318,7 @@ def build_run_model(
     init = getattr(model, "init_from_data", None)
     info["whiten_seconds"] = 0.0
     if init is not None:  # timed as airbench times it: normalizing the sample and the fit
-        sample = init_sample(dataset.train.images, recipe.run.seed).to(device)
+        sample = init_sample(dataset.train.images, inputs.seed).to(device)
         synchronize(device)
         start = time.perf_counter()
         init(normalize(sample, mean, std))
@@ -277,10 +326,9 @@ def build_run_model(
         info["whiten_seconds"] = time.perf_counter() - start
     if m.bn_momentum is not None:
         set_batchnorm_momentum(model, m.bn_momentum)
-    if t.precision == "16-true-bn32":
-        precision.half_with_fp32_batchnorm(model)
-    if t.channels_last:
-        precision.apply_channels_last(model)
+    inputs.policy.prepare_model(model)
+    if inputs.channels_last:
+        apply_channels_last(model)
     return model, info
 
 
@@ -291,7 +339,8 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
     errors are left for the runs to meet and record.
 
     Each distinct data source, model and loader setting is built once, however many recipes share
-    it (seeds aside); the optimizer, schedule and averaging are set up for each distinct recipe."""
+    it (seeds aside: `SetupCache`); the optimizer, schedule and averaging are set up for each
+    distinct recipe."""
     reuse, seen = SetupCache(), set()
     for recipe in recipes:
         recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, seed=0))
@@ -302,7 +351,7 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
         try:
             device = resolve_device(recipe.run.device)
             require_packages(recipe.run.loggers)
-            dataset = reuse.get("data", recipe.data, make=functools.partial(load_data, recipe))
+            dataset = reuse.call(load_data, recipe.data)
             with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
                 prepare(recipe, dataset, device, reuse)
         except TrickLabError:

@@ -11,13 +11,13 @@ from typing import Any
 
 import torch
 
+from tricklab.core.device import synchronize
 from tricklab.training.loop import (
     Parts,
     epoch_totals,
     evaluate,
     frozen_in_epoch,
     num_epochs,
-    sync,
     train_epoch,
 )
 from tricklab.training.resolve import compile_for_device
@@ -55,7 +55,7 @@ def warm_up(parts: Parts, tta: str = "none") -> float:
     loader = parts.train_loader
     # Freezing only grows with the epoch: the last epoch has every parameter the loop will freeze.
     frozen = [p for p in frozen_in_epoch(parts, num_epochs(parts) - 1) if p.requires_grad]
-    sync(parts.device)
+    synchronize(parts.device)
     start = time.perf_counter()
     images, labels = next(iter(loader))
     batches = [(images, labels)]
@@ -77,7 +77,7 @@ def warm_up(parts: Parts, tta: str = "none") -> float:
             evaluate(evaluation, tta)
     for param in frozen:
         param.requires_grad_(True)
-    sync(parts.device)
+    synchronize(parts.device)
     seconds = time.perf_counter() - start
     parts.model.load_state_dict(saved[0])
     parts.optimizer.load_state_dict(saved[1])
