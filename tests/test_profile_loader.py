@@ -10,7 +10,7 @@ from tiny_recipe import TINY_SYNTHETIC
 
 import tricklab
 from tricklab.cli.main import main
-from tricklab.profile.loader import configurations, profile_loader
+from tricklab.profile.loader import LoaderGrid, configurations, profile_loader
 
 KEYS = {
     "kind", "recipe", "dataset", "device", "hardware", "train_images", "image_shape",
@@ -34,9 +34,7 @@ def test_configurations_cross_workers_and_pinning_for_the_torch_loader_only():
 
 def test_each_configuration_is_measured_with_the_recipe_augmentations():
     recipe = tricklab.load_recipe(None, AUGMENTED)
-    result = profile_loader(
-        recipe, kinds=["device", "torch"], num_workers=[0], pin_memory=[True, False], repeats=2
-    )
+    result = profile_loader(recipe, LoaderGrid(["device", "torch"], [0], [True, False]), repeats=2)
     assert set(result) == KEYS
     assert result["augment"]["cutout"] == 4 and result["augment"]["flip"] == "random"
     assert [c["kind"] for c in result["configs"]] == ["device", "torch", "torch"]
@@ -53,14 +51,14 @@ def test_each_configuration_is_measured_with_the_recipe_augmentations():
 
 def test_batches_per_measurement_may_cross_an_epoch():
     recipe = tricklab.load_recipe(None, TINY_SYNTHETIC)
-    result = profile_loader(recipe, kinds=["device"], batches=6, batch_size=32, repeats=1)
+    result = profile_loader(recipe, LoaderGrid(["device"]), batches=6, batch_size=32, repeats=1)
     (config,) = result["configs"]
     assert config["batches_per_epoch"] == 8 and config["images_per_measurement"] == 6 * 32
 
 
 def test_with_a_recipe_each_configuration_gets_its_share_of_the_step():
     recipe = tricklab.load_recipe(None, AUGMENTED)
-    result = profile_loader(recipe, kinds=["device", "torch"], num_workers=[0], with_step=True)
+    result = profile_loader(recipe, LoaderGrid(["device", "torch"], [0]), with_step=True)
     assert result["step"]["seconds"] > 0 and result["step"]["batch_size"] == 64
     for config in result["configs"]:
         load = config["ms_per_batch"]["median_ms"] / 1e3

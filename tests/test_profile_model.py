@@ -14,9 +14,9 @@ from tricklab.core.errors import TrickLabError
 from tricklab.measure.flops import count_forward_flops
 from tricklab.measure.timing import paired_difference
 from tricklab.profile import model as profile_model
-from tricklab.profile.model import profile_models
+from tricklab.profile.model import ModelBuild, ProfileGrid, profile_models
 
-TINY = dict(widths=[8, 16, 16], image_size=16, device="cpu", repeats=2)
+TINY = dict(build=ModelBuild(widths=[8, 16, 16], image_size=16), device="cpu", repeats=2)
 RESULT_KEYS = {
     "model", "batch_size", "precision", "compile", "channels_last", "forward_ms", "train_step_ms",
     "forward_images_per_second", "train_images_per_second", "forward_tflops", "train_tflops",
@@ -66,7 +66,7 @@ def cifar_resnet18_macs(num_classes=10, widths=(64, 128, 256, 512), side=32):
 
 
 def test_cifar_resnet18_forward_macs_are_0_556_g_as_the_formula_gives():
-    result = profile_models(["resnet18"], batch_sizes=[1], device="cpu", repeats=1)
+    result = profile_models(["resnet18"], ProfileGrid(batch_sizes=[1]), device="cpu", repeats=1)
     (model,) = result["models"]
     assert model["forward_macs"] == cifar_resnet18_macs()
     assert model["forward_macs"] == model["forward_flops"] // 2
@@ -77,8 +77,7 @@ def test_cifar_resnet18_forward_macs_are_0_556_g_as_the_formula_gives():
 def test_every_combination_is_timed_with_the_documented_keys():
     result = profile_models(
         ["airbench", "airbench-residual"],
-        batch_sizes=[2, 4],
-        channels_last=[False, True],
+        ProfileGrid(batch_sizes=[2, 4], channels_last=[False, True]),
         **TINY,
     )
     assert {m["name"] for m in result["models"]} == {"airbench", "airbench-residual"}
@@ -102,7 +101,7 @@ def test_every_combination_is_timed_with_the_documented_keys():
 
 
 def test_mfu_is_train_flops_per_second_over_the_given_peak():
-    result = profile_models(["airbench"], batch_sizes=[2], peak_tflops_override=0.5, **TINY)
+    result = profile_models(["airbench"], ProfileGrid([2]), peak_tflops_override=0.5, **TINY)
     (row,) = result["results"]
     (model,) = result["models"]
     train_flops = 3 * model["forward_flops"] * row["train_images_per_second"]
@@ -112,7 +111,7 @@ def test_mfu_is_train_flops_per_second_over_the_given_peak():
 
 
 def test_fp16_with_fp32_batchnorm_runs_its_half_copy():
-    result = profile_models(["airbench"], batch_sizes=[2], precisions=["16-true-bn32"], **TINY)
+    result = profile_models(["airbench"], ProfileGrid([2], ["16-true-bn32"]), **TINY)
     assert result["results"][0]["precision"] == "16-true-bn32"
 
 
@@ -133,13 +132,13 @@ def test_medians_of_paired_differences_add_up_along_a_chain():
     [
         (dict(models=["resnet81"]), "did you mean 'resnet18'"),
         (dict(models=[]), "no models"),
-        (dict(models=["airbench"], batch_sizes=[]), "no batch sizes"),
-        (dict(models=["airbench"], batch_sizes=[0]), "batch sizes must be integers >= 1"),
-        (dict(models=["airbench"], precisions=["fp8"]), "unknown precision 'fp8'"),
-        (dict(models=["airbench"], compile_modes=["fast"]), "unknown compile mode"),
+        (dict(models=["airbench"], grid=ProfileGrid(batch_sizes=[])), "no batch sizes"),
+        (dict(models=["airbench"], grid=ProfileGrid([0])), "batch sizes must be integers >= 1"),
+        (dict(models=["airbench"], grid=ProfileGrid(precisions=["fp8"])), "unknown precision"),
+        (dict(models=["airbench"], grid=ProfileGrid(compile_modes=["fast"])), "unknown compile"),
         (dict(models=["airbench"], repeats=0), "repeats"),
         (
-            dict(models=["airbench-residual"], widths=[8, 16, 16], image_size=16),
+            dict(models=["airbench-residual"], build=ModelBuild(widths=[8, 16, 16], image_size=16)),
             "cannot train at batch 1",
         ),
     ],
@@ -156,7 +155,7 @@ def test_a_precision_the_device_cannot_run_is_refused(monkeypatch):
 
     monkeypatch.setattr(profile_model.precision_lib, "autocast_for", no_half)
     with pytest.raises(TrickLabError, match="precision 16-mixed cannot run on this cpu device"):
-        profile_models(["airbench"], precisions=["16-mixed"], **TINY)
+        profile_models(["airbench"], ProfileGrid(precisions=["16-mixed"]), **TINY)
 
 
 def test_cli_json_has_the_documented_keys(capsys):
@@ -209,3 +208,25 @@ def test_threads_option_is_restored_after_the_command(capsys):
           "--batch-sizes", "2", "--repeats", "1", "--device", "cpu", "--threads", "2", "--json"])  # fmt: skip
     assert json.loads(capsys.readouterr().out)["hardware"]["torch_threads"] == 2
     assert torch.get_num_threads() == before
+
+
+def test_a_batch_whose_activations_exceed_the_memory_left_is_refused_before_any_build(
+    monkeypatch, capsys
+):
+    # was (issue 29, airbench at --batch-sizes 1024 in 1 GiB): killed by the kernel, no word;
+    # train and profile step refuse the same batch in one line
+    monkeypatch.setattr(profile_model, "available_memory_bytes", lambda: 2**20)
+    built = []
+    monkeypatch.setattr(profile_model, "_build_base", lambda *args: built.append(args))
+    args = ["profile", "model", "airbench", "--batch-sizes", "8,1024", "--device", "cpu"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and built == []
+    assert "a training batch of 1024 images of 32x32 does not fit in the memory left" in err
+    assert "lower --batch-sizes" in err
+
+
+def test_a_batch_that_fits_is_not_refused(monkeypatch):
+    monkeypatch.setattr(profile_model, "available_memory_bytes", lambda: 2**40)
+    result = profile_models(["airbench"], ProfileGrid([2]), **TINY)
+    assert result["results"][0]["batch_size"] == 2

@@ -120,21 +120,19 @@ def cmd_profile_model(args: argparse.Namespace) -> int:
     precisions = parse_list(args.precisions, "--precisions")
     compile_modes = parse_list(args.compile, "--compile")
     channels_last = parse_list(args.channels_last, "--channels-last", _switch)
-    from tricklab.profile.model import profile_models
+    from tricklab.profile.model import ModelBuild, ProfileGrid, profile_models
 
+    grid = ProfileGrid(batch_sizes, precisions, compile_modes, channels_last)
+    m = settings.model
+    build = ModelBuild(m.width, m.widths, image_size=settings.data.image_size or 32)
     with _threads(args.threads):
         result = profile_models(
             names,
-            batch_sizes=batch_sizes,
-            precisions=precisions,
-            compile_modes=compile_modes,
-            channels_last=channels_last,
+            grid,
+            build=build,
             device=args.device,
             repeats=args.repeats,
             peak_tflops_override=args.peak_tflops,
-            width=settings.model.width,
-            widths=settings.model.widths,
-            image_size=settings.data.image_size or 32,
         )
     if args.json:
         _print_json(result)
@@ -206,15 +204,13 @@ def cmd_profile_loader(args: argparse.Namespace) -> int:
     kinds = parse_list(args.kinds, "--kinds")
     num_workers = parse_list(args.num_workers, "--num-workers", _int)
     pin_memory = parse_list(args.pin_memory, "--pin-memory", _switch)
-    from tricklab.profile.loader import profile_loader
+    from tricklab.profile.loader import LoaderGrid, profile_loader
 
     with _threads(args.threads):
         result = profile_loader(
             recipe,
+            LoaderGrid(kinds, num_workers, pin_memory),
             recipe_name=args.recipe,
-            kinds=kinds,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
             batch_size=args.batch_size,
             batches=args.batches,
             repeats=args.repeats,
