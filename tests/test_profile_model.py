@@ -150,10 +150,10 @@ def test_bad_options_raise_before_any_work(kwargs, message):
 
 
 def test_a_precision_the_device_cannot_run_is_refused(monkeypatch):
-    def no_half(precision, device_type):
+    def no_half(policy):
         raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'\nmore detail")
 
-    monkeypatch.setattr(profile_model.precision_lib, "autocast_for", no_half)
+    monkeypatch.setattr(profile_model.precision_lib.PrecisionPolicy, "autocast", no_half)
     with pytest.raises(TrickLabError, match="precision 16-mixed cannot run on this cpu device"):
         profile_models(["airbench"], ProfileGrid(precisions=["16-mixed"]), **TINY)
 
