@@ -13,7 +13,7 @@ from tiny_recipe import TINY_SYNTHETIC
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
 from tricklab.experiments import AblationPlan, Liveness, ablate
-from tricklab.experiments.plan import MAX_SEEDS, parse_vary, plan_configs
+from tricklab.experiments.plan import MAX_SEEDS, ablation_plan, parse_vary
 from tricklab.experiments.space import MAX_GRID_POINTS, load_space, parse_space
 from tricklab.recipe.schema import load_recipe
 
@@ -47,7 +47,7 @@ def never_train(recipe, **kwargs):
 
 def test_varying_run_seed_in_an_ablation_is_a_user_error():
     with pytest.raises(TrickLabError, match="run.seed is set by --seeds"):
-        plan_configs(load_recipe(None, ["data.name=synthetic"]), parse_vary(["run.seed=1,2"]))
+        ablation_plan(load_recipe(None, ["data.name=synthetic"]), parse_vary(["run.seed=1,2"]))
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,11 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from tricklab.core.errors import TrickLabError
 from tricklab.experiments.plan import (
+    ablation_plan,
     budget_overrides,
     format_value,
     normalize_target,
     parse_vary,
-    plan_configs,
     plan_units,
     unit_recipe,
 )
@@ -28,7 +28,7 @@ def ids(configs):
 
 def test_one_at_a_time_is_the_baseline_plus_each_single_change(baseline):
     vary = parse_vary(["optim.lr=0.2,0.4", "aug.flip=random,alternating", "tricks.ema_decay=0.9"])
-    configs = plan_configs(baseline, vary)
+    configs = ablation_plan(baseline, vary).configs
     assert ids(configs) == [
         "baseline",
         "optim.lr=0.2",
@@ -42,7 +42,7 @@ def test_one_at_a_time_is_the_baseline_plus_each_single_change(baseline):
 
 def test_grid_is_the_full_product_and_includes_the_baseline(baseline):
     vary = parse_vary(["optim.lr=0.2,0.4", "aug.flip=random,alternating"])
-    configs = plan_configs(baseline, vary, grid=True)
+    configs = ablation_plan(baseline, vary, grid=True).configs
     assert len(configs) == 1 + 2 * 2
     assert ids(configs)[0] == "baseline"
     assert "optim.lr=0.4 aug.flip=alternating" in ids(configs)
@@ -50,27 +50,27 @@ def test_grid_is_the_full_product_and_includes_the_baseline(baseline):
 
 def test_grid_containing_the_baseline_values_counts_it_once(baseline):
     vary = parse_vary(["optim.lr=0.1,0.2", "aug.flip=none,random,alternating"])
-    configs = plan_configs(baseline, vary, grid=True)
+    configs = ablation_plan(baseline, vary, grid=True).configs
     assert len(configs) == 2 * 3
     assert ids(configs).count("baseline") == 1
 
 
 def test_a_value_equal_to_the_baseline_or_spelt_twice_is_not_a_new_config(baseline):
-    configs = plan_configs(baseline, parse_vary(["optim.lr=0.1,0.10,0.2,0.20"]))
+    configs = ablation_plan(baseline, parse_vary(["optim.lr=0.1,0.10,0.2,0.20"])).configs
     assert ids(configs) == ["baseline", "optim.lr=0.2"]
 
 
 def test_list_values_vary_like_any_other(baseline):
     vary = parse_vary(["model.widths=[8,16,16],[16,32,32],[8, 16, 16]", "aug.cutout=0,4"])
-    configs = plan_configs(baseline, vary)
+    configs = ablation_plan(baseline, vary).configs
     assert ids(configs) == [
         "baseline", "model.widths=[8, 16, 16]", "model.widths=[16, 32, 32]", "aug.cutout=4",
     ]  # fmt: skip
-    assert len(plan_configs(baseline, vary, grid=True)) == 1 + 2 * 2
+    assert len(ablation_plan(baseline, vary, grid=True).configs) == 1 + 2 * 2
 
 
 def test_units_are_every_config_with_every_seed_seed_major(baseline):
-    configs = plan_configs(baseline, parse_vary(["optim.lr=0.2,0.4"]))
+    configs = ablation_plan(baseline, parse_vary(["optim.lr=0.2,0.4"])).configs
     units = plan_units(configs, 3)
     assert len(units) == 3 * 3
     assert [u.seed for u in units] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
@@ -78,14 +78,14 @@ def test_units_are_every_config_with_every_seed_seed_major(baseline):
 
 
 def test_unit_recipe_applies_the_change_and_the_seed(baseline):
-    configs = plan_configs(baseline, parse_vary(["optim.lr=0.2"]))
+    configs = ablation_plan(baseline, parse_vary(["optim.lr=0.2"])).configs
     recipe = unit_recipe(baseline, plan_units(configs, 2)[-1])
     assert recipe.optim.lr == 0.2 and recipe.run.seed == 1
     assert recipe.data.name == "synthetic"
 
 
 def test_python_values_are_written_so_the_recipe_reads_them_back(baseline):
-    configs = plan_configs(baseline, {"optim.lr": [1e-5, 0.5], "optim.nesterov": [True]})
+    configs = ablation_plan(baseline, {"optim.lr": [1e-5, 0.5], "optim.nesterov": [True]}).configs
     assert ids(configs) == ["baseline", "optim.lr=1.0e-05", "optim.lr=0.5", "optim.nesterov=true"]
     assert unit_recipe(baseline, plan_units(configs, 1)[1]).optim.lr == 1e-5
     assert format_value(None) == "null" and format_value([8, 16]) == "[8, 16]"
@@ -104,9 +104,9 @@ def test_malformed_vary_is_a_user_error(spec):
 
 def test_unknown_key_or_bad_value_fails_before_anything_runs(baseline):
     with pytest.raises(TrickLabError, match="unknown recipe key"):
-        plan_configs(baseline, parse_vary(["optim.lrr=0.2"]))
+        ablation_plan(baseline, parse_vary(["optim.lrr=0.2"]))
     with pytest.raises(TrickLabError, match="optim.name"):
-        plan_configs(baseline, parse_vary(["optim.name=sgd,lion"]))
+        ablation_plan(baseline, parse_vary(["optim.name=sgd,lion"]))
 
 
 def test_budget_turns_early_stopping_off_and_sets_the_fixed_budget():
@@ -196,13 +196,13 @@ def test_a_grid_above_the_cap_is_refused_from_its_axis_sizes_before_any_value_is
     vary = parse_vary([f"optim.lr={values}", f"optim.weight_decay={values}"])
     count_reads["limit"] = 0
     with pytest.raises(TrickLabError, match=r"159,201 points \(399 × 399\), more than 100,000"):
-        plan_configs(baseline, vary, grid=True)
+        ablation_plan(baseline, vary, grid=True)
 
 
 def test_each_value_is_read_once_however_large_the_grid(baseline, count_reads):
     values = ",".join(f"{0.001 * i:.3f}" for i in range(1, 101))
     vary = parse_vary([f"optim.lr={values}", f"optim.weight_decay={values}"])
-    configs = plan_configs(baseline, vary, grid=True)
+    configs = ablation_plan(baseline, vary, grid=True).configs
     assert len(configs) == 1 + 100 * 100
     assert count_reads["n"] == 200  # one per value, none per point
     assert "optim.lr=0.037 optim.weight_decay=0.099" in ids(configs)
@@ -211,8 +211,8 @@ def test_each_value_is_read_once_however_large_the_grid(baseline, count_reads):
 def test_every_grid_point_meets_the_recipes_cross_field_rules_before_anything_runs(baseline):
     vary = parse_vary(["tricks.precision=32-true,16-true-bn32", "optim.name=sgd,adam"])
     with pytest.raises(TrickLabError, match="16-true-bn32.*adam"):
-        plan_configs(baseline, vary, grid=True)
-    assert len(plan_configs(baseline, vary)) == 3  # one change at a time, each is fine
+        ablation_plan(baseline, vary, grid=True)
+    assert len(ablation_plan(baseline, vary).configs) == 3  # one change at a time, each is fine
 
 
 @pytest.mark.parametrize("values", [2, 10])

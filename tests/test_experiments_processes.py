@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR
-from tricklab.experiments.plan import budget_overrides, parse_vary, plan_configs, plan_units
+from tricklab.experiments.plan import ablation_plan, budget_overrides, parse_vary, plan_units
 from tricklab.experiments.storage import open_storage, storage_url, trial_status
 from tricklab.recipe.schema import load_recipe
 
@@ -44,7 +44,7 @@ def ablate_command(out_dir, vary, seeds, storage=None):
 def planned_units(vary, seeds):
     """The unit keys the command plans, as the CLI computes them."""
     baseline = load_recipe(None, [*budget_overrides(EPOCHS, None, None), *TINY])
-    return {u.key for u in plan_units(plan_configs(baseline, parse_vary([vary])), seeds)}
+    return {u.key for u in plan_units(ablation_plan(baseline, parse_vary([vary])).configs, seeds)}
 
 
 @pytest.fixture

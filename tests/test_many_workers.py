@@ -20,7 +20,7 @@ import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.experiments.claims import WORKER_ATTR
-from tricklab.experiments.plan import budget_overrides, parse_vary, plan_configs, plan_units
+from tricklab.experiments.plan import ablation_plan, budget_overrides, parse_vary, plan_units
 from tricklab.experiments.storage import open_storage, storage_url, trial_status
 from tricklab.recipe.schema import load_recipe
 
@@ -46,7 +46,7 @@ def ablate_command(storage, out_dir):
 def planned_pairs():
     """The (config_id, seed) pairs the command plans, as the CLI computes them."""
     baseline = load_recipe(None, [*budget_overrides(EPOCHS, None, None), *BASELINE])
-    units = plan_units(plan_configs(baseline, parse_vary(VARY)), SEEDS)
+    units = plan_units(ablation_plan(baseline, parse_vary(VARY)).configs, SEEDS)
     return {(u.config.config_id, u.seed) for u in units}
 
 

@@ -27,7 +27,7 @@ _EXPORTS = {
     "Unit": "plan",
     "budget_overrides": "plan",
     "parse_vary": "plan",
-    "plan_configs": "plan",
+    "ablation_plan": "plan",
     "plan_units": "plan",
     "SearchSpace": "space",
     "load_space": "space",

@@ -251,13 +251,6 @@ def ablation_plan(
     return ConfigPlan(configs, checked)
 
 
-def plan_configs(
-    baseline: Any, vary: Mapping[str, Sequence[Any]], grid: bool = False
-) -> list[Config]:
-    """The configurations of `ablation_plan`."""
-    return ablation_plan(baseline, vary, grid).configs
-
-
 def _check_grid_size(vary: Mapping[str, Sequence[Any]]) -> None:
     """TrickLabError for a grid of more than MAX_GRID_POINTS points, counted from the values as
     given (values spelt alike counted once), never by listing the points."""
