@@ -41,7 +41,7 @@ SHARED = ROOT.parent / "shared"
 TINY = (
     "data.name=synthetic data.train_size=256 data.test_size=128 data.image_size=16 "
     "loader.batch_size=64 loader.eval_batch_size=128 run.device=cpu run.epochs=1 "
-    "--budget-epochs 1 --runs 1 --warmup-epochs 0 --repeats 1"
+    "--budget-epochs 1 --runs 1 --warmup-epochs 0 --repeats 2"
 )
 TAKES_OVERRIDES = {
     "train",
@@ -165,20 +165,23 @@ def with_appended(argv: list[str], append: tuple[str, ...]) -> list[str]:
 
     parser = parse_invocation(0, argv).parser
     known = {o: a for a in parser._actions for o in a.option_strings}
-    out, i = list(argv), 0
+    options, overrides, i = [], [], 0
     while i < len(append):
         word = append[i]
         i += 1
         if word.startswith("--"):
-            action = known.get(word)
-            takes_value = action is not None and action.nargs != 0
-            value = [append[i]] if takes_value else []
+            given = i < len(append) and not append[i].startswith("--") and "=" not in append[i]
+            value = [append[i]] if given else []
             i += len(value)
-            if action is not None:
-                out += [word, *value]
+            action = known.get(word)
+            if action is not None and (action.nargs == 0) == (not value):
+                options += [word, *value]
         elif "=" in word and command_path(argv) in TAKES_OVERRIDES:
-            out.append(word)
-    return out
+            overrides.append(word)
+    if command_path(argv) == "models":  # its overrides follow the names, before any option
+        first = next((n for n, w in enumerate(argv) if w.startswith("-")), len(argv))
+        return [*argv[:first], *overrides, *argv[first:], *options]
+    return [*argv, *options, *overrides]
 
 
 def redirect(words: list[str]) -> tuple[list[str], str | None]:
