@@ -45,7 +45,7 @@ from tricklab.core.paths import (
     is_disk_full,
     remove_empty_dirs,
 )
-from tricklab.core.progress import ProgressDisplay
+from tricklab.core.progress import ProgressDisplay, percent
 from tricklab.core.status import FAILED_STATUSES
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
@@ -103,26 +103,32 @@ class EpochView:
         self.table.add_row(
             str(row["epoch"]),
             fmt(row["train_loss"], ".4f"),
-            fmt(row["train_acc"], ".4f"),
+            percent(row["train_acc"]),  # as the progress line shows it
             fmt(row["val_loss"], ".4f"),
-            fmt(row["val_acc"], ".4f"),
+            percent(row["val_acc"]),
             fmt(row["lr"], ".4g"),
             fmt(row["epoch_seconds"], ".2f"),
             fmt(row["images_per_second"], ",.0f"),
         )
 
 
-def print_result(result) -> None:
+def print_result(result, recipe_name: str | None = None) -> None:
+    """The run's summary table; record seconds (airbench's definition) only for a recipe that
+    has an airbench script to compare with (experiments/speedrun.py AIRBENCH_RECORDS)."""
+    from tricklab.experiments.speedrun import AIRBENCH_RECORDS
+
     table = Table(title=f"run {result.status}", show_header=False)
     tta = result.recipe.get("tricks", {}).get("tta", "none")
     final_lr = result.epochs[-1].get("lr") if result.epochs else None
+    airbench = recipe_name in AIRBENCH_RECORDS
     rows = [
-        ("val acc (no TTA)", result.val_acc, ".4f"),
-        (f"val acc (TTA {tta})", result.val_acc_tta, ".4f"),
+        ("val acc (no TTA)", result.val_acc, percent),
+        (f"val acc (TTA {tta})", result.val_acc_tta, percent),
         ("val loss", result.val_loss, ".4f"),
         ("train seconds", result.train_seconds, ".2f"),
-        ("record seconds (airbench's)", result.record_seconds, ".2f"),
+        ("record seconds (airbench's)", result.record_seconds if airbench else None, ".2f"),
         ("compile seconds", result.compile_seconds, ".2f"),
+        ("precision (as it ran)", result.resolved.get("precision"), str),
         ("wall seconds", result.wall_seconds, ".2f"),
         ("time to target s", result.time_to_target_seconds, ".2f"),
         ("images/s", result.images_per_second, ",.0f"),
@@ -133,7 +139,7 @@ def print_result(result) -> None:
     ]
     for name, value, spec in rows:
         if value is not None:
-            table.add_row(name, format(value, spec))
+            table.add_row(name, spec(value) if callable(spec) else format(value, spec))
     if result.error:
         table.add_row("error", result.error)
     if result.stopped_epoch:
@@ -187,7 +193,7 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        print_result(result)
+        print_result(result, name)
         err_console.print(f"run directory: {out}")
     return 0 if result.status not in FAILED_STATUSES else 1
 

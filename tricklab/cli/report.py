@@ -15,7 +15,7 @@ from rich.console import Console
 
 from tricklab.cli.common import check_not_empty, err_console, quiet_optuna
 from tricklab.core.errors import TrickLabError
-from tricklab.experiments.busy import BUSY_WORDS
+from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 
 FORMATS = ("table", "md", "latex", "csv", "json")
 
@@ -190,7 +190,7 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
     if not has_rows:
         output_console().print(f"study {meta['study']} has no runs yet", highlight=False)
         return
-    busy = f"{BUSY_WORDS}: {meta['busy_reason']}" if meta.get("busy_machine") else ""
+    busy = f"{BUSY_WORDS}: {meta['busy_reason']}; {BUSY_ADVICE}" if meta.get("busy_machine") else ""
     if output == "md":
         print(tables.to_markdown(table) + (f"\n\n{busy}" if busy else ""))
     elif output == "latex":
@@ -200,8 +200,8 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
         console.print(tables.to_rich(table, console.width))
         if busy:  # provenance.results_busy, under the train seconds it is about
             console.print(busy, highlight=False, style="bold yellow")
-        if table.notes:
-            console.print(table.notes[0], highlight=False, style="dim")
+        for note in table.notes:  # the verdicts' meaning; an unfinished study's plan
+            console.print(note, highlight=False, style="dim")
 
 
 def _list_studies(args: argparse.Namespace, output: str) -> int:

@@ -22,9 +22,9 @@ from tricklab.cli.common import (
 )
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import remove_empty_dirs
-from tricklab.core.progress import ProgressDisplay
+from tricklab.core.progress import ProgressDisplay, percent
 from tricklab.core.status import FAILED_STATUSES
-from tricklab.experiments.busy import BUSY_WORDS
+from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 from tricklab.experiments.plan import normalize_target
 from tricklab.experiments.speedrun import (
     DEFAULT_RECIPE,
@@ -40,7 +40,8 @@ from tricklab.recipe.schema import load_recipe
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{100 * value:.{digits}f}%"
+    """An accuracy as every line shows it (core.progress.percent), or an MFU with `digits`."""
+    return percent(value) if digits == 2 else "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -84,12 +85,18 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     """A rich table of the summary statistics."""
     world = summary.provenance.get("world_size") or 1
     processes = f" x {world} processes ({summary.provenance.get('dist_backend')})"
+    airbench = summary.airbench is not None  # record seconds are airbench's: only next to it
     table = Table(
         title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}"
         + (processes if world > 1 else "")
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
-        caption="record seconds: whitening fit + epochs + final evaluation with TTA, as airbench's "
-        "total_time_seconds; train seconds: the epochs alone",
+        caption=(
+            "record seconds: whitening fit + epochs + final evaluation with TTA, as airbench's "
+            "total_time_seconds; "
+            if airbench
+            else ""
+        )
+        + "train seconds: the epochs alone",
         show_header=False,
     )
     ci = summary.accuracy_ci95
@@ -97,20 +104,13 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     memory = summary.peak_memory_bytes
     rows = [
         ("accuracy mean ± std", f"{_pct(summary.accuracy_mean)} ± {_pct(summary.accuracy_std)}"),
-        ("95% CI of the mean", f"[{_pct(ci[0])}, {_pct(ci[1])}]" if ci else "- (needs 2+ runs)"),
+        ("95% CI of the mean", f"[{_pct(ci[0])}, {_pct(ci[1])}]" if ci else _no_ci(summary.n)),
         ("min / max", f"{_pct(summary.accuracy_min)} / {_pct(summary.accuracy_max)}"),
         (
             f"runs ≥ target {_pct(target)}" if target else "runs ≥ target",
             _pct(summary.fraction_at_target, 0),
         ),
-        (
-            "record seconds mean / median",
-            f"{_num(summary.record_seconds_mean, '.3f')} / {_num(summary.record_seconds_median, '.3f')}",
-        ),
-        (
-            "record seconds min / max",
-            f"{_num(summary.record_seconds_min, '.3f')} / {_num(summary.record_seconds_max, '.3f')}",
-        ),
+        *(_record_rows(summary) if airbench else []),
         *_airbench_rows(summary),
         (
             "train seconds mean / median",
@@ -150,9 +150,27 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     return table
 
 
+def _no_ci(n: int) -> str:
+    """What the CI row says without an interval: too few runs, in words."""
+    from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words  # numpy: lazily
+
+    return f"- ({too_few_words(n)}; {MIN_RUNS_FOR_INTERVAL} or more give one)"
+
+
+def _record_rows(summary: SpeedrunSummary) -> list[tuple[str, str]]:
+    mean, median = summary.record_seconds_mean, summary.record_seconds_median
+    low, high = summary.record_seconds_min, summary.record_seconds_max
+    return [
+        ("record seconds mean / median", f"{_num(mean, '.3f')} / {_num(median, '.3f')}"),
+        ("record seconds min / max", f"{_num(low, '.3f')} / {_num(high, '.3f')}"),
+    ]
+
+
 def _busy_rows(summary: SpeedrunSummary) -> list[tuple[str, str]]:
-    """'timings taken on a busy machine' and why, under the times (provenance.speedrun_busy)."""
-    return [(BUSY_WORDS, summary.busy_reason or "")] if summary.busy_machine else []
+    """'timings taken on a busy machine', why, and what to do, under the times (busy.py)."""
+    if not summary.busy_machine:
+        return []
+    return [(BUSY_WORDS, summary.busy_reason or ""), ("what to do", BUSY_ADVICE)]
 
 
 def _airbench_rows(summary: SpeedrunSummary) -> list[tuple[str, str]]:

@@ -223,10 +223,10 @@ class ProgressDisplay:
         cells = [
             f"epoch {row['epoch']}/{run.epochs}",
             f"train loss {_num(row['train_loss'], '.4f')}",
-            f"train acc {_pct(row['train_acc'])}",
+            f"train acc {percent(row['train_acc'])}",
         ]
         if row.get("val_acc") is not None:
-            cells.append(f"val acc {_pct(row['val_acc'])}")
+            cells.append(f"val acc {percent(row['val_acc'])}")
         cells.append(f"{_num(row.get('images_per_second'), ',.0f')} img/s")
         cells.append(f"{clock(now - run.start)} elapsed, eta {clock(run.eta_seconds(now))}")
         self._line(", ".join(cells))
@@ -372,5 +372,6 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """An accuracy as every terminal line and table shows it: 0.254 -> '25.40%'."""
     return "-" if value is None else f"{100 * value:.2f}%"

@@ -40,7 +40,7 @@ from tricklab.experiments.plan import (
 )
 from tricklab.experiments.rundirs import RUN_DIR_ATTR, study_dir
 from tricklab.experiments.space import SearchSpace, overrides_for
-from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats
+from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats, planned_runs
 from tricklab.experiments.storage import (
     experiment_dir,
     load_study,
@@ -96,7 +96,8 @@ def _summary(
     provenance = finish_record(provenance)
     study.set_user_attr("provenance", provenance)  # the latest call's, for `results`
     records = collect_runs(study)
-    stats = config_stats(records, order="appearance" if kind == "ablation" else "accuracy")
+    order = "appearance" if kind == "ablation" else "accuracy"
+    stats = config_stats(records, order=order, planned=planned_runs(study.user_attrs, records))
     return ExperimentSummary(
         study=study.study_name,
         storage=shown_url(url),  # for output: the password hidden
@@ -383,6 +384,7 @@ def study_results(
         reference=reference,
         target=target,
         order="appearance" if kind == "ablation" else "accuracy",
+        planned=planned_runs(opened.user_attrs, records),
     )
     ref = next((r.config_id for r in rows if r.is_reference), None)
     meta = {"study": study, "storage": shown_url(url), "kind": kind, "reference": ref}

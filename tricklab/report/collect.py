@@ -160,7 +160,7 @@ def load_study(name: str, storage: str | None = None, out_dir: str | None = None
     """A stored study, with the rows `tricklab results` gives for it."""
     from tricklab.experiments import study_results
     from tricklab.experiments.catalog import check_study
-    from tricklab.experiments.stats import collect_runs
+    from tricklab.experiments.records import collect_runs
     from tricklab.experiments.storage import load_study as open_stored
     from tricklab.experiments.storage import open_storage
 
@@ -229,7 +229,7 @@ def _builtin_recipe(name: str) -> dict[str, Any] | None:
 
 
 def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
-    from tricklab.experiments.stats import headline_accuracy
+    from tricklab.experiments.records import headline_accuracy
 
     summary = check_speedrun_summary(read_json(folder / SPEEDRUN_FILE), folder / SPEEDRUN_FILE)
     recipe = summary.get("recipe") or {}
@@ -258,7 +258,7 @@ def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
 
 
 def _run_records(folder: Path) -> list[dict[str, Any]]:
-    from tricklab.experiments.stats import headline_accuracy
+    from tricklab.experiments.records import headline_accuracy
 
     result = check_run_result(read_json(folder / RUN_FILE), folder / RUN_FILE)
     if not result.get("epochs") and (folder / "metrics.jsonl").is_file():
@@ -277,6 +277,7 @@ def _run_records(folder: Path) -> list[dict[str, Any]]:
 
 def _by_machine(folders: list[Path], read: Any, kind: str) -> list[Source]:
     """The folders' records grouped into one source per machine, configurations named."""
+    from tricklab.experiments.busy import hold_time_verdicts
     from tricklab.experiments.stats import config_stats
 
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -295,7 +296,9 @@ def _by_machine(folders: list[Path], read: Any, kind: str) -> list[Source]:
         rows = config_stats(records, reference=first) if records else []
         folders_here = places[machine]
         name = Path(folders_here[0]).name if len(folders_here) == 1 else f"{kind} on {machine}"
-        sources.append(Source(name, kind, ", ".join(folders_here), records, rows))
+        source = Source(name, kind, ", ".join(folders_here), records, rows)
+        hold_time_verdicts(rows, source.busy)  # a study's rows are held by study_meta
+        sources.append(source)
     return sources
 
 

@@ -169,7 +169,7 @@ def source_summary(source: Source) -> str:
     else:
         text += f" None of the {len(others)} changes moved accuracy significantly."
     if any(r.time_verdict == NOT_JUDGED for r in others):
-        text += f" Train time is {NOT_JUDGED} ({source.busy.note()}); {BUSY_ADVICE}."
+        text += f" Train time is {NOT_JUDGED}, {source.busy.reason}; {BUSY_ADVICE}."
     elif speed:
         shown = [f"{source.name_of(r.config_id)} ({fmt.ratio(r.speedup)}×)" for r in speed]
         text += f" {len(speed)} changed train time significantly: {_names(shown)}."

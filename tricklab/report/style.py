@@ -109,7 +109,9 @@ def complete_runs(source: Source, config_id: str) -> list[dict[str, Any]]:
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    mean, _, low, high = mean_interval([v for v in values if v is not None])
+    """(mean, ci_low, ci_high) of a quantity that cannot be negative (MiB, images/s): the
+    interval stops at 0; none with fewer than 3 values (measure/intervals.py)."""
+    mean, _, low, high = mean_interval([v for v in values if v is not None], bounds=(0, math.inf))
     return mean, low, high
 
 
