@@ -52,3 +52,31 @@ def test_a_stop_whose_trial_cannot_be_marked_says_so_instead_of_marked(running):
         with claimed(FailingWrites(storage, 1_000), trial_id):
             raise Interrupted("stopped")
     assert storage.get_trial(trial_id).state == TrialState.RUNNING  # as the line says
+
+
+def test_a_stop_inside_a_storage_write_leaves_the_trial_marked_interrupted_at_once(running):
+    """The stop lands after SQLite took its write lock (just before Optuna commits its write): the mark
+    must not wait on the lock the stopped write still holds."""
+    import time
+
+    import sqlalchemy.orm
+
+    storage, trial_id = running
+    fired = []
+
+    def stop_once(session):
+        if not fired:
+            fired.append(True)
+            raise Interrupted("stopped")
+
+    sqlalchemy.event.listen(sqlalchemy.orm.Session, "before_commit", stop_once)
+    try:
+        start = time.monotonic()
+        with pytest.raises(Interrupted) as raised, claimed(storage, trial_id):
+            storage.set_trial_user_attr(trial_id, "x", 1)
+        assert fired and time.monotonic() - start < 10
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.orm.Session, "before_commit", stop_once)
+    assert not isinstance(raised.value, TrialNotMarked)
+    trial = storage.get_trial(trial_id)
+    assert trial.state == TrialState.FAIL and trial.user_attrs["status"] == "interrupted"

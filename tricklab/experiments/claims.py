@@ -182,10 +182,14 @@ def _mark_finished(
 ) -> str | None:
     """Mark a RUNNING trial FAIL with `status` and `error` (a trial no longer RUNNING is left as
     it is); None once that is stored, else why it could not be, after MARK_TRIES tries. A stop
-    landing inside a storage write can leave that thread's database session unusable, so each
-    retry starts a fresh one."""
+    landing inside a storage write leaves this thread's database session in its transaction,
+    holding SQLite's write lock: each try first closes it (rolled back), or the mark would wait
+    out the lock timeout and fail (the flaky Ctrl-C test)."""
     why = "no try"
+    backend = getattr(storage, "_backend", storage)  # Optuna's cache around an RDB
     for attempt in range(MARK_TRIES):
+        with contextlib.suppress(Exception):  # RDB storages only; a journal has no session
+            backend.remove_session()
         try:
             if storage.get_trial(trial_id).state != TrialState.RUNNING:
                 return None
@@ -197,9 +201,6 @@ def _mark_finished(
             return None  # another worker finished it meanwhile (took it for dead)
         except Exception as exc:
             why = f"{type(exc).__name__}: {shown(str(exc).strip()[:200])}"
-            backend = getattr(storage, "_backend", storage)  # Optuna's cache around an RDB
-            with contextlib.suppress(Exception):
-                backend.remove_session()
             time.sleep(0.1 * (attempt + 1))
     return why
 

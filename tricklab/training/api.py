@@ -169,14 +169,17 @@ def train(
     try:
         claim = make_run_dir(out) if out is not None else None
         return _train(recipe, out, device, on_epoch, stop, wall_start, loggers)
-    except OSError as exc:
-        if not is_disk_full(exc):
-            raise
-        if out is not None:  # nothing half kept: the folder is as it was before the run
+    except BaseException as exc:
+        # Nothing half kept: a run that ends with no result.json (a full disk, a stop or an
+        # error in its last write) leaves the folder as it was, so the same command runs again.
+        if out is not None and (is_disk_full(exc) or not (out / "result.json").exists()):
+            loggers.remove_outputs()  # metrics.csv, tensorboard/: a rerun's would mix with them
             for name in RUN_FILES:
                 with contextlib.suppress(OSError):
                     (out / name).unlink(missing_ok=True)
-        raise disk_full_error(exc, out) from None
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out) from None
+        raise
     finally:
         loggers.close()  # however the run ended: files flushed, the W&B run finished
         if claim is not None:

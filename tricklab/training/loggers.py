@@ -101,6 +101,7 @@ class RunLoggers:
         # W&B last: a local logger that cannot start then leaves no W&B run behind
         self._names = sorted(names, key=LOGGER_NAMES.index) if out is not None else []
         self._open: list[Logger] = []
+        self._made: list[Path] = []  # the outputs `open` made (not there before this run)
         self._result: RunResult | None = None
 
     def open(self, result: RunResult) -> None:
@@ -109,6 +110,7 @@ class RunLoggers:
         if out is None:  # no folder (or not rank 0): nothing to start
             return
         made = [out / WRITES[n] for n in self._names if not os.path.lexists(out / WRITES[n])]
+        self._made = made
         for name in self._names:
             try:
                 self._open.append(ADAPTERS[name](out, self._recipe))
@@ -130,6 +132,11 @@ class RunLoggers:
             else:
                 with contextlib.suppress(OSError):
                     path.unlink()
+
+    def remove_outputs(self) -> None:
+        """Close the loggers and remove the files and folders they made in this run (a full disk:
+        the folder goes back to how it was, so the same run can go there again)."""
+        self._abandon(self._made)
 
     def log_epoch(self, row: dict) -> None:
         for logger in self._open:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import (
+    CLAIM_NAME,
     FolderClaim,
     atomic_write,
     claim_folder,
@@ -21,6 +23,7 @@ from tricklab.core.paths import (
     is_disk_full,
 )
 from tricklab.recipe.schema import Recipe
+from tricklab.training.loggers import WRITES as LOGGER_OUTPUTS
 
 # What a run writes in its directory; a directory holding any of them is not reused.
 RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
@@ -48,6 +51,9 @@ def make_run_dir(out: Path) -> FolderClaim:
     try:
         for attempt in range(3):  # a run whose setup failed may remove the folder meanwhile
             out.mkdir(parents=True, exist_ok=True)
+            # A claim file is removed when its run ends, however it ends, unless the process was
+            # killed (SIGKILL, the OOM killer, a lost rank's torchrun): such a run left its files.
+            abandoned = (out / CLAIM_NAME).exists()
             try:
                 claim = claim_folder(out)  # also proves the folder writable
                 break
@@ -64,6 +70,9 @@ def make_run_dir(out: Path) -> FolderClaim:
             "give another one"
         )
     previous = [name for name in RUN_FILES if (out / name).exists()]
+    if previous and abandoned and not (out / "result.json").exists():
+        _clear_killed_run(out)  # a run killed before it ended: the same command runs again
+        previous = []
     if previous:
         claim.release()
         raise TrickLabError(
@@ -71,6 +80,16 @@ def make_run_dir(out: Path) -> FolderClaim:
             "give another one or remove it"
         )
     return claim
+
+
+def _clear_killed_run(out: Path) -> None:
+    """Remove what a killed run left in `out` (claimed by us now): its files and loggers' outputs."""
+    for name in (*RUN_FILES, *LOGGER_OUTPUTS.values()):
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

@@ -1,0 +1,133 @@
+"""The harness, part 2: fault injection at every write (tests/faults.py), swept over N.
+
+For each command a clean run first counts its write points (M). Then the command runs again with
+the N-th point failing (ENOSPC, EIO, EACCES), killed (SIGKILL) or stopped (SIGINT, SIGTERM). The
+property: the outcome is one of the promised ones (a complete run; one line and exit 2 with the
+folder as before; a run recorded failed or interrupted), nothing half written is left where it
+would be read, and the rerun of the same command succeeds with the clean run's results: no run
+lost or counted twice. The suite samples N (first, last and two between, one mode each);
+TRICKLAB_FAULT_SWEEP=all sweeps every N with every mode (minutes per command)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.core.safeio import parse_json
+
+FAULTS = Path(__file__).with_name("faults.py")
+MODES = ("enospc", "kill", "eio", "sigint", "eacces", "sigterm")
+SWEEP_ALL = os.environ.get("TRICKLAB_FAULT_SWEEP") == "all"
+TRAIN = [*TINY_SYNTHETIC, "run.epochs=2", "run.loggers=[jsonl,csv]"]
+TIMEOUT = 600
+
+
+def faulted(root: Path, n: int, mode: str, *args: str) -> subprocess.CompletedProcess:
+    """`tricklab ARGS` from `root` with its n-th write point faulted by `mode`."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "200"}
+    command = [sys.executable, str(FAULTS), str(n), mode, str(root), "--", *args]
+    return subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+
+
+def points(root: Path) -> list[str]:
+    log = root / ".fault-log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def sampled(count: int) -> list[tuple[int, str]]:
+    """The (N, mode) pairs to try for a command with `count` write points."""
+    if SWEEP_ALL:
+        return [(n, mode) for n in range(1, count + 1) for mode in MODES]
+    picks = sorted({1, max(1, count // 3), max(1, 2 * count // 3), count})
+    return [(n, MODES[i % len(MODES)]) for i, n in enumerate(picks)]
+
+
+def assert_whole(folder: Path) -> None:
+    """Every file a reader would read is whole: JSON parses, each JSONL line parses, YAML loads."""
+    for path in folder.rglob("*"):
+        if path.name.endswith(".json"):
+            parse_json(path.read_text())
+        elif path.name.endswith(".jsonl"):
+            for line in path.read_text().splitlines():
+                parse_json(line)
+        elif path.name.endswith(".yaml"):
+            yaml.safe_load(path.read_text())
+
+
+def assert_promised_outcome(done: subprocess.CompletedProcess, context: str) -> None:
+    err = done.stderr
+    if done.returncode == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error:"), context + err
+    elif done.returncode != -9:  # a killed process says nothing
+        assert done.returncode in (0, 1, 130), context + err
+        assert "Traceback" not in err or done.returncode == 1, context + err
+
+
+# ---------------------------------------------------------------- train
+
+
+@pytest.fixture(scope="module")
+def clean_train(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clean")
+    done = faulted(root, 0, "count", "train", *TRAIN, "--out", "run", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1]), len(points(root))
+
+
+def test_train_survives_a_fault_at_every_sampled_write_and_reruns_to_the_same_result(
+    tmp_path, clean_train
+):
+    clean, count = clean_train
+    assert count >= 10  # the claim, recipe.yaml, metrics per epoch, result.json
+    for n, mode in sampled(count):
+        root = tmp_path / f"{n}-{mode}"
+        root.mkdir()
+        done = faulted(root, n, mode, "train", *TRAIN, "--out", "run", "--json")
+        context = f"fault {mode} at point {n} ({points(root)[n - 1 : n]}): "
+        assert_promised_outcome(done, context)
+        run = root / "run"
+        assert_whole(run) if run.exists() else None
+        if done.returncode == 2:  # one line: the folder as it was, so the same command runs
+            assert not run.exists() or not [p for p in run.iterdir() if p.name != ".fault-log"]
+        again = "run" if not (run / "result.json").exists() else "run-again"
+        rerun = faulted(root, 0, "count", "train", *TRAIN, "--out", again, "--json")
+        assert rerun.returncode == 0, context + rerun.stderr
+        result = json.loads(rerun.stdout.splitlines()[-1])
+        assert result["val_acc"] == clean["val_acc"], context
+
+
+# ---------------------------------------------------------------- report
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    done = faulted(root, 0, "count", "train", *TRAIN, "--out", "run")
+    assert done.returncode == 0, done.stderr
+    return root / "run"
+
+
+def test_report_survives_a_fault_at_every_sampled_write_and_reruns(tmp_path, run_folder):
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    assert faulted(clean, 0, "count", "report", str(run_folder), "--out", "r").returncode == 0
+    count = len(points(clean))
+    for n, mode in sampled(count):
+        root = tmp_path / f"{n}-{mode}"
+        root.mkdir()
+        done = faulted(root, n, mode, "report", str(run_folder), "--out", "r")
+        context = f"fault {mode} at point {n} ({points(root)[n - 1 : n]}): "
+        assert_promised_outcome(done, context)
+        if (root / "r" / "report.md").exists():
+            continue  # the fault came after the report was whole
+        assert not (root / "r").exists() or not list((root / "r").iterdir()), context
+        rerun = faulted(root, 0, "count", "report", str(run_folder), "--out", "r")
+        assert rerun.returncode == 0, context + rerun.stderr
+        assert (root / "r" / "report.md").read_text().count("\n") > 5
