@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import first_missing, is_disk_full, new_numbered_dir, remove_empty_dirs
+from tricklab.core.paths import (
+    check_writable,
+    first_missing,
+    is_disk_full,
+    new_numbered_dir,
+    remove_empty_dirs,
+)
 
 if TYPE_CHECKING:
     from tricklab.experiments.runner import ExperimentSummary, RunEvent
@@ -128,6 +134,7 @@ def check_out_dir(out_dir: Path) -> None:
         raise TrickLabError(
             f"--out {out_dir} already holds a report (report.md); give a new folder"
         )
+    check_writable(out_dir, "the demo")  # a read-only disk: before the plan is printed
 
 
 def check_seeds(seeds: Any) -> None:

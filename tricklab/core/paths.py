@@ -217,6 +217,16 @@ def first_missing(path: Path) -> Path | None:
     return missing
 
 
+def check_writable(path: Path, what: str) -> None:
+    """TrickLabError, before anything is printed or made, when `path` (a folder to write in, made
+    if missing) cannot be: the first of it and its parents that exists must take new files."""
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not os.access(folder, os.W_OK | os.X_OK):  # EROFS: a read-only disk, root or not
+                raise TrickLabError(f"cannot write {what} into {path}: {folder} is read-only")
+            return
+
+
 def remove_empty_dirs(path: Path, created: Path | None) -> None:
     """Remove `path` and its parents up to `created` (what we made), while they are empty."""
     if created is None:
