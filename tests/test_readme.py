@@ -308,8 +308,8 @@ def python_name_problems() -> list[str]:
             continue
         signature = inspect.signature(obj) if callable(obj) else None
         if args is not None and signature is not None:
-            for arg in re.split(r",\s*", args):
-                arg = arg.split("=", 1)[0].strip()
+            for arg in re.split(r",\s*", re.sub(r"\([^()]*\)", "", args)):  # a nested call
+                arg = arg.split("=", 1)[0].strip()  # whole: `ablate(AblationPlan(...))`
                 if re.fullmatch(r"[a-z_]\w*", arg) and arg not in signature.parameters:
                     problems.append(at(line, f"{name}() has no parameter {arg!r}"))
         if returns is not None and signature is not None:
