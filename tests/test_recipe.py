@@ -166,7 +166,7 @@ def test_field_table_documents_every_key():
     assert [r["key"] for r in rows] == all_keys()
     assert all(r["doc"] for r in rows)
     precision = next(r for r in rows if r["key"] == "tricks.precision")
-    assert precision["choices"] == ["32-true", "16-mixed", "bf16-mixed", "16-true-bn32"]
+    assert precision["choices"] == ["auto", "32-true", "16-mixed", "bf16-mixed", "16-true-bn32"]
     smoothing = next(r for r in rows if r["key"] == "tricks.label_smoothing")
     assert (smoothing["minimum"], smoothing["maximum"]) == (0, 1)
 

@@ -291,7 +291,9 @@ def speedrun(
             changes.append(f"run.epochs={warmup_epochs}")
         run_out = out / "warmup" if out is not None else None
         result = train(recipe.override(changes), out_dir=run_out, stop=stop)
-        peak, peak_source = _resolve_peak(result.hardware, recipe.tricks.precision, peak_tflops)
+        peak, peak_source = _resolve_peak(
+            result.hardware, result.resolved.get("precision", recipe.tricks.precision), peak_tflops
+        )
         warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
         if on_run is not None:
             on_run(warmup)
@@ -304,7 +306,9 @@ def speedrun(
             result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop)
             if warmup is None and seed == 0:
                 peak, peak_source = _resolve_peak(
-                    result.hardware, recipe.tricks.precision, peak_tflops
+                    result.hardware,
+                    result.resolved.get("precision", recipe.tricks.precision),
+                    peak_tflops,
                 )
             record = _run_record(result, seed, peak, False, run_out)
             records.append(record)

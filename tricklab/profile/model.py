@@ -70,6 +70,14 @@ class Combination:
     channels_last: bool
 
 
+def _auto_precision(precision: str, device_type: str) -> str:
+    """tricks.precision=auto as a run on this device would run it; other values as given."""
+    if precision != "auto":
+        return precision
+    capability = torch.cuda.get_device_capability() if device_type == "cuda" else None
+    return precision_lib.auto_precision(device_type, capability, "sgd")
+
+
 @dataclass(frozen=True)
 class ProfileGrid:
     """What every model is timed in: each batch size x precision x compile mode x memory format
@@ -81,9 +89,9 @@ class ProfileGrid:
     channels_last: Sequence[bool] = (False,)
 
     def combinations(self, device_type: str) -> list[Combination]:
-        """Every combination, compile mode `auto` resolved for the device."""
+        """Every combination, compile mode and precision `auto` resolved for the device."""
         return [
-            Combination(b, p, compile_for_device(c, device_type), cl)
+            Combination(b, _auto_precision(p, device_type), compile_for_device(c, device_type), cl)
             for b in self.batch_sizes
             for p in self.precisions
             for c in self.compile_modes

@@ -205,7 +205,7 @@ class LoaderConfig:
     storage_dtype: str = _f(
         "auto",
         "device loader: dtype the split is kept in, normalized, and its batches come out in; "
-        "auto: tricks.precision's compute dtype (bf16-mixed: bfloat16, 16-mixed and "
+        "auto: tricks.precision's compute dtype as it runs (bf16-mixed: bfloat16, 16-mixed and "
         "16-true-bn32: float16, 32-true: float32); uint8: a quarter of float32's memory, "
         "normalized per batch",
         ("auto", *STORAGE_DTYPE_NAMES),
@@ -232,8 +232,11 @@ class TricksConfig:
     label_smoothing: float = _f(0.0, "label smoothing of the cross-entropy", minimum=0, maximum=1)
     precision: str = _f(
         "32-true",
-        "numeric precision",
-        ("32-true", "16-mixed", "bf16-mixed", "16-true-bn32"),
+        "numeric precision; auto: decided from the device (docs/precision.md): 16-true-bn32 on "
+        "CUDA GPUs with fp16 tensor cores (compute capability 7.0+; autocast for adam, adamw, "
+        "rmsprop), 32-true elsewhere (CPUs emulate reduced precision, slower); the run records "
+        "what it ran as (result.json resolved.precision)",
+        ("auto", "32-true", "16-mixed", "bf16-mixed", "16-true-bn32"),
     )
     channels_last: bool = _f(False, "NHWC memory format for model and inputs")
     compile: str = _f(

@@ -37,8 +37,10 @@ from tricklab.measure.provenance import finish_record, start_record
 from tricklab.recipe.schema import Recipe
 from tricklab.training import distributed
 from tricklab.training.backend import backend_settings
+from tricklab.training.compile_cache import compile_cache
 from tricklab.training.loggers import RunLoggers
 from tricklab.training.loop import Outcome, Parts, evaluate, run_loop
+from tricklab.training.resolve import compile_for_device
 from tricklab.training.runfiles import (
     RUN_FILES,
     json_safe,
@@ -224,8 +226,10 @@ def _train(
     try:
         dataset = load_data(recipe)
         reset_peak_memory(device)
+        compiling = compile_for_device(recipe.tricks.compile, device.type) != "off"
         with (
             backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
+            compile_cache(device) if compiling else contextlib.nullcontext(),  # compile once
             warnings.catch_warnings(),
         ):
             # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while it
