@@ -5,6 +5,7 @@ in order in one scratch folder; tricklab's own run in this process, torch import
 from __future__ import annotations
 
 import shlex
+import signal
 
 import pytest
 from docs_commands import (
@@ -25,6 +26,10 @@ from tricklab.cli.main import main
 
 
 def run_here(argv, env, capsys, monkeypatch) -> Outcome:
+    """`tricklab ARGV` in this process, as its own process would run it."""
+    # torch's DataLoader leaves a SIGCHLD handler that raises once its workers end; in a shell
+    # each command's process ends with its workers, so no later command of the page sees it.
+    sigchld = signal.getsignal(signal.SIGCHLD)
     with monkeypatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
@@ -32,6 +37,8 @@ def run_here(argv, env, capsys, monkeypatch) -> Outcome:
             code = main(argv)
         except SystemExit as exit_:  # argparse's own errors and --version
             code = exit_.code if isinstance(exit_.code, int) else 1
+        finally:
+            signal.signal(signal.SIGCHLD, sigchld)
     out = capsys.readouterr()
     return Outcome(code, out.out, out.err)
 
