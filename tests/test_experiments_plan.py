@@ -243,3 +243,26 @@ def test_the_setup_check_builds_each_data_source_model_and_loader_once(monkeypat
     assert len(configs) == 1 + 2 * values * values
     assert built["load_data"] == 2 and built["build_model"] == 2 and built["build_loaders"] == 2
     assert built["build_optimizer"] <= 1 + 2 + 2 * values  # the baseline and each value's
+
+
+def test_a_long_categorical_is_checked_value_by_value_but_built_at_a_spread_of_its_choices():
+    """sweep's check before any run: every choice of a 2,000-value axis meets the recipe's own
+    checks (a bad one is refused), but only SETUP_CHECKS_PER_AXIS of them, first and last
+    included, are built into a run's setup (was one build per choice: minutes for 10,000)."""
+    from tricklab.experiments.space import SETUP_CHECKS_PER_AXIS
+
+    base = load_recipe("speedrun94", ["data.name=synthetic"])
+    lrs = [round(0.001 + i * 1e-6, 7) for i in range(2000)]
+    recipes = parse_space({"optim.lr": {"choices": lrs}}).check(base)
+    assert len(recipes) == SETUP_CHECKS_PER_AXIS
+    assert recipes[0].optim.lr == lrs[0] and recipes[-1].optim.lr == lrs[-1]
+    with pytest.raises(TrickLabError, match="optim.lr"):
+        parse_space({"optim.lr": {"choices": [*lrs[:1500], -1.0, *lrs[1500:]]}}).check(base)
+
+
+def test_a_long_categorical_is_described_in_one_short_line():
+    from tricklab.experiments.space import describe
+
+    text = describe(CategoricalDistribution(list(range(10_000))))
+    assert text == "one of 10,000 choices: 0, 1, 2, 3, 4, ..., 9999"
+    assert describe(CategoricalDistribution([1, 2])) == repr(CategoricalDistribution([1, 2]))

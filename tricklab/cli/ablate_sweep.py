@@ -284,7 +284,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         sweep_attrs,
         sweep_study,
     )
-    from tricklab.experiments.space import load_space
+    from tricklab.experiments.space import describe, load_space
     from tricklab.experiments.storage import check_storage, experiment_dir, storage_url
 
     check_not_empty(args, "--study", "--storage", "--out", "--space")
@@ -315,7 +315,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             "sampler": args.sampler,
             "pruner": args.pruner,
             "seeds": args.seeds,
-            "space": {k: repr(d) for k, d in space.distributions.items()},
+            "space": {k: describe(d) for k, d in space.distributions.items()},
         }
         if args.sampler == "grid":
             points = grid_configs(space, args.trials, args.sampler_seed)

@@ -37,6 +37,9 @@ from tricklab.recipe.schema import field_table
 from tricklab.recipe.yamlio import read_yaml_file
 
 RANGE_KEYS = {"low", "high", "log", "step"}
+SETUP_CHECKS_PER_AXIS = (
+    16  # setups built per axis by the check before a sweep (see SearchSpace.check)
+)
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,17 @@ class SearchSpace:
     def check(self, base: Any) -> list[Any]:
         """TrickLabError before any run if a key is unknown or a value is not valid for it:
         every choice, and both ends of every range, are applied to the recipe `base`. Returns
-        the recipes so made (for `api.check_setup`)."""
+        recipes for `check_setup` to build: of an axis with more than SETUP_CHECKS_PER_AXIS
+        choices, that many spread over it, the first and last included (building a run's setup
+        costs about 0.1 s; a 10,000-choice axis would take minutes). A choice past the sample
+        passed the recipe's own checks; a setup error it meets is recorded by its run."""
         recipes = []
         for key, dist in self.distributions.items():
             ends = (
                 dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
             )
-            for value in ends:
-                recipes.append(base.override(overrides_for({key: value})))
+            made = [base.override(overrides_for({key: value})) for value in ends]
+            recipes += spread(made, SETUP_CHECKS_PER_AXIS)
         return recipes
 
     def grid_space(self) -> SearchSpace:
@@ -96,6 +102,22 @@ class SearchSpace:
         return SearchSpace(
             {k: CategoricalDistribution(v) for k, v in zip(self.distributions, axes)}
         )
+
+
+def describe(dist: BaseDistribution, shown: int = 6) -> str:
+    """A distribution in one short line: a long categorical as its count, first and last choices."""
+    if isinstance(dist, CategoricalDistribution) and len(dist.choices) > shown:
+        head = ", ".join(map(repr, dist.choices[: shown - 1]))
+        return f"one of {len(dist.choices):,} choices: {head}, ..., {dist.choices[-1]!r}"
+    return repr(dist)
+
+
+def spread(items: list[Any], count: int) -> list[Any]:
+    """At most `count` of `items`, evenly spaced, the first and the last included."""
+    if len(items) <= count:
+        return items
+    step = (len(items) - 1) / (count - 1)
+    return [items[round(i * step)] for i in range(count)]
 
 
 def _suggest(trial: optuna.Trial, key: str, dist: BaseDistribution) -> Any:

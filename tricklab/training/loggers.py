@@ -271,7 +271,7 @@ class WandbLogger:
 
     def close(self, result: RunResult | None) -> None:
         status = result.status if result is not None else Status.FAILED
-        self.run.summary.update({**final_metrics(result), "status": status})
+        self.run.summary.update({**final_metrics(result), "status": str(status)})
         self.run.finish(exit_code=0 if status in COMPLETE_STATUSES else 1)  # W&B: else failed
 
 
