@@ -21,6 +21,7 @@ import pytest
 from optuna.trial import TrialState
 from tiny_recipe import TINY_SYNTHETIC
 
+from tricklab.core.errors import TrickLabError
 from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR
 from tricklab.experiments.plan import ablation_plan, budget_overrides, parse_vary, plan_units
 from tricklab.experiments.storage import open_storage, storage_url, trial_status
@@ -102,7 +103,7 @@ def stop_mid_run(worker, log_path, out_dir, after_complete, spec=None):
         # study exist (opening them earlier would race the worker creating them). A server
         # database: the study can be looked up until it exists.
         if study is None and spec is not None:
-            with contextlib.suppress(KeyError):
+            with contextlib.suppress(KeyError, TrickLabError):  # no study, or no tables yet
                 study = optuna.load_study(
                     study_name=STUDY, storage=open_storage(spec, must_exist=True)
                 )

@@ -84,9 +84,10 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     there (or listing where it looked)."""
     url = storage_url(storage, experiment_dir(name, out_dir))
     where = where_listed(storage, out_dir)
-    if storage is None and not Path(url[len("sqlite:///") :]).is_file():
-        names = [s.name for s in list_studies(None, out_dir)]
-        where = f"{where} (no study database at {Path(url[len('sqlite:///') :])})"
+    path = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+    if path is not None and not path.is_file():  # read-only: no database is made here
+        names = [s.name for s in list_studies(None, out_dir)] if storage is None else []
+        where = f"{where} (no study database at {path})"
     else:
         names = [s.name for s in _studies_in(url)]
         if name in names:
