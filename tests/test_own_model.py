@@ -284,3 +284,79 @@ def test_example_module_builds_for_cifar_and_mnist_shapes(monkeypatch):
             "examples.my_model:make", num_classes=10, in_channels=channels, image_size=size
         )
         assert model(torch.randn(2, channels, size, size)).shape == (2, 10)
+
+
+SCRIPT_MODULE = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", required=True)
+parser.parse_args()
+def make(num_classes):
+    raise AssertionError("never reached")
+"""
+EXITING_FACTORY = """
+import sys
+from torch import nn
+print("building my model")
+def make(num_classes):
+    sys.exit(0)
+def make_interrupting(num_classes):
+    raise KeyboardInterrupt
+def make_printing(num_classes):
+    print("hello from the factory")
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+"""
+
+
+@pytest.mark.parametrize(
+    "module, factory, message",
+    [
+        (SCRIPT_MODULE, "make", "importing trainscript called sys.exit(2) after printing 'usage:"),
+        (EXITING_FACTORY, "make", "its factory called sys.exit(0)"),
+        (EXITING_FACTORY, "make_interrupting", "its factory raised KeyboardInterrupt itself"),
+    ],
+    ids=["script-exits-at-import", "factory-exits-0", "factory-raises-ctrl-c"],
+)
+@pytest.mark.parametrize("command", ["train", "ablate"])
+def test_user_code_that_exits_or_interrupts_is_one_line_and_leaves_nothing(
+    tmp_path, module, factory, message, command
+):
+    """A training script named as a model module, or a factory that exits: one line, exit 2, no
+    run folder (was: the script's usage text, a run recorded 'interrupted', or exit 0 silently)."""
+    (tmp_path / "trainscript.py").write_text(module)
+    overrides = [*TINY, f"model.name=trainscript:{factory}"]
+    args = ["train", *overrides] if command == "train" else ["ablate", "--baseline", *overrides]
+    args += ["--vary", "optim.lr=0.1"] if command == "ablate" else []
+    out = subprocess.run(
+        [sys.executable, "-m", "tricklab", *args, "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "out").exists() and out.stdout == ""
+
+
+def test_what_user_code_prints_while_building_stays_out_of_the_output(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "printingmodels.py").write_text(EXITING_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = build_model("printingmodels:make_printing", num_classes=10, image_size=8)
+    assert isinstance(model, nn.Module)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_ctrl_c_during_user_code_stays_a_ctrl_c():
+    """Without tricklab's handler (the Python API) a KeyboardInterrupt cannot be told from the
+    user's Ctrl-C, so it passes; tricklab's own Interrupted always passes."""
+    from tricklab.core.stopping import Interrupted
+    from tricklab.core.usercode import user_code
+
+    with pytest.raises(KeyboardInterrupt) as info, user_code("model x: its factory"):
+        raise KeyboardInterrupt
+    assert type(info.value) is KeyboardInterrupt
+    with pytest.raises(Interrupted), user_code("model x: its factory"):
+        raise Interrupted("interrupted")

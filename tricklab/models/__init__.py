@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.usercode import user_code
 from tricklab.models import airbench, resnet, zoo
 
 TIMM_PREFIX = "timm:"
@@ -301,7 +302,8 @@ def _build_own(
             )
         given = {key: value for key, value in given.items() if key in parameters}
     try:
-        model = factory(**given, **options)
+        with user_code(f"model {name}: its factory"):
+            model = factory(**given, **options)
     except (TrickLabError, MemoryError, torch.cuda.OutOfMemoryError):
         raise
     except Exception as err:
@@ -329,7 +331,10 @@ def _import_factory(spec: str) -> Callable[..., nn.Module]:
     if not module_name or not attribute:
         raise TrickLabError(f"model.name={spec!r}: give package.module:factory, both parts")
     try:
-        module = _import_module(module_name)
+        with user_code(f"model.name={spec}: importing {module_name}"):
+            module = _import_module(module_name)
+    except TrickLabError:
+        raise
     except ModuleNotFoundError as err:
         missing = err.name or module_name
         if module_name == missing or module_name.startswith(missing + "."):

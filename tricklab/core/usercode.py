@@ -1,0 +1,57 @@
+"""A wall around a user's code (an own model's module and factory): what it does to the process
+becomes one TrickLabError line instead.
+
+A training script named as `model.name=script:make` parses its arguments and calls `sys.exit` at
+import; a factory may `exit(0)`, raise KeyboardInterrupt itself or print. Within `user_code`:
+SystemExit is a TrickLabError (it would end `train` silently with its code, or an ablation having
+run nothing), a KeyboardInterrupt the code raised itself (not a Ctrl-C: tricklab's signal handler
+raises `Interrupted`, which passes) is one too, and what the code prints to stdout/stderr is kept
+out of tricklab's output (its first line is quoted in the error, where it says why)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import signal
+import threading
+from collections.abc import Iterator
+
+from tricklab.core.errors import TrickLabError
+from tricklab.core.stopping import Interrupted
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def _ctrl_c_is_ours() -> bool:
+    """Whether a real Ctrl-C would arrive as Interrupted (tricklab's handler is installed), so a
+    plain KeyboardInterrupt can only come from the code itself."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    return signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, None)
+
+
+@contextlib.contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Run the block's user code behind the wall; `what` names it in the error
+    ("model.name=mod:make: importing mod")."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            yield
+    except Interrupted:
+        raise
+    except SystemExit as exc:
+        said = _first_line(printed.getvalue())
+        raise TrickLabError(
+            f"{what} called sys.exit({exc.code!r})"
+            + (f" after printing {said!r}" if said else "")
+            + "; is it a training script? Name a module that only defines the factory (or guard "
+            "the script's code with `if __name__ == '__main__':`)"
+        ) from None
+    except KeyboardInterrupt:
+        if not _ctrl_c_is_ours():
+            raise  # a Ctrl-C, as far as can be told
+        raise TrickLabError(f"{what} raised KeyboardInterrupt itself") from None
