@@ -13,15 +13,14 @@ line before it can cost time or memory:
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import read_bounded_bytes
 
 # Each far beyond any real recipe or space (a few kilobytes, a hundred values, 4 levels), and
 # small enough that PyYAML reads the worst file within them in well under a second.
@@ -105,21 +104,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     Every failure is one TrickLabError line: missing, a folder, not a regular file, a folder on
     the way that may not be entered, unreadable, too large (not read past the limit), not UTF-8,
     not YAML, or beyond the limits."""
-    path = Path(path)
-    try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode):
-            raise TrickLabError(f"{what} {path} is a folder, not a YAML file")
-        if not stat.S_ISREG(mode):
-            raise TrickLabError(f"{what} {path} is not a regular file")
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_YAML_BYTES + 1)
-    except (FileNotFoundError, NotADirectoryError):
-        raise TrickLabError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise TrickLabError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_YAML_BYTES:
-        raise TrickLabError(f"{what} {path} is larger than {MAX_YAML_BYTES:,} bytes")
+    data = read_bounded_bytes(Path(path), MAX_YAML_BYTES, what)  # the one door in
     try:
         return read_yaml(data.decode("utf-8"))
     except UnicodeDecodeError:
