@@ -38,7 +38,7 @@ def gib(value: float) -> str:
 def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """The folder's JSON files by what wrote them: summary, side_by_side, profile, record."""
     kinds: dict[str, list[tuple[str, dict[str, Any]]]] = {
-        k: [] for k in ("side_by_side", "summary", "profile", "record")
+        k: [] for k in ("side_by_side", "summary", "profile", "step_kernels", "record")
     }
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -50,6 +50,8 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
             kinds["summary"].append((path.stem, data))
         elif data.get("kind") == "model" and "results" in data:
             kinds["profile"].append((path.stem, data))
+        elif data.get("benchmark") == "step_kernels" and "rows" in data:
+            kinds["step_kernels"].append((path.stem, data))
     kinds["record"].sort(key=lambda item: (item[1].get("order", 0), item[0]))
     return kinds
 
@@ -181,8 +183,33 @@ def folder_section(folder: Path) -> list[str]:
         lines += summary_table(kinds["summary"])
     for stem, data in kinds["profile"]:
         lines += ["", f"### `tricklab profile model` ({stem}.json)", "", *profile_table(data)]
+    for stem, data in kinds["step_kernels"]:
+        lines += ["", f"### ATen operators per training step ({stem}.json)", ""]
+        lines += step_kernels_table(data)
     for stem, record in kinds["record"]:
         lines += record_block(stem, record)
+    return lines
+
+
+def step_kernels_table(data: dict[str, Any]) -> list[str]:
+    """`benchmarks/step_kernels.py`: operators one step dispatches, by phase, per contender."""
+    label = f" ({data['label']})" if data.get("label") else ""
+    lines = [
+        f"`benchmarks/step_kernels.py`{label}: torch {data['torch']}, width {data['width']}, "
+        f"batch {data['batch']}, {data['image_size']}px, averaged over {data['period_steps']} "
+        "steps (EMA/lookahead every few steps).",
+        "",
+        "| precision | contender | forward | loss | backward | optimizer | schedule | ema | total "
+        "| weight casts |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in data["rows"]:
+        c = row["counts"]
+        lines.append(
+            f"| {row['precision']} | {row['contender']} | {c['forward']:g} | {c['loss']:g} | "
+            f"{c['backward']:g} | {c['optimizer']:g} | {c['schedule']:g} | {c['ema']:g} | "
+            f"**{c['total']:g}** | {c.get('weight_casts', 0):g} |"
+        )
     return lines
 
 

@@ -13,6 +13,7 @@ import torch
 from tiny_recipe import TINY_SYNTHETIC
 
 from tricklab.cli.main import main
+from tricklab.experiments import busy
 from tricklab.experiments.busy import (
     BUSY_WORDS,
     SPREAD_LIMIT,
@@ -177,7 +178,7 @@ def test_speedrun_times_spread_past_the_limit_are_busy():
     steady = [10.0, 10.2, 9.9, 10.1]
     assert not speedrun_busy(quiet, steady).busy
     spread = [10.0, 13.0, 9.0, 12.0]
-    assert math.expm1(provenance.log_spread(spread)) > SPREAD_LIMIT
+    assert math.expm1(busy.log_spread(spread)) > SPREAD_LIMIT
     verdict = speedrun_busy(quiet, spread)
     assert verdict.busy and "spread by 18% across 4 seeds" in verdict.reason
     assert not speedrun_busy(quiet, [10.0]).busy  # one run has no spread

@@ -198,7 +198,7 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
     else:
         console = output_console()
         console.print(tables.to_rich(table, console.width))
-        if busy:  # provenance.results_busy, under the train seconds it is about
+        if busy:  # busy.results_busy, under the train seconds it is about
             console.print(busy, highlight=False, style="bold yellow")
         for note in table.notes:  # the verdicts' meaning; an unfinished study's plan
             console.print(note, highlight=False, style="dim")

@@ -76,7 +76,7 @@ class ExperimentSummary:
     status_counts: dict[str, int]
     stats: list[ConfigStats] = field(default_factory=list)
     provenance: dict[str, Any] | None = None  # this call's record (measure/provenance.py)
-    busy_machine: bool = False  # provenance.results_busy: load above the cores, or times spread
+    busy_machine: bool = False  # busy.results_busy: load above the cores, or times spread
     busy_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

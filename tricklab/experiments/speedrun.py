@@ -131,7 +131,7 @@ class SpeedrunSummary:
     airbench: AirbenchRecord | None = None  # airbench's own figure for the recipe, if it has one
     airbench_comparable: bool = False  # the recipe as airbench ran it (`as_airbench_ran_it`)
     provenance: dict = field(default_factory=dict)  # the speedrun's record (measure/provenance.py)
-    busy_machine: bool = False  # provenance.speedrun_busy: load above the cores, or times spread
+    busy_machine: bool = False  # busy.speedrun_busy: load above the cores, or times spread
     busy_reason: str | None = None
 
     @property

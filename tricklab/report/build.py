@@ -38,7 +38,7 @@ class Report:
     conclusions: list[str] = field(default_factory=list)  # one sentence per config vs reference
     summary: str = ""  # the one-paragraph conclusion
     profiles: list[Path] = field(default_factory=list)  # the saved profiles in its profile section
-    busy_machine: bool = False  # some source's timings: measure/provenance.results_busy
+    busy_machine: bool = False  # some source's timings: experiments/busy.results_busy
     busy_reason: str | None = None  # the first such source's, named
 
 

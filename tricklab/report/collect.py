@@ -69,7 +69,7 @@ class Source:
 
     @property
     def busy(self) -> Any:
-        """Whether its timings were taken on a busy machine (measure/provenance.results_busy)."""
+        """Whether its timings were taken on a busy machine (experiments/busy.results_busy)."""
         from tricklab.experiments.busy import results_busy
 
         summaries = [self.meta.get("provenance")]
