@@ -71,3 +71,12 @@ def test_a_report_killed_before_it_moved_in_leaves_no_work_folder_to_the_next(tm
     os.utime(left, (0, 0))
     assert main(["report", str(run), "--out", str(tmp_path / "r")]) == 0
     assert not left.exists()
+
+
+def test_an_error_naming_a_file_with_a_newline_is_still_one_line(capsys):
+    """A file name can hold a newline: printed raw it would forge a second `error:` line."""
+    from tricklab.cli.common import print_error
+
+    print_error("cannot decode image folder/bad\nerror: all runs complete.png")
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "\\n" in err and err.count("error:") == 2

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import disk_full_error, first_missing, is_disk_full, new_numbered_dir
+from tricklab.core.safeio import shown
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 RUNS_ROOT = Path("runs")  # where a command given no --out makes its new folder
@@ -44,9 +45,9 @@ def wide_console(stderr: bool = False) -> Console:
 
 
 def print_error(message: str) -> None:
-    """A user mistake: one line on stderr."""
+    """A user mistake: one line on stderr, whatever a file name in it holds (core/safeio.shown)."""
     err_console.print(
-        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
+        Text.assemble(("error:", "bold red"), " ", shown(message)), highlight=False, soft_wrap=True
     )
 
 
