@@ -174,7 +174,10 @@ def train(
     except BaseException as exc:
         # Nothing half kept: a run that ends with no result.json (a full disk, a stop or an
         # error in its last write) leaves the folder as it was, so the same command runs again.
-        if out is not None and (is_disk_full(exc) or not (out / "result.json").exists()):
+        # Only a run that holds the folder's claim cleans it: a run refused the folder (another
+        # run writes there) must not remove that run's files.
+        ours = claim is not None
+        if ours and (is_disk_full(exc) or not (out / "result.json").exists()):
             loggers.remove_outputs()  # metrics.csv, tensorboard/: a rerun's would mix with them
             for name in RUN_FILES:
                 with contextlib.suppress(OSError):
