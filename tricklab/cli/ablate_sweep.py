@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -247,7 +248,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         storage=args.storage,
         out_dir=args.out,
     )
-    progress, out = _consoles(args.json)
+    out = _consoles(args.json)[1]
     if args.dry_run:  # checks all that a real run checks before its first run
         configs, units = plan_ablation(plan)
         name = ablation_study(plan, configs)
@@ -264,15 +265,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         }
         _print_plan(out, shown, args.json)
         return 0
-    with quiet_optuna(), _display(args):
-        try:
-            summary = ablate(
-                plan, on_run_end=_run_line(progress, args.quiet), liveness=liveness, stop=args.stop
-            )
-        except KeyboardInterrupt as stop:
-            return _interrupted(stop)
-    _print_summary(progress, out, summary, args.json)
-    return 0
+    return _run_study(ablate, plan, args, liveness)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -303,7 +296,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         storage=args.storage,
         out_dir=args.out,
     )
-    progress, out = _consoles(args.json)
+    out = _consoles(args.json)[1]
     if args.dry_run:  # checks all that a real run checks before its first run
         check_sweep(plan)
         name = sweep_study(plan)
@@ -327,9 +320,17 @@ def run_sweep(args: argparse.Namespace) -> int:
             shown["trials"] = args.trials
         _print_plan(out, shown, args.json)
         return 0
+    return _run_study(sweep, plan, args, liveness)
+
+
+def _run_study(
+    run: Callable[..., ExperimentSummary], plan: Any, args: argparse.Namespace, liveness: Liveness
+) -> int:
+    """Run an ablation or sweep plan with the progress display; its summary, or one line on a stop."""
+    progress, out = _consoles(args.json)
     with quiet_optuna(), _display(args):
         try:
-            summary = sweep(
+            summary = run(
                 plan, on_run_end=_run_line(progress, args.quiet), liveness=liveness, stop=args.stop
             )
         except KeyboardInterrupt as stop:
