@@ -117,7 +117,9 @@ def test_the_loader_draws_its_augmentations_from_a_generator_on_its_own_device(m
 def test_autocast_on_cuda_casts_to_the_precisions_dtype(recorder, name, dtype):
     recorder.fake(torch, "autocast", contextlib.nullcontext())
     precision.precision_policy(name, "cuda").autocast()
-    assert recorder.calls == [("autocast", (), {"device_type": "cuda", "dtype": dtype})]
+    assert recorder.calls == [
+        ("autocast", (), {"device_type": "cuda", "dtype": dtype, "cache_enabled": True})
+    ]
 
 
 @pytest.mark.parametrize("name", ["32-true", "16-true-bn32"])

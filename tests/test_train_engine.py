@@ -140,7 +140,12 @@ def test_weights_broken_by_the_last_step_give_diverged_and_strict_json(tmp_path)
 
 def test_the_result_records_what_the_device_decided_for_auto_values():
     result = train(tiny("tricks.compile=auto", "tricks.precision=bf16-mixed", "run.epochs=1"))
-    assert result.resolved == {"compile": "off", "precision": "bf16-mixed", "notes": []}
+    assert result.resolved == {
+        "compile": "off",
+        "precision": "bf16-mixed",
+        "cuda_graph": False,
+        "notes": [],
+    }
     assert result.recipe["tricks"]["compile"] == "auto"  # the recipe as given
     assert result.compile_seconds == 0.0  # nothing compiled, no warm-up on the CPU
 

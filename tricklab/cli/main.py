@@ -145,6 +145,8 @@ def print_result(result, recipe_name: str | None = None) -> None:
     if result.stopped_epoch:
         table.add_row("stopped at epoch", str(result.stopped_epoch))
     console.print(table)
+    for note in result.resolved.get("notes", []):  # what the device decided, and why
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -51,6 +51,8 @@ def coerce(key: str, value: Any, spec: dataclasses.Field, tp: Any) -> Any:
         if optional:
             return None
         raise TrickLabError(f"{key} cannot be empty (expected {type_name(tp)})")
+    if isinstance(value, bool) and {"on", "off"} <= set(meta["choices"] or ()):
+        value = "on" if value else "off"  # a switch with more settings takes true and false too
     typed = _as_type(base, value)
     if typed is _BAD:
         allowed = f"one of {', '.join(meta['choices'])}" if meta["choices"] else type_name(tp)

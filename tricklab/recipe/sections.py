@@ -269,6 +269,14 @@ class TricksConfig:
     )
     lookahead: bool = _f(False, "copy the EMA back into the model at each update (lookahead)")
     tta: str = _f("none", "test-time augmentation", ("none", "flip", "flip-translate"))
+    cuda_graph: str = _f(
+        "off",
+        "capture the whole training step (lr schedule, forward, loss, backward, fused SGD) once "
+        "in a CUDA graph and replay it (training/cudagraph.py; true = on). It needs "
+        "optim.name=sgd, one micro-batch per step, no GradScaler (not 16-mixed), one process. "
+        "on: off with a note where no CUDA GPU runs; auto: on where it can be, else off, silently",
+        ("off", "on", "auto"),
+    )
 
     def check(self, recipe: Any) -> None:  # the whole Recipe
         if self.ema_decay >= 1:
@@ -278,12 +286,28 @@ class TricksConfig:
                 "tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)"
             )
         optimizer = recipe.optim.name
+        if self.cuda_graph == "on" and (why := cuda_graph_refusal(recipe)):
+            raise TrickLabError(f"tricks.cuda_graph=on: {why}")
         if self.precision == "16-true-bn32" and optimizer in ("adam", "adamw", "rmsprop"):
             raise TrickLabError(
                 f"tricks.precision=16-true-bn32 keeps {optimizer}'s state in fp16, where its eps "
                 "(1e-8) rounds to 0 and the step divides by zero; use optim.name=sgd or muon, "
                 "or tricks.precision=16-mixed / bf16-mixed"
             )
+
+
+def cuda_graph_refusal(recipe: Any) -> str | None:
+    """Why a CUDA graph cannot hold the recipe's training step (on any device), or None."""
+    if recipe.optim.name != "sgd":
+        return (
+            f"optim.name={recipe.optim.name} reads its lr on the host; the graph needs torch's "
+            "fused SGD, which reads it on the device (optim.name=sgd)"
+        )
+    if recipe.optim.accumulate_steps != 1:
+        return "optim.accumulate_steps > 1 is not captured (one micro-batch per step)"
+    if recipe.tricks.precision == "16-mixed":
+        return "16-mixed's GradScaler skips steps on overflow; use 16-true-bn32 or bf16-mixed"
+    return None
 
 
 @dataclass

@@ -51,6 +51,10 @@ class Parts:
     progress: ProgressDisplay | None = None  # the CLI's display: counts batches on the host only
     accumulate_steps: int = 1  # micro-batches per optimizer step (optim.accumulate_steps)
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # DDP's
+    # tricks.cuda_graph: the step captured and replayed (cudagraph.GraphedStep), else train_step
+    graph: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None = (
+        None
+    )
 
 
 @dataclass
@@ -195,7 +199,10 @@ def train_epoch(
     CHECK_EVERY_STEPS steps, after a sync, and ends the epoch once past it."""
     out = EpochSteps()
     for images, labels in batches:
-        loss, logits = train_step(parts, images, labels)
+        if parts.graph:
+            loss, logits = parts.graph(images, labels, step)
+        else:
+            loss, logits = train_step(parts, images, labels)
         if parts.ema:
             parts.ema.update(step)
         out.losses.append(loss)
@@ -327,7 +334,8 @@ def _train_row(
         "val_loss": None,
         "val_acc": None,
         "eval_seconds": None,  # the evaluation's, when one ran (the final one: in record_seconds)
-        "lr": parts.optimizer.param_groups[0]["lr"] * parts.loss_scale,  # for a mean loss
+        # for a mean loss; a device tensor under tricks.cuda_graph (read here, after the epoch's sync)
+        "lr": float(parts.optimizer.param_groups[0]["lr"]) * parts.loss_scale,
         "epoch_seconds": epoch_seconds,
         "images_per_second": totals.images / epoch_seconds if epoch_seconds > 0 else None,
         "train_seconds": train_seconds,

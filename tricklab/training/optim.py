@@ -113,6 +113,7 @@ def build_optimizer(
     loss_scale: float = 1.0,
     grad_scaler: bool = False,
     compile_mode: str = "off",
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
     """The optimizer the recipe names, at the lr scaled to `batch_size`.
 
@@ -124,7 +125,8 @@ def build_optimizer(
         the kernels that take the scale on the device (otherwise GradScaler reads found_inf on
         the host, a sync every step).
     compile_mode: the recipe's resolved tricks.compile; Muon compiles its Newton–Schulz step
-        unless it is off."""
+        unless it is off.
+    fused: torch's fused kernel is required (tricks.cuda_graph: it reads the lr on the device)."""
     lr = scaled_lr(cfg.lr, batch_size, cfg.reference_batch_size, cfg.lr_scaling)
     if cfg.name == "muon":  # the rest with cfg.momentum and cfg.nesterov, as SGD
         groups = _rescaled(muon_groups(model, cfg, lr), loss_scale)
@@ -141,19 +143,21 @@ def build_optimizer(
         return torch.optim.RMSprop(groups, lr=lr)
     # fused: one kernel updates every parameter (PyTorch's default launches one per tensor, or a
     # few "foreach" kernels on CUDA). The recipe allowed it for these three only.
-    fused = {"fused": True} if cfg.fused or grad_scaler else {}
+    required = cfg.fused or fused
+    fused_kwargs = {"fused": True} if required or grad_scaler else {}
     try:
         if cfg.name == "sgd":
             return torch.optim.SGD(
-                groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, **fused
+                groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, **fused_kwargs
             )
         if cfg.name == "adam":
-            return torch.optim.Adam(groups, lr=lr, **fused)
+            return torch.optim.Adam(groups, lr=lr, **fused_kwargs)
         if cfg.name == "adamw":
-            return torch.optim.AdamW(groups, lr=lr, **fused)
+            return torch.optim.AdamW(groups, lr=lr, **fused_kwargs)
     except RuntimeError as exc:  # fused kernels exist for some devices and dtypes only
-        if cfg.fused:
-            raise TrickLabError(f"optim.fused=true: {exc}") from None
+        if required:
+            which = "optim.fused=true" if cfg.fused else "tricks.cuda_graph=on (fused SGD)"
+            raise TrickLabError(f"{which}: {exc}") from None
         return build_optimizer(model, cfg, batch_size, loss_scale=loss_scale)  # syncs per step
     raise AssertionError(cfg.name)  # the recipe validated the name
 

@@ -41,11 +41,14 @@ class PrecisionPolicy:
         """The dtype activations are computed in; the batches the model is fed come in it."""
         return self.autocast_dtype or self.weight_dtype
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """A fresh torch.autocast for the mixed precisions (a no-op context otherwise)."""
+    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """A fresh torch.autocast for the mixed precisions (a no-op context otherwise); `cache`:
+        autocast's cache of weight casts (off inside a CUDA graph capture, as PyTorch asks)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=self.autocast_dtype)
+        return torch.autocast(
+            device_type=self.device_type, dtype=self.autocast_dtype, cache_enabled=cache
+        )
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         """Loss scaling for fp16 autocast; a no-op scaler otherwise.

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 
 from tricklab.recipe.schema import Recipe
+from tricklab.recipe.sections import cuda_graph_refusal
+from tricklab.training import distributed
 from tricklab.training.precision import PrecisionPolicy, cuda_capability, resolve_precision
 
 # What tricks.compile=auto compiles with on CUDA: the records' setting (airbench94_muon.py,
@@ -38,6 +40,37 @@ def for_device(
     t = recipe.tricks
     compile_mode = compile_for_device(t.compile, device.type)
     policy, note = resolve_precision(t.precision, device.type, capability, recipe.optim.name)
-    tricks = dataclasses.replace(t, compile=compile_mode, precision=policy.name)
-    resolved = {"compile": compile_mode, "precision": policy.name, "notes": [note] if note else []}
+    notes = [note] if note else []
+    graph, graph_note = cuda_graph_for_device(recipe, device.type, policy)
+    notes += [graph_note] if graph_note else []
+    tricks = dataclasses.replace(
+        t, compile=compile_mode, precision=policy.name, cuda_graph="on" if graph else "off"
+    )
+    resolved = {
+        "compile": compile_mode,
+        "precision": policy.name,
+        "cuda_graph": graph,
+        "notes": notes,
+    }
     return dataclasses.replace(recipe, tricks=tricks), policy, resolved
+
+
+def cuda_graph_for_device(
+    recipe: Recipe, device_type: str, policy: PrecisionPolicy
+) -> tuple[bool, str | None]:
+    """Whether tricks.cuda_graph runs (on, or auto where the step can be captured: a CUDA GPU,
+    the recipe's step holdable, no GradScaler, one process), and the one line that says why it
+    does not where `on` asked for it (auto says nothing)."""
+    wanted = recipe.tricks.cuda_graph
+    if wanted == "off":
+        return False, None
+    why = None
+    if device_type != "cuda":
+        why = f"CUDA graphs need a CUDA GPU (this run: {device_type})"
+    elif policy.grad_scaling:
+        why = f"{policy.name} scales the loss with a GradScaler, which the graph does not hold"
+    elif wanted == "auto" and (cuda_graph_refusal(recipe) or distributed.world().world_size > 1):
+        return False, None
+    if why is None:
+        return True, None
+    return False, (f"tricks.cuda_graph is off: {why}" if wanted == "on" else None)

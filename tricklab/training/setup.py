@@ -39,11 +39,13 @@ from tricklab.recipe.schema import (
     LoaderConfig,
     ModelConfig,
     Recipe,
+    ScheduleConfig,
     TricksConfig,
 )
 from tricklab.training import distributed
 from tricklab.training.averaging import WeightAverage
 from tricklab.training.backend import backend_settings, compiled
+from tricklab.training.cudagraph import GraphedStep
 from tricklab.training.loggers import require_packages
 from tricklab.training.loop import Parts
 from tricklab.training.loss import training_loss
@@ -255,6 +257,7 @@ def prepare(
         loss_scale=loss_scale,
         grad_scaler=policy.grad_scaling,
         compile_mode=t.compile,
+        fused=t.cuda_graph == "on",
     )
     check_run(recipe, policy, dataset, model, loaders, optimizer)
     parts = Parts(
@@ -263,7 +266,8 @@ def prepare(
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, recipe.schedule, total_steps),
         scaler=policy.grad_scaler(),
-        autocast=policy.autocast,
+        # a graph replays its casts: autocast's weight cache would hold copies made at capture
+        autocast=functools.partial(policy.autocast, cache=t.cuda_graph != "on"),
         loss_fn=training_loss(t.label_smoothing, policy.summed_loss),
         train_loader=loaders[0],
         eval_loader=loaders[1],
@@ -274,7 +278,18 @@ def prepare(
         freeze_after_epochs=frozen_whitening_bias(recipe.model),
         accumulate_steps=recipe.optim.accumulate_steps,
     )
+    if t.cuda_graph == "on":
+        parts.graph = graphed_step(parts, recipe.schedule)
     return parts, {**info, "resolved": resolved}
+
+
+def graphed_step(parts: Parts, schedule: ScheduleConfig) -> GraphedStep:
+    """tricks.cuda_graph's step, for a run in one process (a graph does not hold DDP's hooks)."""
+    if distributed.world().world_size > 1:
+        raise TrickLabError(
+            "tricks.cuda_graph=on runs in one process; drop it or --nproc for data-parallel runs"
+        )
+    return GraphedStep(parts, schedule, parts.total_steps)
 
 
 def weight_average(

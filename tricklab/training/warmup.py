@@ -63,6 +63,7 @@ def warm_up(parts: Parts, tta: str = "none") -> float:
     if rest:
         batches.append((images[:rest], labels[:rest]))
     evaluation = dataclasses.replace(parts, eval_loader=FirstAndLast(parts.eval_loader))
+    graph, parts.graph = parts.graph, None  # the run captures its own, after the restore below
     step = _first_average_step(parts)
     for freeze in (False, True) if frozen else (False,):
         for param in frozen:
@@ -85,6 +86,7 @@ def warm_up(parts: Parts, tta: str = "none") -> float:
     parts.scaler.load_state_dict(saved[3])
     if parts.ema:
         parts.ema.average = None
+    parts.graph = graph
     loader.set_epoch(0)
     return seconds
 

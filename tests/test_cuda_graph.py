@@ -1,0 +1,162 @@
+"""tricks.cuda_graph on the CPU: the graph-safe step (lr read from a device table at a device
+counter, fused SGD taking the lr as a tensor) trains exactly as the loop's own step does; the
+trick turns itself off with one note where no CUDA GPU is; what a graph cannot hold is refused
+in one line. The capture itself runs on a GPU only (benchmarks/gpu_session.py)."""
+
+import pytest
+import torch
+
+from tricklab.core.errors import TrickLabError
+from tricklab.recipe.schema import load_recipe
+from tricklab.training import api
+from tricklab.training.cudagraph import GraphedStep, lr_table
+from tricklab.training.loop import run_loop
+from tricklab.training.precision import PrecisionPolicy
+from tricklab.training.resolve import cuda_graph_for_device, for_device
+from tricklab.training.schedule import lr_factor
+
+TINY = [
+    "data.name=synthetic",
+    "data.train_size=400",
+    "data.test_size=200",
+    "data.image_size=16",
+    "model.name=airbench",
+    "model.widths=[8, 16, 16]",
+    "model.whiten_bias_epochs=1",  # a parameter frozen mid-run: the graph's key changes
+    "loader.kind=device",
+    "loader.batch_size=64",  # 400 = 6 x 64 + 16: the last batch is smaller (runs eagerly)
+    "loader.eval_batch_size=200",
+    "optim.lr=0.2",
+    "optim.momentum=0.9",
+    "optim.nesterov=true",
+    "optim.bias_lr_mult=8",  # two groups, two lrs
+    "schedule.name=piecewise-linear",
+    "tricks.ema_decay=0.7",
+    "tricks.ema_every=3",
+    "tricks.lookahead=true",
+    "tricks.label_smoothing=0.1",
+    "run.epochs=2.5",
+    "run.device=cpu",
+]
+
+
+def trained(graphed: bool) -> tuple[list[torch.Tensor], list[dict], GraphedStep | None]:
+    recipe = load_recipe(None, [*TINY, "optim.fused=true"])
+    torch.manual_seed(0)
+    parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
+    step = None
+    if graphed:
+        step = GraphedStep(parts, recipe.schedule, parts.total_steps, capture=False)
+        parts.graph = step
+    outcome = run_loop(parts, recipe.run)
+    return [p.detach().clone() for p in parts.model.parameters()], outcome.epochs, step
+
+
+def test_the_graph_safe_step_trains_exactly_as_the_loops_own_step():
+    plain, plain_rows, _ = trained(graphed=False)
+    graphed, graphed_rows, step = trained(graphed=True)
+    for a, b in zip(plain, graphed, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    for a, b in zip(plain_rows, graphed_rows, strict=True):
+        assert a["lr"] == pytest.approx(b["lr"], rel=1e-6)
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a["val_acc"] == b["val_acc"]
+    assert isinstance(graphed_rows[0]["lr"], float)
+    assert int(step.counter) == 18  # ceil(2.5 x 7) steps; the counter ran on the device
+
+
+def test_the_lr_table_is_the_schedule_per_group():
+    recipe = load_recipe(None, TINY)
+    table = lr_table([0.5, 4.0], recipe.schedule, 10, torch.device("cpu"))
+    assert table.shape == (2, 11)
+    for step in (0, 3, 10):
+        factor = lr_factor(recipe.schedule, step, 10)
+        assert table[0, step].item() == pytest.approx(0.5 * factor, rel=1e-6)
+        assert table[1, step].item() == pytest.approx(4.0 * factor, rel=1e-6)
+
+
+def test_on_a_cpu_the_trick_is_off_with_one_note():
+    recipe = load_recipe(None, [*TINY, "tricks.cuda_graph=on"])
+    ran, _, resolved = for_device(recipe, torch.device("cpu"))
+    assert ran.tricks.cuda_graph == "off" and resolved["cuda_graph"] is False
+    assert resolved["notes"] == [
+        "tricks.cuda_graph is off: CUDA graphs need a CUDA GPU (this run: cpu)"
+    ]
+    result = api.train(recipe)
+    assert result.status == "complete"
+    assert result.resolved["cuda_graph"] is False
+    assert "CUDA graphs need a CUDA GPU" in result.resolved["notes"][0]
+
+
+FP16 = PrecisionPolicy(name="16-true-bn32", device_type="cuda", weight_dtype=torch.float16)
+SCALED = PrecisionPolicy(
+    name="16-mixed", device_type="cuda", autocast_dtype=torch.float16, grad_scaling=True
+)
+
+
+@pytest.mark.parametrize("setting", ["on", "auto"])
+def test_on_cuda_it_runs_unless_a_grad_scaler_is_needed(setting):
+    recipe = load_recipe(None, [*TINY, f"tricks.cuda_graph={setting}"])
+    assert cuda_graph_for_device(recipe, "cuda", FP16) == (True, None)
+    graph, note = cuda_graph_for_device(recipe, "cuda", SCALED)
+    assert graph is False
+    if setting == "on":
+        assert note == (
+            "tricks.cuda_graph is off: 16-mixed scales the loss with a GradScaler, which the "
+            "graph does not hold"
+        )
+    else:
+        assert note is None  # auto decides silently
+    off = load_recipe(None, TINY)
+    assert cuda_graph_for_device(off, "cuda", FP16) == (False, None)
+
+
+def test_auto_is_off_without_a_word_where_the_step_cannot_be_captured():
+    muon = load_recipe("speedrun94-muon", ["tricks.cuda_graph=auto"])
+    assert cuda_graph_for_device(muon, "cuda", FP16) == (False, None)
+    ran, _, resolved = for_device(load_recipe("speedrun94"), torch.device("cpu"))
+    assert resolved["cuda_graph"] is False and ran.tricks.cuda_graph == "off"
+    assert not any("cuda_graph" in note for note in resolved["notes"])
+
+
+def test_the_record_recipe_captures_its_step_on_a_cuda_gpu():
+    recipe = load_recipe("speedrun94")
+    assert recipe.tricks.cuda_graph == "auto"
+    assert cuda_graph_for_device(recipe, "cuda", FP16) == (True, None)
+
+
+@pytest.mark.parametrize("word, setting", [("true", "on"), ("false", "off"), ("auto", "auto")])
+def test_true_and_false_name_on_and_off(word, setting):
+    assert load_recipe(None, [*TINY, f"tricks.cuda_graph={word}"]).tricks.cuda_graph == setting
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("optim.name=adamw", "optim.name=adamw reads its lr on the host"),
+        ("optim.name=muon", "optim.name=muon reads its lr on the host"),
+        ("optim.accumulate_steps=2", "accumulate_steps > 1"),
+        ("tricks.precision=16-mixed", "GradScaler"),
+    ],
+)
+def test_what_a_graph_cannot_hold_is_refused_in_one_line(override, words):
+    with pytest.raises(TrickLabError) as error:
+        load_recipe(None, [*TINY, "tricks.cuda_graph=on", override])
+    assert "tricks.cuda_graph=on: " in str(error.value)
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_optimizer_without_fused_kernels_is_refused():
+    recipe = load_recipe(None, TINY)
+    parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
+    with pytest.raises(TrickLabError, match="needs torch's fused SGD"):
+        GraphedStep(parts, recipe.schedule, parts.total_steps)
+
+
+def test_cli_train_says_the_trick_is_off_on_a_cpu(tmp_path, capsys):
+    from tricklab.cli.main import main
+
+    args = ["train", "--out", str(tmp_path / "run"), "tricks.cuda_graph=on", *TINY[:-1]]
+    assert main([*args, "run.epochs=1", "run.device=cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "note: tricks.cuda_graph is off: CUDA graphs need a CUDA GPU (this run: cpu)" in out
