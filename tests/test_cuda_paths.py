@@ -156,10 +156,12 @@ def test_a_run_gives_autocast_and_the_scaler_its_devices_type(recorder):
     recorder.fake(torch.amp, "GradScaler")
     parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
     assert recorder.calls == [("GradScaler", ("cpu",), {"enabled": False})]
-    assert parts.autocast.__self__.device_type == "cpu"  # the policy's bound method
+    assert parts.autocast.func.__self__.device_type == "cpu"  # the policy's bound method
     recorder.fake(torch, "autocast", contextlib.nullcontext())
     parts.autocast()
-    assert recorder.calls[1:] == [("autocast", (), {"device_type": "cpu", "dtype": torch.bfloat16})]
+    assert recorder.calls[1:] == [
+        ("autocast", (), {"device_type": "cpu", "dtype": torch.bfloat16, "cache_enabled": True})
+    ]
 
 
 # ---------------------------------------------------------------- peak memory

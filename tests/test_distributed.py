@@ -58,6 +58,25 @@ def conv_net(num_classes: int, in_channels: int) -> nn.Module:
     )
 
 
+class DiesOnRank1(nn.Module):
+    """conv_net whose rank 1 kills itself (SIGKILL, as the OOM killer would) at its forward
+    number $DIE_AT."""
+
+    def __init__(self, num_classes: int, in_channels: int) -> None:
+        super().__init__()
+        self.net, self.calls = conv_net(num_classes, in_channels), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if os.environ.get("RANK") == "1" and str(self.calls) == os.environ.get("DIE_AT"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.net(x)
+
+
+def dying_net(num_classes: int, in_channels: int) -> nn.Module:
+    return DiesOnRank1(num_classes, in_channels)
+
+
 def trained(overrides: list[str], device: str = "cpu") -> dict:
     """Train as `train()` sets up (prepare, then the DDP wrap) through the loop's own
     train_epoch; the per-step losses of the global batch (mean over ranks), the final weights
@@ -208,8 +227,8 @@ def test_accumulating_two_half_batches_is_one_step_of_the_whole_batch():
 # ---------------------------------------------------------------- the command
 
 
-def tricklab(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
+def tricklab(*args: str, env_extra: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1", **(env_extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "tricklab", *args], capture_output=True, text=True, env=env, **kwargs
     )
@@ -310,6 +329,38 @@ def test_a_dead_or_hung_rank_makes_the_other_exit_instead_of_hanging(tmp_path, h
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def test_a_rank_killed_under_nproc_leaves_a_failed_result_and_the_folder_reruns(tmp_path):
+    """torchrun stops the other rank; result.json says failed, and why; the same command reruns."""
+    out = tmp_path / "run"
+    args = ["train", *BASE, "model.name=test_distributed:dying_net", "--nproc", "2"]
+    args += ["--out", str(out), "--quiet"]
+    run = tricklab(*args, env_extra={"DIE_AT": "6"}, timeout=300)
+    assert run.returncode != 0
+    lines = run.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"error: data-parallel run failed: rank 1 was killed by SIGKILL; run directory: {out}"
+    ), run.stderr
+    assert not any("torch.distributed.elastic" in line for line in lines), run.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed" and result["world_size"] == 2
+    assert result["error"].startswith("rank 1 was killed by SIGKILL")
+    again = tricklab(*args, timeout=300)  # DIE unset: the same command, now it trains
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+
+
+def test_a_user_error_under_nproc_is_one_line_without_torchruns_noise(tmp_path):
+    out = tmp_path / "run"
+    first = tricklab("train", *BASE, *NO_BATCHNORM, "--out", str(out), "--quiet")
+    assert first.returncode == 0, first.stderr
+    run = tricklab("train", *BASE, *NO_BATCHNORM, "--nproc", "2", "--out", str(out))
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"error: run directory {out} already holds a run (recipe.yaml, metrics.jsonl, "
+        "result.json); give another one or remove it"
+    ]
 
 
 @pytest.mark.parametrize(("epochs", "expected"), [(3, False), (4, True)])

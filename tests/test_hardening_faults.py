@@ -96,11 +96,57 @@ def test_train_survives_a_fault_at_every_sampled_write_and_reruns_to_the_same_re
         assert_whole(run) if run.exists() else None
         if done.returncode == 2:  # one line: the folder as it was, so the same command runs
             assert not run.exists() or not [p for p in run.iterdir() if p.name != ".fault-log"]
-        again = "run" if not (run / "result.json").exists() else "run-again"
+        # a folder whose run did not end as it records (killed, failed, interrupted) reruns
+        ended = (run / "result.json").exists() and json.loads((run / "result.json").read_text())[
+            "status"
+        ] not in ("failed", "interrupted")
+        again = "run-again" if ended else "run"
         rerun = faulted(root, 0, "count", "train", *TRAIN, "--out", again, "--json")
         assert rerun.returncode == 0, context + rerun.stderr
         result = json.loads(rerun.stdout.splitlines()[-1])
         assert result["val_acc"] == clean["val_acc"], context
+
+
+# ---------------------------------------------------------------- ablate and speedrun
+
+ABLATE = ["ablate", "--baseline", *TINY_SYNTHETIC, "run.epochs=1", "--vary", "optim.lr=0.05"]
+ABLATE += ["--seeds", "1", "--out", "exp", "--json", "-q"]
+SPEEDRUN = ["speedrun", *TINY_SYNTHETIC, "run.epochs=1", "--runs", "2", "--warmup-epochs", "0"]
+SPEEDRUN += ["--json", "--quiet"]
+
+
+def accuracies(done: subprocess.CompletedProcess) -> list:
+    """The runs' accuracies of a command's --json summary (its last line), in order."""
+    summary = json.loads(done.stdout.splitlines()[-1])
+    if summary.get("kind") == "ablation":  # every configuration's runs done, none twice
+        return [(c["config_id"], c["n"], c["accuracy_mean"]) for c in summary["stats"]]
+    return [(summary["n"], summary["accuracy_mean"], summary["accuracy_min"])]
+
+
+@pytest.mark.parametrize("command", ["ablate", "speedrun"])
+def test_ablate_and_speedrun_survive_a_sampled_fault_and_rerun_to_the_same_results(
+    tmp_path, command
+):
+    """ablate reruns into its study (resumes: the run in flight is run again, none twice);
+    speedrun, whose folder holds a finished speedrun only at its end, reruns into a new one."""
+    args = ABLATE if command == "ablate" else [*SPEEDRUN, "--out", "sr"]
+    clean_root = tmp_path / "clean"
+    clean_root.mkdir()
+    clean = faulted(clean_root, 0, "count", *args)
+    assert clean.returncode == 0, clean.stderr
+    count = len(points(clean_root))
+    for n, mode in sampled(count):
+        root = tmp_path / f"{n}-{mode}"
+        root.mkdir()
+        done = faulted(root, n, mode, *args)
+        context = f"{command}: fault {mode} at point {n} ({points(root)[n - 1 : n]}): "
+        assert_promised_outcome(done, context)
+        for folder in (root / "exp", root / "sr"):
+            assert_whole(folder) if folder.exists() else None
+        rerun_args = args if command == "ablate" else [*SPEEDRUN, "--out", "sr-again"]
+        rerun = faulted(root, 0, "count", *rerun_args)
+        assert rerun.returncode == 0, context + rerun.stderr
+        assert accuracies(rerun) == accuracies(clean), context
 
 
 # ---------------------------------------------------------------- report

@@ -294,6 +294,11 @@ parser.parse_args()
 def make(num_classes):
     raise AssertionError("never reached")
 """
+ASKING_MODULE = """
+answer = input("width? ")
+def make(num_classes):
+    raise AssertionError("never reached")
+"""
 EXITING_FACTORY = """
 import sys
 from torch import nn
@@ -314,8 +319,9 @@ def make_printing(num_classes):
         (SCRIPT_MODULE, "make", "importing trainscript called sys.exit(2) after printing 'usage:"),
         (EXITING_FACTORY, "make", "its factory called sys.exit(0)"),
         (EXITING_FACTORY, "make_interrupting", "its factory raised KeyboardInterrupt itself"),
+        (ASKING_MODULE, "make", "importing trainscript read standard input (input()?)"),
     ],
-    ids=["script-exits-at-import", "factory-exits-0", "factory-raises-ctrl-c"],
+    ids=["script-exits-at-import", "factory-exits-0", "factory-raises-ctrl-c", "asks-input"],
 )
 @pytest.mark.parametrize("command", ["train", "ablate"])
 def test_user_code_that_exits_or_interrupts_is_one_line_and_leaves_nothing(
@@ -360,3 +366,26 @@ def test_a_ctrl_c_during_user_code_stays_a_ctrl_c():
     assert type(info.value) is KeyboardInterrupt
     with pytest.raises(Interrupted), user_code("model x: its factory"):
         raise Interrupted("interrupted")
+
+
+def test_user_code_that_does_not_return_is_named_in_one_line_while_it_waits(
+    tmp_path, monkeypatch, capsys
+):
+    """A module that waits at import (a lock, the network, a sleep): after NOTICE_SECONDS one
+    line says which code tricklab waits for; it is not stopped, and finishes as it would."""
+    from tricklab.core import usercode
+
+    (tmp_path / "slowmodels.py").write_text(
+        "import time\ntime.sleep(1.5)\nfrom torch import nn\n"
+        "def make(num_classes):\n    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(usercode, "NOTICE_SECONDS", 0.3)
+    model = build_model("slowmodels:make", num_classes=10, image_size=8)
+    assert isinstance(model, nn.Module)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "note: model.name=slowmodels:make: importing slowmodels has run 0 s without returning "
+        "(waiting on a lock, the network, a sleep?); Ctrl-C stops it"
+    ]

@@ -154,17 +154,38 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_not_empty(args, "--out")
     recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
     from tricklab.training import distributed
-    from tricklab.training.setup import check_setup, resolve_device
+    from tricklab.training.setup import resolve_device
 
     device = resolve_device(recipe.run.device)
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes
-        distributed.check_launch(args.nproc, device, recipe)
-        check_setup([recipe])  # bad data or model: one line here, not one per process
-        argv = ["train", *args.words, *(["--out", args.out] if args.out else [])]
-        argv += [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
-        return distributed.launch(args.nproc, argv)
+        return _launch_train(args, recipe, name, device)
     with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
         return _train_here(args, recipe, name, world.is_main)
+
+
+def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) -> int:
+    """`train --nproc N`: checks what it can here, then torchrun; a rank that failed or died
+    leaves result.json recorded `failed` with the reason, and the folder reruns."""
+    from tricklab.training import distributed
+    from tricklab.training.api import record_failed_rank
+    from tricklab.training.runfiles import check_run_dir
+    from tricklab.training.setup import check_setup
+
+    distributed.check_launch(args.nproc, device, recipe)
+    check_setup([recipe])  # bad data or model: one line here, not one per process
+    out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
+    try:
+        check_run_dir(out)  # a folder that holds a run: one line, before any process starts
+        argv = ["train", *args.words, "--out", str(out)]
+        argv += [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
+        code, failure = distributed.launch(args.nproc, argv)
+        if failure is not None:
+            record_failed_rank(out, recipe, args.nproc, failure)
+            print_error(f"data-parallel run failed: {failure}; run directory: {out}")
+        return code
+    finally:
+        if made is not None:
+            remove_empty_dirs(out, made)
 
 
 def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:

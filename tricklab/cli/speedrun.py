@@ -18,6 +18,7 @@ from tricklab.cli.common import (
     console,
     err_console,
     new_run_folder,
+    print_error,
     recipe_stem,
 )
 from tricklab.core.errors import TrickLabError
@@ -212,7 +213,10 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes
         distributed.check_launch(args.nproc, device, recipe)
         check_setup([recipe])  # bad data or model: one line here, not one per process
-        return distributed.launch(args.nproc, _speedrun_argv(args))
+        code, failure = distributed.launch(args.nproc, _speedrun_argv(args))
+        if failure is not None:  # the runs recorded before it stand; the one in flight is lost
+            print_error(f"data-parallel speedrun failed: {failure}")
+        return code
     with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
         return _speedrun_here(args, recipe, target, world.is_main)
 

@@ -6,13 +6,17 @@ import; a factory may `exit(0)`, raise KeyboardInterrupt itself or print. Within
 SystemExit is a TrickLabError (it would end `train` silently with its code, or an ablation having
 run nothing), a KeyboardInterrupt the code raised itself (not a Ctrl-C: tricklab's signal handler
 raises `Interrupted`, which passes) is one too, and what the code prints to stdout/stderr is kept
-out of tricklab's output (its first line is quoted in the error, where it says why)."""
+out of tricklab's output (its first line is quoted in the error, where it says why). Standard input
+is empty inside (code that asks with `input()` at import would wait forever: it gets one line
+instead), and code that has not returned after NOTICE_SECONDS (a lock, a download, a sleep) makes
+one line say so while it goes on, so that a silent wait has a name; Ctrl-C stops it."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -33,16 +37,60 @@ def _ctrl_c_is_ours() -> bool:
     return signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, None)
 
 
+NOTICE_SECONDS = 30.0  # user code running this long without returning gets one line
+
+
+@contextlib.contextmanager
+def _empty_stdin() -> Iterator[None]:
+    saved, sys.stdin = sys.stdin, io.StringIO("")
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+@contextlib.contextmanager
+def _notice_after(seconds: float, what: str) -> Iterator[None]:
+    """One line on the real stderr if the block runs longer than `seconds` (it is not stopped)."""
+    stream = sys.stderr
+
+    def say() -> None:
+        print(
+            f"note: {what} has run {seconds:.0f} s without returning (waiting on a lock, the "
+            "network, a sleep?); Ctrl-C stops it",
+            file=stream,
+            flush=True,
+        )
+
+    timer = threading.Timer(seconds, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 @contextlib.contextmanager
 def user_code(what: str) -> Iterator[None]:
     """Run the block's user code behind the wall; `what` names it in the error
     ("model.name=mod:make: importing mod")."""
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        with (
+            _notice_after(NOTICE_SECONDS, what),
+            _empty_stdin(),
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
+        ):
             yield
     except Interrupted:
         raise
+    except EOFError:
+        raise TrickLabError(
+            f"{what} read standard input (input()?), which a run does not give it; "
+            "pass settings through the factory's arguments or the recipe"
+        ) from None
     except SystemExit as exc:
         said = _first_line(printed.getvalue())
         raise TrickLabError(

@@ -23,12 +23,14 @@ from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
     atomic_write,
+    claim_folder,
     disk_full_error,
     first_missing,
     is_disk_full,
     remove_empty_dirs,
 )
 from tricklab.core.progress import current as current_progress
+from tricklab.core.safeio import read_json
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.core.version import __version__
@@ -42,6 +44,7 @@ from tricklab.training.loggers import RunLoggers
 from tricklab.training.loop import Outcome, Parts, evaluate, run_loop
 from tricklab.training.resolve import compile_for_device
 from tricklab.training.runfiles import (
+    RESULT_LIMIT,
     RUN_FILES,
     json_safe,
     load_checkpoint,
@@ -371,3 +374,33 @@ def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -
         result.record_seconds = (
             result.whiten_seconds + result.train_seconds + result.final_eval_seconds
         )
+
+
+def record_failed_rank(out: Path, recipe: Recipe, world_size: int, reason: str) -> None:
+    """After a data-parallel run in `out` whose rank failed or died (`distributed.launch`'s
+    reason): its result.json says failed, with the reason, unless the run had recorded its own
+    end; the folder then reruns (runfiles.ended_unfinished). Rank 0 may have written an
+    `interrupted` result when torchrun stopped it, or nothing (it was the one killed, or the
+    stop reached it while it recorded the failure, and it cleaned its folder)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        claim = claim_folder(out)
+    except OSError:
+        return  # a folder that cannot be written: the error line has said what failed
+    if claim is None:  # a live writer holds it
+        return
+    try:
+        previous = out / "result.json"
+        result = RunResult(status=Status.FAILED, recipe=recipe.to_dict(), world_size=world_size)
+        if previous.exists():
+            try:
+                result = RunResult.from_dict(read_json(previous, RESULT_LIMIT, "result.json"))
+            except (TrickLabError, TypeError):
+                pass  # unreadable: replaced by the failure
+            if result.status not in (Status.INTERRUPTED, Status.FAILED):
+                return  # the run ended as it records (complete, diverged, oom)
+        result.status, result.world_size = Status.FAILED, world_size
+        result.error = reason if not result.error else f"{reason}; {result.error}"
+        write_json_atomic(previous, result.to_dict())
+    finally:
+        claim.release()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import logging
 import os
 from collections.abc import Iterator, Sequence
 
@@ -265,20 +266,35 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 # ---------------------------------------------------------------- torchrun for you
 
 
-def launch(nproc: int, argv: list[str]) -> int:
+def launch(nproc: int, argv: list[str]) -> tuple[int, str | None]:
     """`python -m tricklab ARGV` in `nproc` processes under torchrun (torch.distributed.run, on a
-    free local port), each rank printing only as rank 0 does; returns the exit code of the first
-    process that failed (its one-line error already printed), else 0."""
+    free local port), each rank printing only as rank 0 does. Returns the exit code of the first
+    process that failed (its one-line error already printed), else 0, and, unless that was bad
+    input (exit 2), which rank failed and how ("rank 1 was killed by SIGKILL"), for the run's
+    result.json (`api.record_failed_rank`). torchrun's own log lines stay quiet: the ranks say
+    what went wrong."""
     # torchrun's default is one OpenMP thread per process; the cores, shared out, do better.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nproc)))
     args = torchrun.parse_args(
         ["--standalone", f"--nproc-per-node={nproc}", "-m", "tricklab", *argv]
     )
+    elastic = logging.getLogger("torch.distributed.elastic")
+    level = elastic.level
+    elastic.setLevel(logging.CRITICAL)
     try:
         torchrun.run(args)
     except ChildFailedError as exc:
-        _, failure = exc.get_first_failure()
-        return failure.exitcode if failure.exitcode > 0 else 1
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode == 2:  # bad input: the rank said so in one line
+            return 2, None
+        how = (
+            f"was killed by {failure.signal_name()}"
+            if failure.exitcode < 0
+            else f"failed (exit code {failure.exitcode})"
+        )
+        return (failure.exitcode if failure.exitcode > 0 else 1), f"rank {rank} {how}"
     except SignalException:
-        return 130  # Ctrl-C or SIGTERM: the agent stopped every rank
-    return 0
+        return 130, None  # Ctrl-C or SIGTERM: the agent stopped every rank
+    finally:
+        elastic.setLevel(level)
+    return 0, None

@@ -22,11 +22,14 @@ from tricklab.core.paths import (
     disk_full_error,
     is_disk_full,
 )
+from tricklab.core.safeio import read_json
+from tricklab.core.status import RETRY_STATUSES
 from tricklab.recipe.schema import Recipe
 from tricklab.training.loggers import WRITES as LOGGER_OUTPUTS
 
 # What a run writes in its directory; a directory holding any of them is not reused.
 RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
+RESULT_LIMIT = 64 << 20  # bytes of a result.json read back (its epochs' rows included)
 
 
 def json_safe(value: Any) -> Any:
@@ -70,8 +73,9 @@ def make_run_dir(out: Path) -> FolderClaim:
             "give another one"
         )
     previous = [name for name in RUN_FILES if (out / name).exists()]
-    if previous and abandoned and not (out / "result.json").exists():
-        _clear_killed_run(out)  # a run killed before it ended: the same command runs again
+    killed = abandoned and not (out / "result.json").exists()
+    if previous and (killed or ended_unfinished(out)):
+        _clear_killed_run(out)  # a run killed, failed or interrupted: the same command runs again
         previous = []
     if previous:
         claim.release()
@@ -80,6 +84,29 @@ def make_run_dir(out: Path) -> FolderClaim:
             "give another one or remove it"
         )
     return claim
+
+
+def check_run_dir(out: Path) -> None:
+    """What make_run_dir refuses that can be seen without writing: `out` a file, or a folder
+    holding a run that ended as it records (before a data-parallel launch starts processes)."""
+    if out.exists() and not out.is_dir():
+        raise TrickLabError(f"cannot make the run directory {out}: it is a file, not a folder")
+    if (out / "result.json").exists() and not ended_unfinished(out):
+        previous = [name for name in RUN_FILES if (out / name).exists()]
+        raise TrickLabError(
+            f"run directory {out} already holds a run ({', '.join(previous)}); "
+            "give another one or remove it"
+        )
+
+
+def ended_unfinished(out: Path) -> bool:
+    """The folder's result.json says its run ended failed, oom or interrupted: a rerun of the same
+    command replaces it, as ablate and sweep retry such runs."""
+    try:
+        result = read_json(out / "result.json", RESULT_LIMIT, "a run's result.json")
+    except TrickLabError:
+        return False
+    return isinstance(result, dict) and result.get("status") in RETRY_STATUSES
 
 
 def _clear_killed_run(out: Path) -> None:
