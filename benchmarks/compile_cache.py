@@ -52,7 +52,9 @@ def one_process(cache: Path, out: Path) -> dict:
     )
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"error: {' '.join(command)} exited {done.returncode}: {done.stderr[-500:]}")
+        raise SystemExit(
+            f"error: {' '.join(command)} exited {done.returncode}: {done.stderr[-500:]}"
+        )
     result = json.loads((out / "result.json").read_text())
     return {
         "compile_seconds": result["compile_seconds"],
@@ -73,7 +75,11 @@ def main() -> None:
             cache, runs = Path(tmp) / "cache", Path(tmp) / "runs"
             cold = one_process(cache, runs / "cold")
             warm = one_process(cache, runs / "warm")
-        pair = {"cold": cold, "warm": warm, "ratio": warm["compile_seconds"] / cold["compile_seconds"]}
+        pair = {
+            "cold": cold,
+            "warm": warm,
+            "ratio": warm["compile_seconds"] / cold["compile_seconds"],
+        }
         pairs.append(pair)
         print(
             f"pair {k}: cold {cold['compile_seconds']:.1f} s, warm {warm['compile_seconds']:.1f} s "
