@@ -687,3 +687,31 @@ def test_dry_run_prints_the_plan_and_creates_no_storage(tmp_path, capsys):
 def test_results_of_a_missing_study_is_a_user_error(tmp_path, capsys):
     assert main(["results", "nope", "--out", str(tmp_path)]) == 2
     assert "no study database" in capsys.readouterr().err
+
+
+def test_the_summary_says_the_compile_seconds_the_study_paid(baseline, tmp_path, capsys):
+    """Each run's warm-up (torch.compile, cuDNN autotuning) is timed apart; the study's summary
+    sums them and names the longest: the first compile, which a warm cache leaves alone."""
+    paid = iter([30.0, 2.0, 1.5, 1.0])
+
+    def compiling(recipe, **kwargs):
+        result = fake_train(recipe, **kwargs)
+        result.compile_seconds = next(paid)
+        return result
+
+    summary = ablate(
+        AblationPlan(baseline, {"optim.lr": [0.4, 0.8, 1.6]}, 1, out_dir=tmp_path),
+        train_fn=compiling,
+        liveness=FAST,
+    )
+    assert summary.compile_seconds == pytest.approx(34.5)
+    assert summary.compile_seconds_max == 30.0
+    from tricklab.cli.ablate_sweep import _print_summary
+    from tricklab.cli.common import console
+
+    _print_summary(console, console, summary, as_json=False)
+    said = " ".join(capsys.readouterr().out.split())  # as one line, however the terminal wraps
+    assert (
+        "compile seconds (warm-ups, apart from the times above): 34.5 in all, the longest 30.0"
+        in said
+    )

@@ -395,6 +395,12 @@ def _print_summary(
             busy = f"{BUSY_WORDS}: {summary.busy_reason}; {BUSY_ADVICE}"
             out.print(busy, highlight=False, style="bold yellow")
     out.print(line, highlight=False)
+    if summary.compile_seconds > 0:
+        out.print(
+            f"compile seconds (warm-ups, apart from the times above): {summary.compile_seconds:.1f} "
+            f"in all, the longest {summary.compile_seconds_max:.1f}",
+            highlight=False,
+        )
     out.print(f"storage {summary.storage}", highlight=False)
 
 

@@ -78,6 +78,10 @@ class ExperimentSummary:
     provenance: dict[str, Any] | None = None  # this call's record (measure/provenance.py)
     busy_machine: bool = False  # busy.results_busy: load above the cores, or times spread
     busy_reason: str | None = None
+    # the study's runs' warm-ups (torch.compile, cuDNN autotuning), timed apart from their times:
+    # summed, and the largest one run paid (the first compile; a warm cache makes the rest small)
+    compile_seconds: float = 0.0
+    compile_seconds_max: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +112,8 @@ def _summary(
         status_counts=counts,
         stats=stats,
         **study_meta({"provenance": provenance}, records, stats),
+        compile_seconds=sum(r.get("compile_seconds") or 0.0 for r in records),
+        compile_seconds_max=max((r.get("compile_seconds") or 0.0 for r in records), default=0.0),
     )
 
 
