@@ -39,7 +39,15 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """The folder's JSON files by what wrote them: summary, side_by_side, profile, record."""
     kinds: dict[str, list[tuple[str, dict[str, Any]]]] = {
         k: []
-        for k in ("side_by_side", "summary", "profile", "step_kernels", "gpu_session", "record")
+        for k in (
+            "side_by_side",
+            "summary",
+            "profile",
+            "step_kernels",
+            "compile_cache",
+            "gpu_session",
+            "record",
+        )
     }
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -53,6 +61,8 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
             kinds["profile"].append((path.stem, data))
         elif data.get("benchmark") == "step_kernels" and "rows" in data:
             kinds["step_kernels"].append((path.stem, data))
+        elif data.get("benchmark") == "compile_cache" and "pairs" in data:
+            kinds["compile_cache"].append((path.stem, data))
         elif "sections" in data and "env" in data:
             kinds["gpu_session"].append((path.stem, data))
     kinds["record"].sort(key=lambda item: (item[1].get("order", 0), item[0]))
@@ -189,10 +199,33 @@ def folder_section(folder: Path) -> list[str]:
     for stem, data in kinds["step_kernels"]:
         lines += ["", f"### ATen operators per training step ({stem}.json)", ""]
         lines += step_kernels_table(data)
+    for stem, data in kinds["compile_cache"]:
+        lines += ["", f"### Compile once across processes ({stem}.json)", ""]
+        lines += compile_cache_table(data)
     for stem, data in kinds["gpu_session"]:
         lines += gpu_session_tables(stem, data)
     for stem, record in kinds["record"]:
         lines += record_block(stem, record)
+    return lines
+
+
+def compile_cache_table(data: dict[str, Any]) -> list[str]:
+    """`benchmarks/compile_cache.py`: a process's compile seconds on a warm cache vs a cold one."""
+    lines = [
+        f"`python benchmarks/compile_cache.py`: torch {data['torch']}, CPU ({data['cpu_capability']}), "
+        f"load average {data['load_average_before_after'][0]:.1f} before, "
+        f"{data['load_average_before_after'][1]:.1f} after; `tricklab train speedrun94` "
+        f"{' '.join(data['overrides'])}, each process new, each pair on a fresh `TRICKLAB_CACHE`.",
+        "",
+        "| pair | cold compile s | warm compile s | warm / cold |",
+        "|---:|---:|---:|---:|",
+    ]
+    for k, pair in enumerate(data["pairs"]):
+        lines.append(
+            f"| {k} | {pair['cold']['compile_seconds']:.1f} | {pair['warm']['compile_seconds']:.1f} "
+            f"| {pair['ratio']:.3f}x |"
+        )
+    lines += ["", f"Median warm / cold: **{data['median_ratio']:.3f}x** (goal {data['goal']})."]
     return lines
 
 
