@@ -49,6 +49,7 @@ from scipy import stats as scipy_stats
 from tricklab.measure.mfu import mfu, peak_tflops
 from tricklab.recipe.schema import load_recipe
 from tricklab.training.api import train
+from tricklab.training.precision import precision_policy
 
 START = time.perf_counter()
 TINY = [  # --rehearse: seconds on a CPU
@@ -108,7 +109,8 @@ def tricklab_run(recipe, seed: int) -> dict:
         torch.cuda.reset_peak_memory_stats()
     result = train(recipe.override([f"run.seed={seed}"]))
     precision = result.resolved.get("precision", recipe.tricks.precision)
-    peak = peak_tflops(result.hardware.get("device_name", ""), precision)
+    compute = precision_policy(precision, "cuda").compute_dtype
+    peak = peak_tflops(result.hardware.get("device_name", ""), compute)
     return {
         "status": result.status,
         "accuracy": result.val_acc_tta if result.val_acc_tta is not None else result.val_acc,

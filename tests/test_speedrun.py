@@ -25,6 +25,7 @@ from tricklab.recipe.schema import builtin_recipes, load_recipe
 from tricklab.training.api import train
 from tricklab.training.muon import MuonSGD, has_torch_muon, newton_schulz
 from tricklab.training.optim import filter_params
+from tricklab.training.precision import precision_policy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TABLE_SCRIPT = REPO_ROOT / "benchmarks" / "speedrun_table.py"
@@ -196,12 +197,13 @@ def test_achieved_tflops_and_mfu_follow_the_formula():
     ],
 )
 def test_peak_tflops_finds_datasheet_devices(device, precision, expected):
-    assert peak_tflops(device, precision) == expected
+    compute = precision_policy(precision, "cuda").compute_dtype  # the policy decides, once
+    assert peak_tflops(device, compute) == expected
 
 
 @pytest.mark.parametrize("device", ["AMD EPYC 7B13", "Apple M2", "NVIDIA A10G", ""])
 def test_peak_tflops_is_none_for_an_unknown_device(device):
-    assert peak_tflops(device, "bf16-mixed") is None
+    assert peak_tflops(device, torch.bfloat16) is None
 
 
 # ---------------------------------------------------------------- the shipped recipes

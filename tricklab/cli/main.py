@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 from rich import box
 from rich.table import Table
@@ -33,24 +32,19 @@ from tricklab.cli.common import (
     console,
     err_console,
     model_names_and_settings,
-    new_run_folder,
     print_error,
-    recipe_and_overrides,
-    recipe_stem,
     say_notices,
 )
+from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import (
     disk_full_error,
     is_disk_full,
-    remove_empty_dirs,
 )
-from tricklab.core.progress import ProgressDisplay, percent
-from tricklab.core.status import FAILED_STATUSES
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
 from tricklab.recipe.reference import recipes_markdown, tricks_markdown
-from tricklab.recipe.schema import builtin_recipes, field_table, load_recipe
+from tricklab.recipe.schema import builtin_recipes, field_table
 
 MAX_CLASSES = 100_000
 
@@ -82,143 +76,6 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     std = ", ".join(f"{v:.4f}" for v in info["std"])
     console.print(f"channel mean [{mean}]  std [{std}]")
     return 0
-
-
-# ---------------------------------------------------------------- train
-class EpochView:
-    """A table row per epoch, drawn above the progress bars (tricklab.core.progress) and printed
-    whole when the run ends (not at all when it failed before its first epoch)."""
-
-    def __init__(self) -> None:
-        self.table = Table()
-        # val acc of an epoch is without TTA (the run's end adds it); lr is the epoch's last step's
-        columns = ("epoch", "train loss", "train acc", "val loss", "val acc\nno TTA", "end lr")
-        for col in (*columns, "s", "img/s"):
-            self.table.add_column(col, justify="right")
-
-    def __call__(self, row: dict) -> None:
-        def fmt(v, spec):
-            return "-" if v is None else format(v, spec)
-
-        self.table.add_row(
-            str(row["epoch"]),
-            fmt(row["train_loss"], ".4f"),
-            percent(row["train_acc"]),  # as the progress line shows it
-            fmt(row["val_loss"], ".4f"),
-            percent(row["val_acc"]),
-            fmt(row["lr"], ".4g"),
-            fmt(row["epoch_seconds"], ".2f"),
-            fmt(row["images_per_second"], ",.0f"),
-        )
-
-
-def print_result(result, recipe_name: str | None = None) -> None:
-    """The run's summary table; record seconds (airbench's definition) only for a recipe that
-    has an airbench script to compare with (experiments/speedrun.py AIRBENCH_RECORDS)."""
-    from tricklab.experiments.speedrun import AIRBENCH_RECORDS
-
-    table = Table(title=f"run {result.status}", show_header=False)
-    tta = result.recipe.get("tricks", {}).get("tta", "none")
-    final_lr = result.epochs[-1].get("lr") if result.epochs else None
-    airbench = recipe_name in AIRBENCH_RECORDS
-    rows = [
-        ("val acc (no TTA)", result.val_acc, percent),
-        (f"val acc (TTA {tta})", result.val_acc_tta, percent),
-        ("val loss", result.val_loss, ".4f"),
-        ("train seconds", result.train_seconds, ".2f"),
-        ("record seconds (airbench's)", result.record_seconds if airbench else None, ".2f"),
-        ("compile seconds", result.compile_seconds, ".2f"),
-        ("precision (as it ran)", result.resolved.get("precision"), str),
-        ("wall seconds", result.wall_seconds, ".2f"),
-        ("time to target s", result.time_to_target_seconds, ".2f"),
-        ("images/s", result.images_per_second, ",.0f"),
-        ("peak memory MiB", result.peak_memory_bytes and result.peak_memory_bytes / 2**20, ",.0f"),
-        ("params", result.params, ","),
-        ("forward MACs", result.forward_macs, ","),
-        ("final lr", final_lr, ".4g"),
-    ]
-    for name, value, spec in rows:
-        if value is not None:
-            table.add_row(name, spec(value) if callable(spec) else format(value, spec))
-    if result.error:
-        table.add_row("error", result.error)
-    if result.stopped_epoch:
-        table.add_row("stopped at epoch", str(result.stopped_epoch))
-    console.print(table)
-    for note in result.resolved.get("notes", []):  # what the device decided, and why
-        console.print(f"note: {note}", markup=False, highlight=False)
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    name, overrides = recipe_and_overrides(args.words)
-    check_not_empty(args, "--out")
-    recipe = load_recipe(name, overrides)  # before torch's import: a bad key answers at once
-    from tricklab.training import distributed
-    from tricklab.training.setup import resolve_device
-
-    device = resolve_device(recipe.run.device)
-    if args.nproc is not None:  # torchrun for you: this command in --nproc processes
-        return _launch_train(args, recipe, name, device)
-    with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
-        return _train_here(args, recipe, name, world.is_main)
-
-
-def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) -> int:
-    """`train --nproc N`: checks what it can here, then torchrun; a rank that failed or died
-    leaves result.json recorded `failed` with the reason, and the folder reruns."""
-    from tricklab.training import distributed
-    from tricklab.training.api import record_failed_rank
-    from tricklab.training.runfiles import check_run_dir
-    from tricklab.training.setup import check_setup
-
-    distributed.check_launch(args.nproc, device, recipe)
-    check_setup([recipe])  # bad data or model: one line here, not one per process
-    out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
-    try:
-        check_run_dir(out)  # a folder that holds a run: one line, before any process starts
-        argv = ["train", *args.words, "--out", str(out)]
-        argv += [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
-        code, failure = distributed.launch(args.nproc, argv)
-        if failure is not None:
-            record_failed_rank(out, recipe, args.nproc, failure)
-            print_error(f"data-parallel run failed: {failure}; run directory: {out}")
-        return code
-    finally:
-        if made is not None:
-            remove_empty_dirs(out, made)
-
-
-def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
-    """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
-    from tricklab.training.api import RunInterrupted, train
-
-    if not main:
-        return 0 if train(recipe, stop=args.stop).status not in FAILED_STATUSES else 1
-    out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
-    try:
-        if args.json or args.quiet:  # --json: stdout and stderr as without a display
-            result = train(recipe, out_dir=out, stop=args.stop)
-        else:
-            view = EpochView()
-            with ProgressDisplay(err_console, header=view.table):
-                result = train(recipe, out_dir=out, on_epoch=view, stop=args.stop)
-    except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
-        if args.json:
-            print(json.dumps(stopped.result.to_dict()))
-        else:
-            err_console.print(f"run directory: {out}")
-        raise
-    finally:
-        if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
-            remove_empty_dirs(out, made)
-    if result.traceback:  # not a user mistake (those exit 2): a bug or a broken environment
-        print(result.traceback, file=sys.stderr, end="")
-    if args.json:
-        print(json.dumps(result.to_dict()))
-    else:
-        print_result(result, name)
-        err_console.print(f"run directory: {out}")
-    return 0 if result.status not in FAILED_STATUSES else 1
 
 
 # ---------------------------------------------------------------- listings

@@ -165,7 +165,10 @@ def _resolve_peak(
         return override, "--peak-tflops"
     if hardware.get("device_type") != "cuda":
         return None, None
-    found = peak_tflops(hardware.get("device_name", ""), precision)
+    from tricklab.training.precision import precision_policy  # torch: imported when runs are done
+
+    compute = precision_policy(precision, "cuda").compute_dtype
+    found = peak_tflops(hardware.get("device_name", ""), compute)
     return (found[0], found[1]) if found else (None, None)
 
 

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch stays unimported until a run: the CLI answers bad input at once
+    import torch
 
 # FLOPs per multiply-accumulate (2) times forward + backward (3).
 TRAIN_FLOPS_PER_FORWARD_MAC = 6
@@ -54,14 +58,10 @@ DEVICE_PEAKS: tuple[DevicePeak, ...] = (
     DevicePeak("T4", r"\bT4\b", fp32=8.1, tf32=None, fp16=65.0, bf16=None),
 )
 
-# Which peak a recipe's tricks.precision runs at. 32-true counts at the TF32 peak where the device
-# has one: cuDNN runs fp32 convolutions on TF32 tensor cores by default (torch.backends.cudnn.allow_tf32).
-PRECISION_DTYPES = {
-    "bf16-mixed": "bf16",
-    "16-mixed": "fp16",
-    "16-true-bn32": "fp16",
-    "32-true": "tf32",
-}
+# Which peak a run's compute dtype (PrecisionPolicy.compute_dtype: the one place a precision name
+# is read) runs at. fp32 counts at the TF32 peak where the device has one: cuDNN runs fp32
+# convolutions on TF32 tensor cores by default (torch.backends.cudnn.allow_tf32).
+DTYPE_PEAKS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "tf32"}
 
 
 def find_device_peak(device_name: str) -> DevicePeak | None:
@@ -72,12 +72,13 @@ def find_device_peak(device_name: str) -> DevicePeak | None:
     return None
 
 
-def peak_tflops(device_name: str, precision: str) -> tuple[float, str] | None:
-    """(dense peak TFLOP/s, "H100 SXM bf16") for a device running a recipe precision, or None."""
+def peak_tflops(device_name: str, compute_dtype: torch.dtype) -> tuple[float, str] | None:
+    """(dense peak TFLOP/s, "H100 SXM bf16") for a device computing in `compute_dtype` (a run's
+    `PrecisionPolicy.compute_dtype`), or None."""
     peak = find_device_peak(device_name)
     if peak is None:
         return None
-    dtype = PRECISION_DTYPES.get(precision, "fp32")
+    dtype = DTYPE_PEAKS.get(str(compute_dtype), "fp32")
     value = getattr(peak, dtype)
     if value is None and dtype == "tf32":
         dtype, value = "fp32", peak.fp32

@@ -419,5 +419,6 @@ def _peak(
         return override, "--peak-tflops"
     if device.type != "cuda":
         return None, None  # no table of CPU peaks: MFU unavailable, never guessed
-    found = peak_tflops(torch.cuda.get_device_name(device), precision)
+    compute = precision_lib.precision_policy(precision, "cuda").compute_dtype
+    found = peak_tflops(torch.cuda.get_device_name(device), compute)
     return found if found is not None else (None, None)
