@@ -166,3 +166,18 @@ def test_peak_memory_is_left_out_on_a_cpu_and_drawn_on_a_gpu():
 
     assert len(memory_throughput(with_memory(CPU)).axes) == 1  # throughput only
     assert len(memory_throughput(with_memory(GPU)).axes) == 2
+
+
+def test_the_per_seed_table_shows_peak_memory_on_a_gpu_only():
+    """On a CPU the figure is the worker's lifetime peak RSS, not the run's: no column."""
+    from tricklab.report.tables import per_seed_table
+
+    def table(hardware):
+        recs = records("baseline", [0.9, 0.91], [10.0] * 2, peak_memory_bytes=3 * 2**20)
+        for r in recs:
+            r["hardware"] = hardware
+        return per_seed_table(recs)
+
+    assert "peak MiB" not in table(CPU).header
+    gpu = table(GPU)
+    assert [row[gpu.header.index("peak MiB")] for row in gpu.rows] == ["3", "3"]

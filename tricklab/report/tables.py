@@ -289,6 +289,10 @@ def per_seed_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 )
             }
         )
+        if (record.get("hardware") or {}).get("device_type") == "cpu":
+            # on a CPU the figure is the worker's lifetime peak RSS (core/memory.py), not this
+            # run's: a later run would show an earlier one's peak, so no column rather than a wrong one
+            run["peak_memory_bytes"] = None
         out.append(run)
     # the baseline first, then as the configurations first appear
     appearance = sorted(
