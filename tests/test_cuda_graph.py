@@ -160,3 +160,14 @@ def test_cli_train_says_the_trick_is_off_on_a_cpu(tmp_path, capsys):
     assert main([*args, "run.epochs=1", "run.device=cpu"]) == 0
     out = capsys.readouterr().out
     assert "note: tricks.cuda_graph is off: CUDA graphs need a CUDA GPU (this run: cpu)" in out
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_compile_modes_that_record_their_own_graphs_turn_it_off(mode):
+    on = load_recipe(None, [*TINY, "tricks.cuda_graph=on"])
+    graph, note = cuda_graph_for_device(on, "cuda", FP16, mode)
+    assert graph is False
+    assert note == f"tricks.cuda_graph is off: tricks.compile={mode} records CUDA graphs of its own"
+    auto = load_recipe("speedrun94")
+    assert cuda_graph_for_device(auto, "cuda", FP16, mode) == (False, None)
+    assert cuda_graph_for_device(auto, "cuda", FP16, "default") == (True, None)

@@ -41,7 +41,7 @@ def for_device(
     compile_mode = compile_for_device(t.compile, device.type)
     policy, note = resolve_precision(t.precision, device.type, capability, recipe.optim.name)
     notes = [note] if note else []
-    graph, graph_note = cuda_graph_for_device(recipe, device.type, policy)
+    graph, graph_note = cuda_graph_for_device(recipe, device.type, policy, compile_mode)
     notes += [graph_note] if graph_note else []
     tricks = dataclasses.replace(
         t, compile=compile_mode, precision=policy.name, cuda_graph="on" if graph else "off"
@@ -56,17 +56,20 @@ def for_device(
 
 
 def cuda_graph_for_device(
-    recipe: Recipe, device_type: str, policy: PrecisionPolicy
+    recipe: Recipe, device_type: str, policy: PrecisionPolicy, compile_mode: str = "off"
 ) -> tuple[bool, str | None]:
     """Whether tricks.cuda_graph runs (on, or auto where the step can be captured: a CUDA GPU,
-    the recipe's step holdable, no GradScaler, one process), and the one line that says why it
-    does not where `on` asked for it (auto says nothing)."""
+    the recipe's step holdable, no GradScaler, one process, no compile mode that records CUDA
+    graphs of its own), and the one line that says why it does not where `on` asked for it (auto
+    says nothing). `compile_mode`: tricks.compile as it runs (`compile_for_device`)."""
     wanted = recipe.tricks.cuda_graph
     if wanted == "off":
         return False, None
     why = None
     if device_type != "cuda":
         why = f"CUDA graphs need a CUDA GPU (this run: {device_type})"
+    elif compile_mode in ("reduce-overhead", "max-autotune"):
+        why = f"tricks.compile={compile_mode} records CUDA graphs of its own"
     elif policy.grad_scaling:
         why = f"{policy.name} scales the loss with a GradScaler, which the graph does not hold"
     elif wanted == "auto" and (cuda_graph_refusal(recipe) or distributed.world().world_size > 1):
