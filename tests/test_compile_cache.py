@@ -15,22 +15,6 @@ from tricklab.training.api import train
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def eager_compile(monkeypatch):
-    """torch.compile with dynamo's eager backend (graphs captured, no Inductor codegen: fast); the
-    cache folder each compile saw in `seen`."""
-    real, seen = torch.compile, []
-
-    def compile_eagerly(model, mode=None, **kwargs):
-        seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        return real(model, backend="eager")
-
-    monkeypatch.setattr(torch, "compile", compile_eagerly)
-    torch._dynamo.reset()
-    counters.clear()
-    return seen
-
-
 @pytest.mark.parametrize(
     ("name", "changed"),
     [

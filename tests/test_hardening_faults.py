@@ -41,11 +41,12 @@ def points(root: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def sampled(count: int) -> list[tuple[int, str]]:
-    """The (N, mode) pairs to try for a command with `count` write points."""
+def sampled(count: int, picks: int = 4) -> list[tuple[int, str]]:
+    """The (N, mode) pairs to try for a command with `count` write points: `picks` of them spread
+    from the first to the last (3: first, middle, last)."""
     if SWEEP_ALL:
         return [(n, mode) for n in range(1, count + 1) for mode in MODES]
-    picks = sorted({1, max(1, count // 3), max(1, 2 * count // 3), count})
+    picks = sorted({max(1, round(1 + k * (count - 1) / (picks - 1))) for k in range(picks)})
     return [(n, MODES[i % len(MODES)]) for i, n in enumerate(picks)]
 
 
@@ -113,37 +114,43 @@ ABLATE = ["ablate", "--baseline", *TINY_SYNTHETIC, "run.epochs=1", "--vary", "op
 ABLATE += ["--seeds", "1", "--out", "exp", "--json", "-q"]
 SPEEDRUN = ["speedrun", *TINY_SYNTHETIC, "run.epochs=1", "--runs", "2", "--warmup-epochs", "0"]
 SPEEDRUN += ["--json", "--quiet"]
+SWEEP = ["sweep", "--baseline", *TINY_SYNTHETIC, "run.epochs=1", "--space", "space.yaml"]
+SWEEP += ["--sampler", "grid", "--seeds", "1", "--out", "exp", "--json", "-q"]
 
 
 def accuracies(done: subprocess.CompletedProcess) -> list:
     """The runs' accuracies of a command's --json summary (its last line), in order."""
     summary = json.loads(done.stdout.splitlines()[-1])
-    if summary.get("kind") == "ablation":  # every configuration's runs done, none twice
+    if summary.get("kind") in ("ablation", "sweep"):  # every configuration's runs, none twice
         return [(c["config_id"], c["n"], c["accuracy_mean"]) for c in summary["stats"]]
     return [(summary["n"], summary["accuracy_mean"], summary["accuracy_min"])]
 
 
-@pytest.mark.parametrize("command", ["ablate", "speedrun"])
-def test_ablate_and_speedrun_survive_a_sampled_fault_and_rerun_to_the_same_results(
+@pytest.mark.parametrize("command", ["ablate", "sweep", "speedrun"])
+def test_studies_and_speedrun_survive_a_sampled_fault_and_rerun_to_the_same_results(
     tmp_path, command
 ):
-    """ablate reruns into its study (resumes: the run in flight is run again, none twice);
-    speedrun, whose folder holds a finished speedrun only at its end, reruns into a new one."""
-    args = ABLATE if command == "ablate" else [*SPEEDRUN, "--out", "sr"]
+    """ablate and sweep rerun into their study (resume: the run in flight is run again, none
+    twice); speedrun, whose folder holds a finished speedrun only at its end, reruns into a new
+    one. Three points each (first, middle, last): each try is two processes of several runs."""
+    args = {"ablate": ABLATE, "sweep": SWEEP, "speedrun": [*SPEEDRUN, "--out", "sr"]}[command]
+    space = "optim.lr: [0.05, 0.1]\n"  # the sweep's grid: two points
     clean_root = tmp_path / "clean"
     clean_root.mkdir()
+    (clean_root / "space.yaml").write_text(space)
     clean = faulted(clean_root, 0, "count", *args)
     assert clean.returncode == 0, clean.stderr
     count = len(points(clean_root))
-    for n, mode in sampled(count):
+    for n, mode in sampled(count, picks=3):
         root = tmp_path / f"{n}-{mode}"
         root.mkdir()
+        (root / "space.yaml").write_text(space)
         done = faulted(root, n, mode, *args)
         context = f"{command}: fault {mode} at point {n} ({points(root)[n - 1 : n]}): "
         assert_promised_outcome(done, context)
         for folder in (root / "exp", root / "sr"):
             assert_whole(folder) if folder.exists() else None
-        rerun_args = args if command == "ablate" else [*SPEEDRUN, "--out", "sr-again"]
+        rerun_args = args if command != "speedrun" else [*SPEEDRUN, "--out", "sr-again"]
         rerun = faulted(root, 0, "count", *rerun_args)
         assert rerun.returncode == 0, context + rerun.stderr
         assert accuracies(rerun) == accuracies(clean), context
