@@ -116,7 +116,10 @@ def stop_mid_run(worker, log_path, out_dir, after_complete, spec=None):
             running = [t for t in trials if _running_here(t, worker.pid)]
             if len(complete) >= after_complete and running:
                 os.kill(worker.pid, signal.SIGSTOP)
-                still = [t for t in study.get_trials() if _running_here(t, worker.pid)]
+                try:
+                    still = [t for t in study.get_trials() if _running_here(t, worker.pid)]
+                except optuna.exceptions.StorageInternalError:
+                    still = []  # stopped inside a write, SQLite's lock held: let it finish it
                 if still:
                     return still[0]
                 os.kill(worker.pid, signal.SIGCONT)  # it finished meanwhile: catch the next
