@@ -124,28 +124,39 @@ def tricklab_run(recipe, seed: int) -> dict:
     }
 
 
-def airbench94_contender():
-    import airbench
-    from airbench import utils
-
+def peer_run(module, time_key: str, train_one, quiet: bool):
+    """A peer's one-run function: `train_one(seed)` with the peer's final printed row (its
+    `print_training_details`, replaced on `module`) read for accuracy and record seconds."""
     captured: dict = {}
-    original = utils.print_training_details
+    original = module.print_training_details
 
     def capture(variables, is_final_entry):
         if is_final_entry:
             captured["accuracy"] = float(variables["tta_val_acc"])
-            captured["record_seconds"] = float(variables["total_time_seconds"])
-        with contextlib.redirect_stdout(io.StringIO()):
-            return original(variables, is_final_entry)
+            captured["record_seconds"] = float(variables[time_key])
+        if quiet:
+            with contextlib.redirect_stdout(io.StringIO()):
+                return original(variables, is_final_entry)
+        return None
 
-    utils.print_training_details = capture
+    module.print_training_details = capture
 
     def run(seed: int) -> dict:
         captured.clear()
         torch.cuda.reset_peak_memory_stats()
-        airbench.train94(run=seed, verbose=True)
+        train_one(seed)
         return {**captured, "peak_memory_bytes": torch.cuda.max_memory_allocated()}
 
+    return run
+
+
+def airbench94_contender():
+    import airbench
+    from airbench import utils
+
+    run = peer_run(
+        utils, "total_time_seconds", lambda seed: airbench.train94(run=seed, verbose=True), True
+    )
     with contextlib.redirect_stdout(io.StringIO()):
         airbench.warmup94()
     return run
@@ -154,30 +165,14 @@ def airbench94_contender():
 def muon_contender(session_section: dict):
     """airbench94_muon.py as published: its model compiled as its __main__ does, warmed up once."""
     module = importlib.import_module("airbench94_muon")
-    captured: dict = {}
-    original = module.print_training_details
-
-    def capture(variables, is_final_entry):
-        if is_final_entry:
-            captured["accuracy"] = float(variables["tta_val_acc"])
-            captured["record_seconds"] = float(variables["time_seconds"])
-
-    module.print_training_details = capture
     model = module.CifarNet().cuda().to(memory_format=torch.channels_last)
+    run = peer_run(module, "time_seconds", lambda seed: module.main(seed, model), False)
     model.compile(mode="max-autotune")
     start = time.perf_counter()
     module.main("warmup", model)
     torch.cuda.synchronize()
     session_section["airbench94_muon_compile_and_warmup_seconds"] = time.perf_counter() - start
     log(f"airbench94_muon compiled and warmed up in {time.perf_counter() - start:.1f} s")
-    del original
-
-    def run(seed: int) -> dict:
-        captured.clear()
-        torch.cuda.reset_peak_memory_stats()
-        module.main(seed, model)
-        return {**captured, "peak_memory_bytes": torch.cuda.max_memory_allocated()}
-
     return run
 
 
