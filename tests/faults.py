@@ -11,6 +11,8 @@ write (RDB and journal). MODE says what happens at the N-th:
   sigint, sigterm       the signal is delivered there (Ctrl-C, a scheduler's stop)
   count                 nothing fails (N is ignored)
 Every point reached is logged, numbered, to ROOT/.fault-log: its last number is how many there are.
+With FAULTS_PRELUDE=FILE in the environment, FILE (Python) runs first: a test's own setting, such as
+the demo's plan shrunk to seconds (tests/tiny_demo.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import builtins
 import errno
 import io
 import os
+import runpy
 import signal
 import sys
 from pathlib import Path
@@ -121,6 +124,8 @@ def _storage_writes(injector: Injector) -> None:
 def main() -> None:
     target, mode, root = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     assert sys.argv[4] == "--"
+    if os.environ.get("FAULTS_PRELUDE"):
+        runpy.run_path(os.environ["FAULTS_PRELUDE"], run_name="__main__")
     injector = Injector(target, mode, root)
     install(injector)
     sys.argv = ["tricklab", *sys.argv[5:]]

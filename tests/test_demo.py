@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import io
 import json
@@ -11,25 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
+from tiny_demo import tiny_plan
 
 import tricklab.cli.demo as demo_cli
 from tricklab import demo
 from tricklab.cli.main import main
 from tricklab.recipe.schema import load_recipe
-
-DEFAULT_PLAN = demo.DemoPlan()
-
-
-def tiny_plan(cache_dir) -> demo.DemoPlan:
-    """The demo's plan (same baseline, same tricks) on a budget of seconds."""
-    return dataclasses.replace(
-        DEFAULT_PLAN,
-        epochs=1.0,
-        train_size=600,
-        test_size=200,
-        cpu_widths=(8, 16, 16),
-        cache_dir=str(cache_dir),
-    )
 
 
 def test_default_plan_is_scaled_speedrun94_on_the_sample_with_a_fixed_budget():

@@ -184,3 +184,46 @@ def test_report_survives_a_fault_at_every_sampled_write_and_reruns(tmp_path, run
         rerun = faulted(root, 0, "count", "report", str(run_folder), "--out", "r")
         assert rerun.returncode == 0, context + rerun.stderr
         assert (root / "r" / "report.md").read_text().count("\n") > 5
+
+
+# ---------------------------------------------------------------- demo
+
+DEMO = ["demo", "--out", "d", "--seeds", "1", "--json", "--quiet"]
+
+
+def demo_accuracies(done: subprocess.CompletedProcess) -> list:
+    """Each configuration's runs and mean accuracy of a demo's --json result."""
+    stats = json.loads(done.stdout.splitlines()[-1])["study"]["stats"]
+    return [(s["config_id"], s["n"], s["accuracy_mean"]) for s in stats]
+
+
+def test_demo_survives_a_sampled_fault_and_reruns_on_its_folder_to_the_same_results(
+    tmp_path, tricklab_cache_dir, monkeypatch
+):
+    """The demo's plan shrunk to seconds (tests/tiny_demo.py), its decode cache shared outside
+    the faulted folder. A demo stopped anywhere resumes on the same --out: each configuration
+    trained once in all, the same accuracies, the report whole; a folder whose report was whole
+    before the fault is refused by the rerun, as promised, and is left as it was."""
+    monkeypatch.setenv("FAULTS_PRELUDE", str(Path(__file__).with_name("tiny_demo.py")))
+    monkeypatch.setenv("TRICKLAB_CACHE", str(tricklab_cache_dir))
+    clean_root = tmp_path / "clean"
+    clean_root.mkdir()
+    clean = faulted(clean_root, 0, "count", *DEMO)
+    assert clean.returncode == 0, clean.stderr
+    count = len(points(clean_root))
+    for n, mode in sampled(count, picks=3):
+        root = tmp_path / f"{n}-{mode}"
+        root.mkdir()
+        done = faulted(root, n, mode, *DEMO)
+        context = f"demo: fault {mode} at point {n} ({points(root)[n - 1 : n]}): "
+        assert_promised_outcome(done, context)
+        folder = root / "d"
+        assert_whole(folder) if folder.exists() else None
+        if (folder / "report.md").exists():  # whole before the fault: the rerun refuses it
+            again = faulted(root, 0, "count", *DEMO)
+            assert again.returncode == 2 and "already holds a report" in again.stderr, context
+            continue
+        rerun = faulted(root, 0, "count", *DEMO)
+        assert rerun.returncode == 0, context + rerun.stderr
+        assert demo_accuracies(rerun) == demo_accuracies(clean), context
+        assert (folder / "report.md").read_text().count("\n") > 5, context

@@ -73,6 +73,60 @@ def test_a_report_killed_before_it_moved_in_leaves_no_work_folder_to_the_next(tm
     assert not left.exists()
 
 
+def test_a_report_killed_while_moving_its_files_in_is_replaced_by_the_next(tmp_path, capsys):
+    """Into a folder that exists (the demo's) the files move one by one, report.md last, with a
+    mark there until it is in: the files a killed report left are the next report's to replace."""
+    from tricklab.report.build import MOVING
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps(RESULT))
+    out = tmp_path / "demo"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "stale.png").write_bytes(b"half")
+    (out / "report.html").write_text("half")
+    (out / MOVING).touch()
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    assert (out / "report.md").is_file() and not (out / MOVING).exists()
+    assert (
+        not (out / "figures" / "stale.png").exists() and "half" != (out / "report.html").read_text()
+    )
+    capsys.readouterr()
+    # Without the mark, the same files are someone's and are refused.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "report.html").write_text("mine")
+    assert main(["report", str(run), "--out", str(other)]) == 2
+    assert "already holds a report" in one_error_line(capsys)
+
+
+def test_a_report_whose_move_fails_on_a_full_disk_takes_its_files_back(
+    tmp_path, monkeypatch, capsys
+):
+    import errno
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps(RESULT))
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "keep.txt").write_text("the user's")
+    real = os.rename
+
+    def rename(src, dst, *args, **kwargs):
+        if str(dst).endswith("report.md"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    assert main(["report", str(run), "--out", str(out)]) == 2
+    one_error_line(capsys)
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    monkeypatch.setattr(os, "rename", real)
+    assert main(["report", str(run), "--out", str(out)]) == 0
+
+
 def test_an_error_naming_a_file_with_a_newline_is_still_one_line(capsys):
     """A file name can hold a newline: printed raw it would forge a second `error:` line."""
     from tricklab.cli.common import print_error

@@ -155,17 +155,20 @@ def config_stats(
     """The results table from run records (see `collect_runs`).
 
     The reference is `reference` if given, else `baseline` when present, else the configuration
-    with the best mean accuracy. `order`: "appearance" (reference first, then as first run) or
+    with the best mean accuracy. `order`: "appearance" (reference first, then in the plan's order,
+    then as first run; the same rows in the same order however the runs were ordered) or
     "accuracy" (reference first, then best mean accuracy first). `planned`: {config id: runs}
     of the study's plan; a planned configuration with no run yet gets a row of its own (n=0).
     """
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {cid: [] for cid in planned or {}}
     for record in records:
         groups.setdefault(record["config_id"], []).append(record)
-    rows = {cid: _describe(cid, recs, target, confidence) for cid, recs in groups.items()}
+    rows = {
+        cid: _describe(cid, recs, target, confidence) if recs else ConfigStats(cid, [])
+        for cid, recs in groups.items()
+    }
     for cid, runs in (planned or {}).items():
-        rows.setdefault(cid, ConfigStats(config_id=cid, overrides=[])).planned = runs
-        groups.setdefault(cid, [])
+        rows[cid].planned = runs
     if not rows:
         return []
     if reference is None:

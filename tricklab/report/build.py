@@ -22,6 +22,7 @@ from tricklab.core.paths import claim_folder, first_missing, remove_empty_dirs
 from tricklab.report.collect import Source, load_sources
 
 OUTPUTS = ("report.md", "report.html", "figures")
+MOVING = ".tricklab-report-moving"  # in out_dir while a report's files are moved in, one by one
 WORK_MARK = ".tricklab-report-"  # in the name of the hidden folder a report is made in
 ABANDONED_SECONDS = 60
 REPORTS_ROOT = Path("reports")
@@ -47,7 +48,7 @@ def check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise TrickLabError(f"--out {out_dir} is a file; give a folder")
     taken = [name for name in OUTPUTS if (out_dir / name).exists()]
-    if taken:
+    if taken and (taken[0] == "report.md" or not (out_dir / MOVING).exists()):
         raise TrickLabError(
             f"--out {out_dir} already holds a report ({', '.join(taken)}); give another folder"
         )
@@ -158,7 +159,9 @@ def render_report(
 
 def _move_into(work: Path, out_dir: Path) -> None:
     """The finished files into `out_dir`: one rename when it does not exist, else file by file with
-    report.md last (a report.md there means the report is whole), under the folder's claim. A
+    report.md last (a report.md there means the report is whole), under the folder's claim and
+    with the MOVING mark there until report.md is in. A move that fails is taken back; the files of
+    one that was killed (the mark is there, report.md is not) are the next report's to replace. A
     report that another one finished there meanwhile is one TrickLabError line."""
     work.chmod(0o755)  # mkdtemp makes it private; the report is a plain folder
     taken = TrickLabError(
@@ -174,15 +177,43 @@ def _move_into(work: Path, out_dir: Path) -> None:
     claim = claim_folder(out_dir)
     if claim is None:
         raise taken
+    mark = out_dir / MOVING
     try:
+        if (out_dir / "report.md").exists():
+            raise taken
+        if mark.exists():  # a killed report's files: this claim proves it is gone
+            _remove(out_dir, ("figures", "report.html"))
+            mark.unlink()
         if any((out_dir / name).exists() for name in OUTPUTS):
             raise taken
-        for name in ("figures", "report.html", "report.md"):
-            if (work / name).exists():
-                os.rename(work / name, out_dir / name)
+        mark.touch(exist_ok=False)
+        moved: list[str] = []
+        try:
+            for name in ("figures", "report.html", "report.md"):
+                if (work / name).exists():
+                    os.rename(work / name, out_dir / name)
+                    moved.append(name)
+        except BaseException:
+            _remove(out_dir, moved)
+            if not any((out_dir / name).exists() for name in moved):
+                with contextlib.suppress(OSError):
+                    mark.unlink()
+            raise
+        with contextlib.suppress(OSError):
+            mark.unlink()  # report.md is there: the report is whole with or without the mark
     finally:
         claim.release()
     work.rmdir()
+
+
+def _remove(folder: Path, names: Sequence[str]) -> None:
+    for name in names:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _remove_abandoned(folder: Path) -> None:
