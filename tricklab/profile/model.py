@@ -33,6 +33,7 @@ from tricklab.measure.timing import Contender, calls_per_sample, interleave, sum
 from tricklab.models import build_model, get_model_info
 from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
 from tricklab.training import precision as precision_lib
+from tricklab.training.backend import compiled
 from tricklab.training.model_memory import check_batches_fit, check_model_fits
 from tricklab.training.resolve import compile_for_device
 
@@ -177,7 +178,7 @@ class _Setup:
         if combo.channels_last:
             precision_lib.apply_channels_last(self.model)
         self.forward = (
-            self.model if combo.compile == "off" else torch.compile(self.model, mode=combo.compile)
+            self.model if combo.compile == "off" else compiled(self.model, combo.compile, device)
         )
         generator = torch.Generator().manual_seed(0)
         self.images = (

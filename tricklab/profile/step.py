@@ -175,10 +175,11 @@ class StepBench:
         seconds its compilation took (0 uncompiled)."""
         self.bare = copy.deepcopy(self.parts.model)
         self.replaced = strip_batchnorm_and_activations(self.bare)
+        from tricklab.training.backend import compiled
         from tricklab.training.resolve import compile_for_device
 
         mode = compile_for_device(self.recipe.tricks.compile, self.device.type)
-        self.bare_forward = self.bare if mode == "off" else torch.compile(self.bare, mode=mode)
+        self.bare_forward = self.bare if mode == "off" else compiled(self.bare, mode, self.device)
         if mode == "off":
             return 0.0
         synchronize(self.device)

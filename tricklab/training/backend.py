@@ -29,9 +29,10 @@ def backend_settings(matmul_precision: str, cudnn_benchmark: bool) -> Iterator[N
         torch.backends.cudnn.benchmark = saved[1]
 
 
-def compiled(model: nn.Module, mode: str, device: torch.device) -> Callable:
-    """torch.compile(model, mode=mode). A CPU run needs no CUDA toolkit: on a CPU, the module
-    that looks for one is imported first with its notice quiet (its answer is never used)."""
+def compiled(model: nn.Module | Callable, mode: str, device: torch.device) -> Callable:
+    """torch.compile(model, mode=mode), the one door to it. A CPU run needs no CUDA toolkit: on a
+    CPU, the module that looks for one is imported first with its notice quiet (its answer is
+    never used)."""
     if device.type == "cpu":
         notices = logging.getLogger(CUDA_TOOLKIT_MODULE)
         level = notices.level

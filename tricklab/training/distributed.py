@@ -26,6 +26,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from tricklab.core.errors import TrickLabError
+from tricklab.training.backend import compiled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +167,7 @@ def data_parallel(parts, sync_batchnorm: bool, compile_mode: str):
         device_ids=[device.index] if device.type == "cuda" else None,
         find_unused_parameters=freezes,
     )
-    forward = ddp if compile_mode == "off" else torch.compile(ddp, mode=compile_mode)
+    forward = ddp if compile_mode == "off" else compiled(ddp, compile_mode, device)
     return dataclasses.replace(parts, forward=forward, no_sync=ddp.no_sync)
 
 

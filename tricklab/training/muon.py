@@ -17,7 +17,7 @@ reference backend: tests check that both take the same steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +35,11 @@ NS_EPS = 1e-7
 @dataclass(frozen=True)
 class NewtonSchulz:
     """How Muon orthogonalises a filter's update: `steps` iterations of `newton_schulz`, run
-    through torch.compile when `compiled` (as airbench94_muon compiles it)."""
+    through `compile` (a function that compiles a function, e.g. torch.compile, as airbench94_muon
+    compiles it) unless it is None."""
 
     steps: int = NS_STEPS
-    compiled: bool = False
+    compile: Callable[[Callable], Callable] | None = None
 
 
 def has_torch_muon() -> bool:
@@ -152,7 +153,7 @@ class MuonSGD(torch.optim.Optimizer):
         self.normalize_filters = normalize_filters
         # airbench94_muon compiles its Newton–Schulz function with torch.compile's defaults.
         self.newton_schulz = (
-            torch.compile(newton_schulz) if orthogonalize.compiled else newton_schulz
+            orthogonalize.compile(newton_schulz) if orthogonalize.compile else newton_schulz
         )
         self._sgd = self._build_sgd(lr, momentum, nesterov)
         self._torch_muon: torch.optim.Optimizer | None = None

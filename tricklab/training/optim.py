@@ -4,13 +4,16 @@ Every optimizer's groups are built here, Muon's too: `muon.py` holds only the op
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.schema import OptimConfig
+from tricklab.training.backend import compiled
 from tricklab.training.muon import MuonSGD, NewtonSchulz
 
 
@@ -135,7 +138,7 @@ def build_optimizer(
             lr=lr / loss_scale,
             momentum=cfg.momentum,
             nesterov=cfg.nesterov,
-            orthogonalize=NewtonSchulz(cfg.muon_ns_steps, compiled=compile_mode != "off"),
+            orthogonalize=NewtonSchulz(cfg.muon_ns_steps, compile=_compiler(compile_mode, model)),
         )
     groups = _rescaled(param_groups(model, cfg, lr), loss_scale)
     lr = lr / loss_scale
@@ -172,3 +175,12 @@ def _rescaled(groups: list[dict], loss_scale: float) -> list[dict]:
             group["lr"] /= loss_scale
             group["weight_decay"] *= loss_scale
     return groups
+
+
+def _compiler(mode: str, model: nn.Module) -> Callable[[Callable], Callable] | None:
+    """Muon's Newton–Schulz compiled with torch.compile's defaults (as airbench94_muon compiles
+    it) when the recipe compiles, through the one door (backend.compiled); None when it does not."""
+    if mode == "off":
+        return None
+    device = next(model.parameters()).device
+    return functools.partial(compiled, mode="default", device=device)
