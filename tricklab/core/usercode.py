@@ -93,13 +93,36 @@ def user_code(what: str) -> Iterator[None]:
         ) from None
     except SystemExit as exc:
         said = _first_line(printed.getvalue())
+        advice = (
+            "; is it a training script? Name a module that only defines the factory (or guard "
+            "the script's code with `if __name__ == '__main__':`)"
+            if "importing" in what
+            else "; a model's code should raise an exception instead"
+        )
         raise TrickLabError(
             f"{what} called sys.exit({exc.code!r})"
             + (f" after printing {said!r}" if said else "")
-            + "; is it a training script? Name a module that only defines the factory (or guard "
-            "the script's code with `if __name__ == '__main__':`)"
+            + advice
         ) from None
     except KeyboardInterrupt:
         if not _ctrl_c_is_ours():
             raise  # a Ctrl-C, as far as can be told
         raise TrickLabError(f"{what} raised KeyboardInterrupt itself") from None
+    except Exception:
+        raise  # the caller's to word (an error of the code, a user mistake, out of memory)
+    except BaseException as exc:  # GeneratorExit and other exits that are not errors
+        raise TrickLabError(
+            f"{what} raised {type(exc).__name__}: {_first_line(str(exc))}"
+        ) from None
+
+
+def raised_by_code(exc: BaseException) -> str | None:
+    """Why `exc`, met inside a run, came from the code that ran (a model's forward calling
+    sys.exit, raising KeyboardInterrupt itself) rather than from the user; None for a Ctrl-C or
+    SIGTERM (tricklab's handler raises Interrupted) and for anything else."""
+    if isinstance(exc, SystemExit):
+        return f"the run's code called sys.exit({exc.code!r}) (the model's?)"
+    if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+        if _ctrl_c_is_ours():
+            return "the run's code raised KeyboardInterrupt itself (the model's?), not a Ctrl-C"
+    return None

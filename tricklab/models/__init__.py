@@ -157,6 +157,12 @@ def list_models() -> list[ModelInfo]:
     return list(MODELS.values())
 
 
+def is_own_model(name: str) -> bool:
+    """Whether `name` is a user's `package.module:factory` (its code runs behind core/usercode's
+    wall), not a registered model or timm's."""
+    return ":" in name and not name.startswith(TIMM_PREFIX)
+
+
 def get_model_info(name: str) -> ModelInfo:
     """The entry for `name`: registered, `package.module:factory` (imported now) or `timm:NAME`.
 

@@ -33,6 +33,7 @@ from tricklab.core.progress import current as current_progress
 from tricklab.core.safeio import read_json
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
+from tricklab.core.usercode import raised_by_code
 from tricklab.core.version import __version__
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.provenance import finish_record, start_record
@@ -312,7 +313,11 @@ class RunInterrupted(Interrupted):
 def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, str]:
     """How a run that raised `exc` ended, as (status, error): `interrupted` for Ctrl-C, SIGTERM or
     an exit, and for any error once a stop was requested (a library may turn the KeyboardInterrupt
-    into an error of its own); `oom` for out of memory; `failed` for anything else."""
+    into an error of its own); `oom` for out of memory; `failed` for anything else, a sys.exit or
+    a KeyboardInterrupt raised by the run's code (not by the user) too."""
+    if stop is None or not stop.requested:
+        if why := raised_by_code(exc):
+            return Status.FAILED, why
     if is_interrupt(exc) or (stop is not None and stop.requested):
         return Status.INTERRUPTED, INTERRUPTED_ERROR
     if oom := out_of_memory_error(exc):

@@ -10,7 +10,10 @@ line:
 - a step size or weight decay that the parameters' dtype cannot hold (PyTorch converts them to it
   and stops with "value cannot be converted ... without overflow");
 - on the CPU, a batch whose activations alone are more than the memory left, which would get the
-  process killed by the kernel (no traceback, no line, a half-written run folder).
+  process killed by the kernel (no traceback, no line, a half-written run folder);
+- a user's own model (`check_own_model`) with no trainable parameter, or whose forward does not
+  give one score per class for each image (a tuple, a dict, the wrong number of classes), which
+  would fail at the loss of the first step.
 """
 
 from __future__ import annotations
@@ -202,3 +205,26 @@ def check_activations_fit(
         available_memory_bytes(),
         ("loader.batch_size (or optim.accumulate_steps)", "loader.eval_batch_size"),
     )
+
+
+def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[int, ...]) -> None:
+    """A user's model must have a trainable parameter and map a batch of `shape` (zeros, in eval
+    mode, no grad: no statistic or random number is used) to (batch, num_classes) scores."""
+    if not any(p.requires_grad for p in model.parameters()):
+        raise TrickLabError(f"model.name={name}: the model has no trainable parameter")
+    reference = next(p for p in model.parameters() if p.requires_grad)
+    modes = {module: module.training for module in model.modules()}
+    try:
+        model.eval()
+        with torch.no_grad():
+            out = model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
+    finally:
+        for module, training in modes.items():
+            module.training = training
+    want = (shape[0], num_classes)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise TrickLabError(
+            f"model.name={name}: its forward gives {got} for a batch of {shape[0]} images; a "
+            f"classifier of this data must give a tensor of shape {want} (one score per class)"
+        )

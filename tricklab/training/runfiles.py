@@ -72,7 +72,8 @@ def make_run_dir(out: Path) -> FolderClaim:
             f"run directory {out} is being written by another run ({claim_holder(out)}); "
             "give another one"
         )
-    previous = [name for name in RUN_FILES if (out / name).exists()]
+    # a logger's output there (metrics.csv, tensorboard/) is a run's too: appended to, it would mix
+    previous = [name for name in (*RUN_FILES, *LOGGER_OUTPUTS.values()) if (out / name).exists()]
     killed = abandoned and not (out / "result.json").exists()
     if previous and (killed or ended_unfinished(out)):
         _clear_killed_run(out)  # a run killed, failed or interrupted: the same command runs again

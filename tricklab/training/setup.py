@@ -8,6 +8,7 @@ those arguments: a recipe that changes any input gets its own part."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -22,6 +23,7 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
+from tricklab.core.usercode import user_code
 from tricklab.data.augment import channel_stats, normalize
 from tricklab.data.loaders import (
     AugmentSpec,
@@ -32,7 +34,7 @@ from tricklab.data.loaders import (
 )
 from tricklab.data.sources import Dataset, Sampling, load_dataset
 from tricklab.measure.flops import count_forward_macs, count_params
-from tricklab.models import build_model, set_batchnorm_momentum
+from tricklab.models import build_model, is_own_model, set_batchnorm_momentum
 from tricklab.recipe.schema import (
     AugConfig,
     DataConfig,
@@ -52,7 +54,7 @@ from tricklab.training.loss import training_loss
 from tricklab.training.model_memory import check_model_fits
 from tricklab.training.optim import build_optimizer
 from tricklab.training.precision import PrecisionPolicy, apply_channels_last
-from tricklab.training.preflight import check_run
+from tricklab.training.preflight import check_own_model, check_run
 from tricklab.training.resolve import for_device
 from tricklab.training.schedule import build_scheduler
 
@@ -329,14 +331,20 @@ def build_run_model(
         widths=m.widths,
         pretrained=m.pretrained,
     ).to(device)
-    info = {"params": count_params(model), "forward_macs": count_forward_macs(model, (1, c, h, w))}
+    own = is_own_model(m.name)  # a user's code: its forward and init behind the wall
+    with _wall(own, f"model.name={m.name}: its forward"):
+        macs = count_forward_macs(model, (1, c, h, w))
+        if own:
+            check_own_model(model, m.name, dataset.num_classes, (2, c, h, w))
+    info = {"params": count_params(model), "forward_macs": macs}
     init = getattr(model, "init_from_data", None)
     info["whiten_seconds"] = 0.0
     if init is not None:  # timed as airbench times it: normalizing the sample and the fit
         sample = init_sample(dataset.train.images, inputs.seed).to(device)
         synchronize(device)
         start = time.perf_counter()
-        init(normalize(sample, mean, std))
+        with _wall(own, f"model.name={m.name}: its init_from_data"):
+            init(normalize(sample, mean, std))
         synchronize(device)
         info["whiten_seconds"] = time.perf_counter() - start
     if m.bn_momentum is not None:
@@ -345,6 +353,10 @@ def build_run_model(
     if inputs.channels_last:
         apply_channels_last(model)
     return model, info
+
+
+def _wall(own: bool, what: str) -> contextlib.AbstractContextManager:
+    return user_code(what) if own else contextlib.nullcontext()
 
 
 def check_setup(recipes: Iterable[Recipe]) -> None:

@@ -1,0 +1,164 @@
+"""A user's model behind the wall, from its factory to its forward (issue 29): what its code does
+to the process (sys.exit, KeyboardInterrupt, other exits) and what would fail at the first step (no
+parameter, the wrong output) is one line and exit 2 before the run, with nothing left; an exit
+the code makes later, mid-run, is a failed run, never taken for a Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from tiny_recipe import TINY_SYNTHETIC
+
+from tricklab.cli.main import main
+
+TINY = [*(o for o in TINY_SYNTHETIC if not o.startswith("model.")), "run.epochs=1"]
+
+MODULE = """
+import sys
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes, outs=None):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, outs or num_classes)
+        self.calls = 0
+
+    def forward(self, x):
+        return self.head(self.conv(x).relu().mean(dim=(2, 3)))
+
+
+class ExitInForward(Net):
+    def forward(self, x):
+        sys.exit(5)
+
+
+class InterruptInForward(Net):
+    def forward(self, x):
+        raise KeyboardInterrupt
+
+
+class ExitInInit(Net):
+    def init_from_data(self, images):
+        sys.exit(9)
+
+
+class ExitLater(Net):
+    def forward(self, x):
+        self.calls += 1
+        if self.training and self.calls > 4:  # the checks' forwards pass, a training step exits
+            sys.exit(3)
+        return super().forward(x)
+
+
+class NoParameters(nn.Module):
+    def forward(self, x):
+        return x.mean(dim=(2, 3)).repeat(1, 4)[:, :10]
+
+
+def exit_in_forward(num_classes):
+    return ExitInForward(num_classes)
+
+
+def interrupt_in_forward(num_classes):
+    return InterruptInForward(num_classes)
+
+
+def exit_in_init(num_classes):
+    return ExitInInit(num_classes)
+
+
+def exit_later(num_classes):
+    return ExitLater(num_classes)
+
+
+def three_outputs(num_classes):
+    return Net(num_classes, outs=3)
+
+
+def a_tuple(num_classes):
+    net = Net(num_classes)
+    forward = net.forward
+    net.forward = lambda x: (forward(x), x)
+    return net
+
+
+def no_parameters(num_classes):
+    return NoParameters()
+
+
+def raises_generator_exit(num_classes):
+    raise GeneratorExit("from a generator")
+"""
+
+
+@pytest.fixture
+def walled(tmp_path, monkeypatch):
+    (tmp_path / "walledmodels.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "walledmodels"
+    sys.modules.pop("walledmodels", None)
+
+
+@pytest.mark.parametrize(
+    ("factory", "says"),
+    [
+        ("exit_in_forward", "its forward called sys.exit(5)"),
+        ("interrupt_in_forward", "its forward raised KeyboardInterrupt itself"),
+        ("exit_in_init", "its init_from_data called sys.exit(9)"),
+        ("three_outputs", "its forward gives (2, 3) for a batch of 2 images"),
+        ("a_tuple", "its forward gives tuple"),
+        ("no_parameters", "the model has no trainable parameter"),
+        ("raises_generator_exit", "its factory raised GeneratorExit: from a generator"),
+    ],
+)
+def test_what_the_models_code_does_is_one_line_before_the_run(
+    walled, tmp_path, capsys, factory, says
+):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, f"model.name={walled}:{factory}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+    assert not out.exists()
+
+
+def test_an_ablation_checks_the_models_forward_behind_the_wall_before_its_first_run(
+    walled, tmp_path, capsys
+):
+    args = ["ablate", "--baseline", *TINY, f"model.name={walled}:exit_in_forward"]
+    args += ["--vary", "tricks.label_smoothing=0.1", "--out", str(tmp_path / "exp"), "-q"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "sys.exit(5)" in err, err
+    assert not (tmp_path / "exp").exists()
+
+
+def test_an_exit_the_models_code_makes_mid_run_is_a_failed_run_not_a_ctrl_c(
+    walled, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    code = main(["train", *TINY, f"model.name={walled}:exit_later", "--out", str(out)])
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed" and "sys.exit(3)" in result["error"], result["error"]
+    assert code == 1  # a failed run, as any error of the model's code mid-run
+    # ...and the same command runs again into the folder (a failed run is replaced)
+    assert main(["train", *TINY, f"model.name={walled}:three_outputs", "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("what", ["a file", "a folder"])
+def test_a_loggers_file_already_in_the_run_folder_is_refused_before_the_run(tmp_path, capsys, what):
+    """metrics.csv appended to would hold two runs' rows under two headers."""
+    out = tmp_path / "run"
+    out.mkdir()
+    if what == "a file":
+        (out / "metrics.csv").write_text("JUNK,OLD\n1,2\n")
+    else:
+        (out / "metrics.csv").mkdir()
+    args = ["train", *TINY_SYNTHETIC, "run.epochs=1", "run.loggers=[jsonl,csv]", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "already holds a run (metrics.csv)" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv"]
