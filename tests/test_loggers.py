@@ -212,7 +212,9 @@ def test_any_exception_from_wandb_init_is_a_setup_error_naming_wandb(tmp_path, m
     assert not out.exists()
 
 
-def test_cli_a_file_in_the_way_of_the_tensorboard_folder_exits_2_and_writes_nothing(tmp_path, capsys):
+def test_cli_a_file_in_the_way_of_the_tensorboard_folder_exits_2_and_writes_nothing(
+    tmp_path, capsys
+):
     pytest.importorskip("tensorboard")
     out = tmp_path / "run"
     out.mkdir()
