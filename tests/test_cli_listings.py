@@ -70,3 +70,15 @@ def test_train_output_says_which_accuracy_has_tta_and_labels_the_final_lr(tmp_pa
     assert "val acc (no TTA)" in out and "val acc (TTA flip)" in out
     assert "final lr" in out
     assert "no TTA" in err and "end lr" in err  # the epoch table's columns
+
+
+def test_models_refuses_a_model_whose_weights_do_not_fit_before_building_it(monkeypatch, capsys):
+    """As train and profile model do: built for real, it would be killed by the kernel or fail
+    in the allocator with a traceback."""
+    from tricklab.training import model_memory
+
+    monkeypatch.setattr(model_memory, "device_memory_bytes", lambda device: 1 << 20)  # 1 MiB
+    assert main(["models", "resnet18", "model.width=0.25"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "does not fit in memory" in err, err
+    assert "0.7 M parameters" in err and "make the model narrower" in err

@@ -6,6 +6,7 @@ A user mistake (TrickLabError) becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import logging
@@ -148,6 +149,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from tricklab.measure.flops import count_forward_macs, count_params
     from tricklab.models import build_model, get_model_info, list_models
+    from tricklab.training.model_memory import check_weights_fit
 
     if not 1 <= args.num_classes <= MAX_CLASSES:
         raise TrickLabError(f"--num-classes must be in 1..{MAX_CLASSES}, got {args.num_classes}")
@@ -157,6 +159,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     rows = []
     # every registered model, or those named (package.module:factory and timm:NAME too)
     for info in [get_model_info(name) for name in names] or list_models():
+        named = dataclasses.replace(settings, model=dataclasses.replace(m, name=info.name))
+        check_weights_fit(named, args.num_classes, (3, side, side))
         model = build_model(
             info.name,
             num_classes=args.num_classes,

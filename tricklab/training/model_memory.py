@@ -93,6 +93,24 @@ def check_model_fits(
     )
 
 
+def check_weights_fit(recipe: Recipe, num_classes: int, image_shape: tuple[int, int, int]) -> None:
+    """TrickLabError, before anything is allocated, when the model's weights alone are more than
+    this process may allocate on the CPU (where `tricklab models` builds it to count it)."""
+    m = recipe.model
+    model = None if m.pretrained else meta_model(recipe, num_classes, image_shape)
+    if model is None:
+        return
+    tensors = [*model.parameters(), *model.buffers()]
+    params = sum(p.numel() for p in model.parameters())
+    check_fits(
+        f"{m.name} with model.widths={m.widths} and model.width={m.width}",
+        sum(t.numel() * t.element_size() for t in tensors),
+        device_memory_bytes(torch.device("cpu")),
+        what=f"the weights of its {params / 1e6:,.1f} M parameters",
+        advice="make the model narrower (model.width=, model.widths=)",
+    )
+
+
 def activation_bytes(
     recipe: Recipe, num_classes: int, image_shape: tuple[int, ...], dtype: torch.dtype
 ) -> Any:
