@@ -12,6 +12,7 @@ from typing import Any
 import tricklab.cli.report as report_cli
 from tricklab.cli.common import STORAGE_HELP, check_not_empty, quiet_optuna
 from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import shown
 
 
 def register(subparsers: Any) -> None:
@@ -80,22 +81,28 @@ def _print_runs(args: argparse.Namespace, output: str) -> int:
 
     check_study(args.study, args.storage, args.out)
     meta, runs = study_runs(args.study, args.storage, out_dir=args.out)
-    if output == "json":
+    if output == "json":  # names exactly: JSON writes their control characters as escapes
         print(json.dumps({**meta, "runs": runs}))
         return 0
     if output == "csv":
-        print(tables.to_csv(RUN_FIELDS, [[r[k] for k in RUN_FIELDS] for r in runs]), end="")
+        # Names through `shown` too: CSV quoting keeps a newline or an escape sequence as it is,
+        # for the terminal the rows are printed to; --format json gives them exactly.
+        cells = [[shown(r[k]) if isinstance(r[k], str) else r[k] for k in RUN_FIELDS] for r in runs]
+        print(tables.to_csv(RUN_FIELDS, cells), end="")
         return 0
     if not runs:
-        report_cli.output_console().print(f"study {args.study} has no runs yet", highlight=False)
+        report_cli.output_console().print(
+            f"study {shown(args.study)} has no runs yet", highlight=False
+        )
         return 0
+    # Configurations, studies and run folders are named from outside (the storage, the command).
     rows = [
-        [r["config_id"], str(r["seed"]), r["status"], pct(r["accuracy"]),
-         seconds(r["train_seconds"]), _shown_path(r["run_dir"])]
+        [shown(r["config_id"]), str(r["seed"]), r["status"], pct(r["accuracy"]),
+         seconds(r["train_seconds"]), shown(_shown_path(r["run_dir"]))]
         for r in runs
     ]  # fmt: skip
     header = ["config", "seed", "status", "acc %", "train s", "run folder"]
-    title = f"{meta['kind']} {meta['study']}: {len(runs)} runs"
+    title = shown(f"{meta['kind']} {meta['study']}: {len(runs)} runs")
     table = tables.TableData(title, header, rows, ["l", "r", "l", "r", "r", "l"])
     if output == "md":
         print(tables.to_markdown(table))
@@ -107,11 +114,11 @@ def _print_runs(args: argparse.Namespace, output: str) -> int:
     return 0
 
 
-def _shown_path(folder: str | None) -> str:
+def _shown_path(folder: object) -> str:
     """A run folder as a table shows it: relative to the current folder when inside it."""
     if folder is None:
         return "-"
-    path = Path(folder)
+    path = Path(str(folder))
     with contextlib.suppress(ValueError):
         return str(path.relative_to(Path.cwd()))
     return str(path)

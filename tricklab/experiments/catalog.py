@@ -41,10 +41,11 @@ def _studies_in(url: str) -> list[StudyInfo]:
     infos = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         start = summary.datetime_start
+        kind = summary.user_attrs.get("kind")  # tricklab writes text; other Optuna users anything
         infos.append(
             StudyInfo(
                 name=summary.study_name,
-                kind=summary.user_attrs.get("kind"),
+                kind=kind if isinstance(kind, str) else None,
                 trials=summary.n_trials,
                 started=start.strftime("%Y-%m-%d %H:%M") if start else None,
                 storage=shown_url(url),

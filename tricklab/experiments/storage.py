@@ -12,7 +12,9 @@ Messages, summaries and records show a URL's password as `***` (`shown_url`, url
 as given is used only to connect. In-memory SQLite (`sqlite://`) is refused: it would store
 nothing to resume. A journal file that exists must start with an Optuna journal record, so no
 other file is ever appended to; a last line a writer never finished is set aside before the next
-append (journal.py).
+append (journal.py). A reader opens only a whole Optuna database (every table Optuna would make,
+its version rows written), so Optuna writes nothing into it, and refuses a storage holding what
+Optuna takes without looking but tricklab cannot show (a study name that is no text).
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
@@ -27,11 +29,11 @@ module only opens stores and reads what they hold.
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +41,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import _check_depth, parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
 SCHEMA_RETRIES = 5
+VERSION_TABLES = ("version_info", "alembic_version")  # Optuna writes their row when it is missing
 
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
 
@@ -104,8 +108,9 @@ def _one_line(exc: BaseException) -> str:
 
 def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
     """An Optuna storage for a URL from `storage_url`. With `must_exist` (every reader: `results`,
-    `report`) it never creates a file or a table: a file or database without Optuna's tables (an
-    empty study.db) is one TrickLabError line, as Optuna would write its tables into it."""
+    `report`) it never creates a file or a table: a file or database without Optuna's whole
+    schema (an empty study.db, a table dropped) is one TrickLabError line, as Optuna would write
+    the rest into it; so is one holding what tricklab cannot show (`_check_contents`)."""
     if url.startswith("journal:"):
         path = Path(url[len("journal:") :])
         if must_exist and not path.is_file():
@@ -115,9 +120,12 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             raise _cannot_open(url, "it is a folder")
         _check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
-            return optuna.storages.JournalStorage(journal_backend(path))
+            storage = optuna.storages.JournalStorage(journal_backend(path))
         except Exception as exc:
             raise TrickLabError(f"cannot read journal {path}: {_one_line(exc)}") from None
+        if must_exist:  # held in memory: its trials are checked too
+            _check_contents(storage, f"journal {path}", trials=True)
+        return storage
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
@@ -125,15 +133,15 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
         _make_parent(path, url)
         _check_sqlite(path)
-        if must_exist and sqlite_tables(path) == []:
-            raise TrickLabError(f"{path} holds no study (it has no Optuna tables)")
+        if must_exist:
+            _check_sqlite_schema(path)
         # A heartbeat thread and readers share the file: wait for its lock rather than fail.
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-    elif must_exist and not has_optuna_tables(url):
-        raise TrickLabError(f"{shown_url(url)} holds no study (it has no Optuna tables)")
+    elif must_exist:
+        _check_whole_schema(shown_url(url), *_server_schema(url))
     for attempt in range(SCHEMA_RETRIES):
         try:
-            return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
+            storage = optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
         except ImportError as exc:
             raise _driver_missing(url, exc) from None
         except Exception as exc:  # SQLAlchemy raises many kinds for a bad URL or a lost server
@@ -142,7 +150,71 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             if attempt + 1 == SCHEMA_RETRIES or not racing:
                 raise _cannot_open(url, _one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
+            continue
+        if must_exist:  # its studies only: reading every trial here would double the queries
+            _check_contents(storage, shown_url(url), trials=False)
+        return storage
     raise AssertionError("unreachable")
+
+
+def _optuna_tables() -> list[str]:
+    """Every table Optuna's RDBStorage makes: its models' and alembic's revision table."""
+    from optuna.storages._rdb import models
+
+    return sorted([*models.BaseModel.metadata.tables, "alembic_version"])
+
+
+def _check_whole_schema(where: str, tables: list[str], rows: Callable[[str], int]) -> None:
+    """TrickLabError unless a database holding `tables` holds all of Optuna's, its version rows
+    written (`rows(table)` counts them): else Optuna, opening it, would write what is missing."""
+    if "studies" not in tables:
+        raise TrickLabError(f"{where} holds no study (it has no Optuna tables)")
+    missing = [table for table in _optuna_tables() if table not in tables]
+    if not missing:
+        missing = [f"row in {table}" for table in VERSION_TABLES if rows(table) == 0]
+    if missing:
+        raise TrickLabError(
+            f"{where} holds only part of an Optuna database (no {', '.join(missing)}), and a "
+            "reader adds nothing: give another --storage (a writer, ablate or sweep, adds it)"
+        )
+
+
+def _check_contents(storage: optuna.storages.BaseStorage, where: str, *, trials: bool) -> None:
+    """TrickLabError naming `where` for what Optuna stores without looking and tricklab cannot
+    show: a study name that is no text, attrs that are no mapping of names or nest deeper than
+    any JSON tricklab reads, and (`trials`) values and intermediate values that are no numbers."""
+    try:
+        problem = _contents_problem(storage, trials)
+    except Exception as exc:  # Optuna failing on what it stored
+        problem = _one_line(exc)
+    if problem is not None:
+        raise TrickLabError(f"{where} is not a storage tricklab can read: {shown(problem)}")
+
+
+def _contents_problem(storage: optuna.storages.BaseStorage, trials: bool) -> str | None:
+    for study in storage.get_all_studies():
+        if not isinstance(study.study_name, str):
+            return f"a study's name is {type(study.study_name).__name__}, not text"
+        held = [(f"study {study.study_name!r}", [study.user_attrs, study.system_attrs], None, {})]
+        for t in storage.get_all_trials(study._study_id, deepcopy=False) if trials else []:
+            where = f"study {study.study_name!r}, trial {t.number}"
+            held.append((where, [t.user_attrs, t.system_attrs], t.values, t.intermediate_values))
+        for where, attrs, values, steps in held:
+            if not all(isinstance(a, dict) and all(isinstance(k, str) for k in a) for a in attrs):
+                return f"{where}: its attrs are no mapping of names"
+            if values is not None and not (isinstance(values, list) and _numbers(values)):
+                return f"{where}: its values are no list of numbers"
+            if not (isinstance(steps, dict) and _numbers([*steps.values(), *steps])):
+                return f"{where}: its intermediate values are no numbers by step"
+            try:
+                _check_depth(attrs)
+            except ValueError as exc:
+                return f"{where}: an attr is {exc}"
+    return None
+
+
+def _numbers(items: list[Any]) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in items)
 
 
 def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
@@ -172,7 +244,9 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
         if path.exists():
             if prefix == "sqlite:///":
                 _check_sqlite(path)
-                if sqlite_tables(path) == []:  # no tables: opening it would add Optuna's
+                try:
+                    _check_sqlite_schema(path)
+                except TrickLabError:  # no tables, or not all: opening it would add Optuna's
                     return
             _check_stored_study(open_storage(url, must_exist=True), study)
             return
@@ -182,13 +256,14 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
         except OSError as exc:
             raise _cannot_open(url, f"{folder}: {exc.strerror or exc}") from None
         return
-    if has_optuna_tables(url):  # Optuna's tables are there: opening it creates nothing
+    if "studies" in _server_schema(url)[0]:  # Optuna's tables there: opening it creates nothing
         _check_stored_study(open_storage(url), study)
 
 
-def has_optuna_tables(url: str) -> bool:
-    """Whether the database server at `url` holds Optuna's tables, read without writing anything
-    (one connection: driver, address and credentials checked; TrickLabError when one fails)."""
+def _server_schema(url: str) -> tuple[list[str], Callable[[str], int]]:
+    """The tables of the database server at `url`, and how many rows each of its VERSION_TABLES
+    holds (as `_check_whole_schema` asks), read without writing anything (one connection: driver,
+    address and credentials checked; TrickLabError when one fails)."""
     import sqlalchemy
 
     try:
@@ -197,13 +272,20 @@ def has_optuna_tables(url: str) -> bool:
         engine = sqlalchemy.create_engine(url, connect_args=timeout)
         try:
             with engine.connect() as connection:
-                return sqlalchemy.inspect(connection).has_table("studies")
+                tables = sqlalchemy.inspect(connection).get_table_names()
+                count = sqlalchemy.select(sqlalchemy.func.count())
+                rows = {
+                    table: connection.execute(count.select_from(sqlalchemy.table(table))).scalar()
+                    for table in VERSION_TABLES
+                    if table in tables
+                }
         finally:
             engine.dispose()
     except ImportError as exc:
         raise _driver_missing(url, exc) from None
     except Exception as exc:
         raise _cannot_open(url, _one_line(exc)) from None
+    return tables, lambda table: rows.get(table) or 0
 
 
 def _check_stored_study(
@@ -248,8 +330,8 @@ def _check_journal(path: Path) -> None:
     if not first or (not first.endswith(b"\n") and looks_like_record_start(first)):
         return  # empty, or its first record torn: set aside before the first append (journal.py)
     try:
-        record = json.loads(first)
-    except ValueError:  # not JSON, or not UTF-8
+        record = parse_json(first)
+    except ValueError:  # not JSON, not UTF-8, or nested beyond any record
         record = None
     if not isinstance(record, dict) or "op_code" not in record:
         raise TrickLabError(f"{path} is not an Optuna journal file; give another --storage path")
@@ -259,15 +341,32 @@ def sqlite_tables(path: Path) -> list[str] | None:
     """The table names of an SQLite file, read-only; None when it cannot be read as one."""
     if not path.is_file() or path.stat().st_size == 0:
         return []
+    rows = _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type='table'")
+    return None if rows is None else sorted(row[0] for row in rows)
+
+
+def _sqlite_rows(path: Path, sql: str) -> list[Any] | None:
+    """The rows of one query on an SQLite file opened read-only; None when it cannot be read."""
     try:
         with contextlib.closing(
             sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         ) as db:
-            return sorted(
-                row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            )
+            return db.execute(sql).fetchall()
     except sqlite3.Error:  # not a database, locked, ...: opening it says why
         return None
+
+
+def _check_sqlite_schema(path: Path) -> None:
+    """`_check_whole_schema` for an SQLite file, read-only; what cannot be read (not a database,
+    locked) is left to Optuna, which says why without writing."""
+
+    def rows(table: str) -> int:
+        found = _sqlite_rows(path, f"SELECT count(*) FROM {table}")  # a name of VERSION_TABLES
+        return found[0][0] if found else 1
+
+    tables = sqlite_tables(path)
+    if tables is not None:
+        _check_whole_schema(str(path), tables, rows)
 
 
 def _check_sqlite(path: Path) -> None:

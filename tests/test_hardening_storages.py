@@ -1,0 +1,238 @@
+"""Storages as readers find them: a damaged journal, a database holding part of Optuna's schema,
+names made to forge lines. `results` (a reader) prints what it can show or says in one line why
+not (exit 2), and never writes into the storage it reads (docs/hardening.md)."""
+
+import json
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from tricklab.cli.main import main
+from tricklab.experiments.storage import check_storage, open_storage
+
+EVIL = "evil\nerror: forged\x1b[31m"
+EVIL_SHOWN = "evil\\nerror: forged\\x1b[31m"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def write_journal(path: Path, *records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def study_db(path: Path, name: str = "s") -> Path:
+    """A whole SQLite study database, as a writer leaves it."""
+    optuna.create_study(storage=open_storage(f"sqlite:///{path}"), study_name=name)
+    return path
+
+
+# ---------------------------------------------------------------- F2: a damaged journal
+
+
+def test_a_journal_whose_study_name_is_no_text_is_one_line(tmp_path, capsys):
+    journal = write_journal(
+        tmp_path / "b.journal",
+        {"op_code": 0, "worker_id": "x", "study_name": 5, "directions": [1]},
+    )
+    assert main(["results", "--storage", f"journal:{journal}"]) == 2
+    assert "is not a storage tricklab can read" in one_error_line(capsys)
+
+
+def test_a_journal_whose_first_line_nests_beyond_any_record_is_one_line(tmp_path, capsys):
+    journal = tmp_path / "d.journal"
+    journal.write_text("[" * 200_000 + "]" * 200_000 + "\n")
+    assert main(["results", "--storage", f"journal:{journal}"]) == 2
+    assert "not an Optuna journal file" in one_error_line(capsys)
+
+
+def test_a_journal_whose_trial_attr_nests_too_deep_to_copy_is_one_line(tmp_path, capsys):
+    journal = write_journal(
+        tmp_path / "deep.journal",
+        {"op_code": 0, "worker_id": "x", "study_name": "s", "directions": [2]},
+        {"op_code": 4, "worker_id": "x", "study_id": 0, "datetime_start": None,
+         "user_attrs": {"a": json.loads("[" * 900 + "]" * 900)}},
+    )  # fmt: skip
+    assert main(["results", "--storage", f"journal:{journal}"]) == 2
+    assert "nested deeper than" in one_error_line(capsys)
+
+
+def test_a_database_whose_study_name_is_no_text_is_one_line(tmp_path, capsys):
+    db = study_db(tmp_path / "study.db")
+    with sqlite3.connect(db) as connection:  # a blob: SQLite keeps it as bytes, not text
+        connection.execute("UPDATE studies SET study_name = X'6576696c'")
+    assert main(["results", "--storage", str(db)]) == 2
+    assert "a study's name is bytes" in one_error_line(capsys)
+
+
+# ---------------------------------------------------------------- F3: part of Optuna's schema
+
+
+def drop(table: str):
+    return lambda db: db.execute(f"DROP TABLE {table}")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [drop("alembic_version"), drop("version_info"), drop("trial_heartbeats"),
+     lambda db: db.execute("DELETE FROM version_info")],
+    ids=["no-alembic_version", "no-version_info", "no-trial_heartbeats", "no-version-row"],
+)  # fmt: skip
+def test_results_and_report_leave_a_study_db_missing_part_of_optunas_schema_as_it_was(
+    tmp_path, capsys, damage
+):
+    db = study_db(tmp_path / "study.db")
+    with sqlite3.connect(db) as connection:
+        damage(connection)
+    before = db.read_bytes()
+    for command in (["results"], ["results", "s"], ["report", "s", "--out", str(tmp_path / "r")]):
+        assert main([*command, "--storage", f"sqlite:///{db}"]) == 2
+        assert "only part of an Optuna database" in one_error_line(capsys)
+    assert db.read_bytes() == before
+    assert not (tmp_path / "r").exists()
+
+
+def test_results_leaves_a_database_holding_only_a_studies_table_as_it_was(tmp_path, capsys):
+    db = tmp_path / "partial.db"
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "CREATE TABLE studies (study_id INTEGER NOT NULL, study_name VARCHAR(512) NOT NULL, "
+            "PRIMARY KEY (study_id))"
+        )
+    before = db.read_bytes()
+    assert main(["results", "--storage", f"sqlite:///{db}"]) == 2
+    assert "no alembic_version" in one_error_line(capsys)
+    assert db.read_bytes() == before
+
+
+def test_a_writer_makes_a_whole_schema_that_readers_open_and_completes_a_partial_one(tmp_path):
+    db = study_db(tmp_path / "study.db")
+    open_storage(f"sqlite:///{db}", must_exist=True)
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TABLE alembic_version")
+    before = db.read_bytes()
+    check_storage(f"sqlite:///{db}", ("s", {}, ()))  # a writer's --dry-run: reads nothing here
+    assert db.read_bytes() == before
+    optuna.load_study(storage=open_storage(f"sqlite:///{db}"), study_name="s")  # the writer
+    open_storage(f"sqlite:///{db}", must_exist=True)
+
+
+# ---------------------------------------------------------------- F5: names that forge lines
+
+
+@pytest.fixture
+def evil_journal(tmp_path) -> Path:
+    """A journal holding study EVIL with one complete run of configuration EVIL in folder EVIL."""
+    journal = tmp_path / "n.journal"
+    study = optuna.create_study(storage=open_storage(f"journal:{journal}"), study_name=EVIL)
+    run = {"seed": 0, "status": "complete", "accuracy": 0.5, "train_seconds": 1.0}
+    attrs = {"config_id": EVIL, "runs": [{**run, "run_dir": f"/{EVIL}"}]}
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs=attrs))
+    optuna.create_study(storage=open_storage(f"journal:{journal}"), study_name=EVIL + "2")
+    return journal
+
+
+@pytest.mark.parametrize("output", ["table", "md", "latex", "csv"])
+def test_results_runs_shows_names_from_the_storage_with_their_control_characters_escaped(
+    evil_journal, capsys, output
+):
+    args = ["results", EVIL, "--runs", "--storage", f"journal:{evil_journal}", "--format", output]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\nerror: forged" not in out
+    assert (EVIL_SHOWN if output != "latex" else "textbackslash{}nerror: forged") in out
+
+
+def test_results_runs_says_a_study_without_runs_has_none_on_one_line(evil_journal, capsys):
+    assert main(["results", EVIL + "2", "--runs", "--storage", f"journal:{evil_journal}"]) == 0
+    assert capsys.readouterr().out == f"study {EVIL_SHOWN}2 has no runs yet\n"
+
+
+def test_results_runs_as_json_gives_the_names_exactly(evil_journal, capsys):
+    assert main(["results", EVIL, "--runs", "--storage", f"journal:{evil_journal}", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["study"] == EVIL
+    assert [run["config_id"] for run in shown["runs"]] == [EVIL]
+
+
+# ---------------------------------------------------------------- any journal
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", "s", EVIL, "2024-01-01T00:00:00", "x" * 300]),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=10,
+)  # fmt: skip
+# Nested past any bound (64) and past what Python can copy (about 500).
+deep_values = st.sampled_from([70, 900]).map(lambda depth: json.loads("[" * depth + "]" * depth))
+numbers = st.floats(allow_nan=False, allow_infinity=False)
+attr_value = st.one_of(json_values, json_values, json_values, deep_values)
+attr = st.dictionaries(
+    st.sampled_from(["kind", "config_id", "runs"]), attr_value, min_size=1, max_size=1
+)
+when = st.sampled_from([None, "2024-01-01T00:00:00"])
+# What Optuna writes under each key (so records get far enough to be read), or anything at all.
+FIELDS = {
+    "study_name": st.sampled_from(["s", EVIL]), "directions": st.just([2]), "study_id": st.just(0),
+    "trial_id": st.integers(0, 2), "user_attr": attr, "system_attr": attr, "user_attrs": attr,
+    "system_attrs": attr, "datetime_start": when, "datetime_complete": when,
+    "state": st.integers(0, 4), "value": numbers, "values": st.lists(numbers, max_size=2),
+    "intermediate_values": st.dictionaries(st.sampled_from(["0", "1"]), numbers, max_size=2),
+    "step": st.integers(0, 3), "intermediate_value": numbers, "params": json_values,
+    "distributions": json_values, "param_name": st.just("x"), "param_value_internal": numbers,
+    "distribution": json_values,
+}  # fmt: skip
+
+
+def mostly(likely):
+    """What Optuna writes, now and then anything at all."""
+    return st.one_of(likely, likely, likely, likely, likely, json_values)
+
+
+records = st.fixed_dictionaries(
+    {"op_code": st.integers(0, 10), "worker_id": st.sampled_from(["w", "x"])},
+    optional={key: mostly(likely) for key, likely in FIELDS.items()},
+)
+create_study = st.fixed_dictionaries(
+    {"op_code": st.just(0), "worker_id": st.just("w"),
+     "study_name": mostly(st.sampled_from(["s", "t", EVIL])), "directions": mostly(st.just([2]))}
+)  # fmt: skip
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(lines=st.lists(st.one_of(create_study, records), min_size=1, max_size=10))
+@example(lines=[{"op_code": 0, "worker_id": "x", "study_name": 5, "directions": [1]}])
+def test_any_journal_lists_its_studies_or_says_why_not_in_one_line(tmp_path, capsys, lines):
+    journal = tmp_path / "any.journal"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    before = files_in(tmp_path)
+    capsys.readouterr()
+    code = main(["results", "--storage", f"journal:{journal}"])
+    assert code in (0, 2)
+    if code == 2:
+        one_error_line(capsys)
+    assert files_in(tmp_path) == before  # a reader writes nothing
