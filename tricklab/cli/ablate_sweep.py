@@ -26,13 +26,16 @@ from tricklab.cli.common import (
     INTERRUPTED_EXIT_CODE,
     STORAGE_HELP,
     check_not_empty,
+    echo,
     err_console,
     quiet_optuna,
     recipe_and_overrides,
+    shown_table,
 )
 from tricklab.cli.common import wide_console as console
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import ProgressDisplay, clock
+from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.core.urls import shown_url
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
@@ -216,10 +219,10 @@ def _run_line(console: Console, quiet: bool) -> Any:
         console.print(
             Text.assemble(
                 f"run {event.runs_done}/{event.runs_total}  ",
-                f"trial {event.trial:>4}  {event.config_id}  seed {event.seed}  ",
+                f"trial {event.trial:>4}  {shown(event.config_id)}  seed {event.seed}  ",
                 (event.status, colour),
                 f"  {acc} {secs}{progress}",
-                (error, "dim"),
+                (shown(error), "dim"),
             ),
             highlight=False,
         )
@@ -344,7 +347,7 @@ def _interrupted(stop: KeyboardInterrupt) -> int:
     from tricklab.experiments.claims import TrialNotMarked
 
     if isinstance(stop, TrialNotMarked):
-        print(f"interrupted: {stop}", file=sys.stderr)
+        print(shown(f"interrupted: {stop}"), file=sys.stderr)
     else:
         print(
             "interrupted: the running trial is marked interrupted; rerun the same command to "
@@ -368,13 +371,13 @@ def _print_plan(out: Console, plan: dict[str, Any], as_json: bool) -> None:
         )
         table.add_column("config")
         for c in configs:
-            table.add_row(c["config_id"])
+            table.add_row(shown(c["config_id"]))
         out.print(table)
     else:
         out.print(f"{plan['trials']} trials × {plan['seeds']} seeds, sampler {plan['sampler']}")
         for key, dist in plan["space"].items():
-            out.print(f"  {key}: {dist}", highlight=False)
-    out.print(f"study {plan['study']}  storage {plan['storage']}", highlight=False)
+            echo(out, f"  {key}: {dist}")
+    echo(out, f"study {plan['study']}  storage {plan['storage']}")
 
 
 def _print_summary(
@@ -386,7 +389,7 @@ def _print_summary(
         f"before, {summary.ran} run now; final: {counts}"
     )
     if as_json:
-        progress.print(line, highlight=False)
+        echo(progress, line)
         print(json.dumps(summary.to_dict()))
         return
     if summary.stats:
@@ -394,18 +397,18 @@ def _print_summary(
         if summary.busy_machine:  # measure/provenance.py
             busy = f"{BUSY_WORDS}: {summary.busy_reason}; {BUSY_ADVICE}"
             out.print(busy, highlight=False, style="bold yellow")
-    out.print(line, highlight=False)
+    echo(out, line)
     if summary.compile_seconds > 0:
         out.print(
             f"compile seconds (warm-ups, apart from the times above): {summary.compile_seconds:.1f} "
             f"in all, the longest {summary.compile_seconds_max:.1f}",
             highlight=False,
         )
-    out.print(f"storage {summary.storage}", highlight=False)
+    echo(out, f"storage {summary.storage}")
 
 
 def stats_table(rows: list[ConfigStats], title: str = "", width: int | None = None) -> Any:
     """The results table as rich renders it (tricklab/report/tables.py: the same as `results`)."""
     from tricklab.report.tables import results_table, to_rich
 
-    return to_rich(results_table(rows, title), width)
+    return to_rich(shown_table(results_table(rows, title)), width)

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tricklab.cli.common import check_not_empty, err_console, quiet_optuna
+from tricklab.cli.common import check_not_empty, echo, err_console, quiet_optuna, shown_table
 from tricklab.core.errors import TrickLabError
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 
@@ -111,11 +111,12 @@ def run_report(args: argparse.Namespace) -> int:
         print(json.dumps(data, default=str))
         return 0
     console = output_console()
-    console.print(report.summary, highlight=False)
+    echo(console, report.summary, wrap=True)  # names studies, folders, profiled models
     for sentence in report.conclusions:
-        console.print(f"- {sentence}", highlight=False)
-    err_console.print(
-        f"report: {report.html_path} (and report.md, {len(report.figures)} figure files)"
+        echo(console, f"- {sentence}", wrap=True)
+    echo(
+        err_console,
+        f"report: {report.html_path} (and report.md, {len(report.figures)} figure files)",
     )
     return 0
 
@@ -173,7 +174,7 @@ def _results(args: argparse.Namespace, output: str) -> int:
         name = _namer(rows)
         _print_table(tables.results_table(rows, title, name), output, bool(rows), meta)
         if args.csv and output == "table":
-            output_console().print(f"rows written to {args.csv}", highlight=False)
+            echo(output_console(), f"rows written to {args.csv}")
     return 0
 
 
@@ -188,8 +189,9 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
     import tricklab.report.tables as tables
 
     if not has_rows:
-        output_console().print(f"study {meta['study']} has no runs yet", highlight=False)
+        echo(output_console(), f"study {meta['study']} has no runs yet")
         return
+    table = shown_table(table)  # configurations and studies are named from outside
     busy = f"{BUSY_WORDS}: {meta['busy_reason']}; {BUSY_ADVICE}" if meta.get("busy_machine") else ""
     if output == "md":
         print(tables.to_markdown(table) + (f"\n\n{busy}" if busy else ""))
@@ -219,10 +221,10 @@ def _list_studies(args: argparse.Namespace, output: str) -> int:
         print(tables.to_csv(header, rows), end="")
         return 0
     if not studies:
-        output_console().print(
+        echo(
+            output_console(),
             f"no studies in {where}; `tricklab ablate` or `tricklab sweep` make one "
             "(or pass --storage)",
-            highlight=False,
         )
         return 0
     table = tables.TableData(f"studies in {where}", header, rows, ["l", "l", "r", "l", "l"])

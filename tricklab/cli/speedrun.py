@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from tricklab.cli.common import (
     add_nproc,
     check_not_empty,
     console,
+    echo,
     err_console,
     new_run_folder,
     print_error,
@@ -24,6 +26,7 @@ from tricklab.cli.common import (
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay, percent
+from tricklab.core.safeio import shown
 from tricklab.core.status import FAILED_STATUSES
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 from tricklab.experiments.plan import normalize_target
@@ -88,7 +91,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     processes = f" x {world} processes ({summary.provenance.get('dist_backend')})"
     airbench = summary.airbench is not None  # record seconds are airbench's: only next to it
     table = Table(
-        title=f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}"
+        title=shown(f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}")
         + (processes if world > 1 else "")
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
         caption=(
@@ -249,15 +252,14 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
     # With --json, stdout carries only the summary object; progress goes to stderr.
     out_console = err_console if args.json else console
     err = err_console
-    say = err.print if display else _silent  # --quiet: the summary and errors only
+    say = functools.partial(echo, err) if display else _silent  # --quiet: summary and errors only
     say(
         f"speedrun {args.recipe}: 1 warm-up run (not counted) + {args.runs} runs, seeds 0..{args.runs - 1}"
         if args.warmup_epochs != 0
-        else f"speedrun {args.recipe}: {args.runs} runs (no warm-up)",
-        highlight=False,
+        else f"speedrun {args.recipe}: {args.runs} runs (no warm-up)"
     )
 
-    say(f"runs: {out}", highlight=False)
+    say(f"runs: {out}")
     if display:
         out_console.print(run_line(None), highlight=False, style="bold")
 
@@ -268,7 +270,7 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
             display.run_done(counted=not run.warmup)
         # The traceback of a failed run is in its result.json.
         if run.status in FAILED_STATUSES and run.error:
-            err.print(f"  seed {run.seed}: {run.error}", highlight=False, style="red")
+            echo(err, f"  seed {run.seed}: {run.error}", style="red")
 
     try:
         with display or contextlib.nullcontext():
@@ -282,7 +284,7 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
         if made is not None:  # stopped before its first run wrote anything: no empty folder
             remove_empty_dirs(out, made)
     out_console.print(render_summary(summary))
-    err.print(f"summary: {out / 'summary.json'}", highlight=False)
+    echo(err, f"summary: {out / 'summary.json'}")
     if args.json:
         print(json.dumps(summary.to_dict()))
     if summary.interrupted:

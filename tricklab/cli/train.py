@@ -13,6 +13,7 @@ from rich.table import Table
 from tricklab.cli.common import (
     check_not_empty,
     console,
+    echo,
     err_console,
     new_run_folder,
     print_error,
@@ -21,6 +22,7 @@ from tricklab.cli.common import (
 )
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay, percent
+from tricklab.core.safeio import shown
 from tricklab.core.status import FAILED_STATUSES
 from tricklab.recipe.schema import load_recipe
 
@@ -80,13 +82,13 @@ def print_result(result, recipe_name: str | None = None) -> None:
     for name, value, spec in rows:
         if value is not None:
             table.add_row(name, spec(value) if callable(spec) else format(value, spec))
-    if result.error:
-        table.add_row("error", result.error)
+    if result.error:  # may name a file of the user's
+        table.add_row("error", shown(result.error))
     if result.stopped_epoch:
         table.add_row("stopped at epoch", str(result.stopped_epoch))
     console.print(table)
     for note in result.resolved.get("notes", []):  # what the device decided, and why
-        console.print(f"note: {note}", markup=False, highlight=False)
+        echo(console, f"note: {note}")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -146,7 +148,7 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
         if args.json:
             print(json.dumps(stopped.result.to_dict()))
         else:
-            err_console.print(f"run directory: {out}")
+            echo(err_console, f"run directory: {out}")
         raise
     finally:
         if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
@@ -157,5 +159,5 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
         print(json.dumps(result.to_dict()))
     else:
         print_result(result, name)
-        err_console.print(f"run directory: {out}")
+        echo(err_console, f"run directory: {out}")
     return 0 if result.status not in FAILED_STATUSES else 1

@@ -4,11 +4,14 @@ table from tricklab.profile.tables, as the terminal's), with the device, torch v
 date it records.
 
 A file is checked and its tables built when it is loaded, before anything is written: a file that
-cannot be read, is not JSON, or is not a profile output is one TrickLabError naming it.
+cannot be read, is not JSON, is not a profile output, or holds a field the tables read with a value
+of the wrong type (SCHEMA) is one TrickLabError naming it.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +22,7 @@ import tricklab.report.document as doc
 from tricklab.core.errors import TrickLabError
 from tricklab.profile.tables import num
 from tricklab.report.collect import machine_name, read_json
+from tricklab.report.inputs import is_number
 from tricklab.report.tables import TableData
 
 KINDS = ("model", "step", "loader")
@@ -27,6 +31,71 @@ REQUIRED = {
     "model": ("device", "hardware", "repeats", "image_shape", "models", "results"),
     "step": ("device", "hardware", "batch_size", "repeats", "step_ms", "components"),
     "loader": ("device", "hardware", "dataset", "batch_size", "repeats", "configs"),
+}
+
+# The type of every field the tables, titles and notes read, where it is present: a leaf is
+# "text", "number" or "switch" (or several, "text|switch"); {...} an object checked field by field
+# ("*": each of its values), [spec] a list whose every item fits spec. A key ending in "?" may
+# also be null. Only these fields reach a renderer; a file of another type is one line, not a
+# traceback (an int as a model's name broke the Markdown writer).
+TIMING = {"median_ms": "number", "q1_ms": "number", "q3_ms": "number"}
+HARDWARE = {
+    "device_type?": "text", "device_name?": "text", "cpu_model?": "text", "cpu_cores?": "number",
+    "torch_threads?": "number", "torch?": "text", "cuda?": "text",
+}  # fmt: skip
+COMMON = {"device": "text", "hardware": HARDWARE, "repeats": "number", "date?": "text"}
+COMPONENT = {
+    "name": "text", "ms?": "number", "ms_raw?": "number", "share?": "number",
+    "ci_low_ms?": "number", "ci_high_ms?": "number", "measured_as?": "text",
+    "within_noise?": "switch",
+}  # fmt: skip
+SETTING = "text|switch"  # precision, compile, channels_last: a word or on/off
+SCHEMA: dict[str, dict[str, Any]] = {
+    "model": {
+        **COMMON, "image_shape": ["number"], "macs_note?": "text", "train_step_note?": "text",
+        "peak_tflops?": {"*?": "number"}, "peak_source?": {"*?": "text"},
+        "models": [
+            {"name": "text", "params": "number", "forward_flops": "number",
+             "forward_macs": "number"},
+        ],
+        "results": [
+            {"model": "text", "batch_size": "number", "precision": SETTING, "compile": SETTING,
+             "channels_last": SETTING, "forward_ms": TIMING, "train_step_ms": TIMING,
+             "train_images_per_second": "number", "train_tflops?": "number", "mfu?": "number",
+             "forward_ms_per_gmac?": "number", "train_ms_per_gmac?": "number",
+             "compile_seconds?": "number"},
+        ],
+    },
+    "step": {
+        **COMMON, "recipe?": "text", "batch_size": "number", "step_ms": "number",
+        "components": [COMPONENT], "inside_forward_backward?": [COMPONENT],
+        "top_operators?": [
+            {"name": "text", "calls_per_step?": "number", "self_cpu_ms_per_step?": "number",
+             "self_device_ms_per_step?": "number", "self_share?": "number"},
+        ],
+        "profiled_steps?": "number", "replaced_modules?": {"*": "number"},
+        "components_sum_ms?": "number", "compile_seconds?": "number",
+        "evaluation?": {"seconds?": "number", "images": "number", "tta?": "text",
+                        "tta_seconds?": "number"},
+    },
+    "loader": {
+        **COMMON, "recipe?": "text", "dataset": "text", "batch_size": "number",
+        "image_shape?": ["number"], "train_images?": "number",
+        "batches_per_measurement?": "number", "augment?": {"*?": "text|number|switch"},
+        "configs": [
+            {"kind": "text", "num_workers?": "number", "pin_memory?": "switch",
+             "images_per_second": "number", "vs_first?": "number",
+             "ms_per_batch?": {"median_ms?": "number"}, "setup_seconds?": "number",
+             "step_fraction?": "number"},
+        ],
+        "step?": {"seconds": "number", "batch_size": "number"}, "notes?": ["text"],
+    },
+}  # fmt: skip
+_LEAVES = {
+    "text": lambda v: isinstance(v, str),
+    # a number float() takes: an int past the float range (10**400) is no measurement
+    "number": lambda v: is_number(v) and abs(v) <= sys.float_info.max,
+    "switch": lambda v: isinstance(v, bool),
 }
 
 
@@ -98,11 +167,9 @@ def load_profile(path: Path) -> Profile:
         raise TrickLabError(
             f"{path} is not whole `tricklab profile {kind} --json` output: no {', '.join(missing)}"
         )
-    if not isinstance(data["hardware"], dict):
-        raise TrickLabError(
-            f"{path} is not whole `tricklab profile {kind} --json` output: its hardware is "
-            f"{type(data['hardware']).__name__}, not a mapping"
-        )
+    wrong = misfit(data, SCHEMA[kind])
+    if wrong:
+        raise TrickLabError(f"{path} is not whole `tricklab profile {kind} --json` output: {wrong}")
     profile = Profile(path, kind, data)
     try:
         {"model": _model, "step": _step, "loader": _loader}[kind](profile)
@@ -112,6 +179,39 @@ def load_profile(path: Path) -> Profile:
             f"{path} is not whole `tricklab profile {kind} --json` output ({reason})"
         ) from None
     return profile
+
+
+def misfit(value: Any, spec: Any, where: str = "") -> str | None:
+    """What in `value` does not fit `spec` (see SCHEMA): 'results[0].model is 7, not text'; None
+    when it all fits. Fields the spec does not name are not looked at."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return _wrong(where, value, "an object")
+        for key, inner in spec.items():
+            name, nullable = key.rstrip("?"), key.endswith("?")
+            items = value.items() if name == "*" else [(name, value.get(name, None))]
+            for field_name, item in items:
+                if item is None and (nullable or field_name not in value):
+                    continue
+                wrong = misfit(item, inner, f"{where}.{field_name}" if where else str(field_name))
+                if wrong:
+                    return wrong
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return _wrong(where, value, "a list")
+        return next(
+            (w for i, item in enumerate(value) if (w := misfit(item, spec[0], f"{where}[{i}]"))),
+            None,
+        )
+    if not any(_LEAVES[kind](value) for kind in spec.split("|")):
+        return _wrong(where, value, " or ".join(spec.split("|")))
+    return None
+
+
+def _wrong(where: str, value: Any, wanted: str) -> str:
+    text = json.dumps(value)
+    return f"{where} is {text if len(text) <= 40 else text[:39] + '…'}, not {wanted}"
 
 
 # ---------------------------------------------------------------- the three kinds
