@@ -236,3 +236,67 @@ def test_any_journal_lists_its_studies_or_says_why_not_in_one_line(tmp_path, cap
     if code == 2:
         one_error_line(capsys)
     assert files_in(tmp_path) == before  # a reader writes nothing
+
+
+# ---------------------------------------------------------------- trials a program other than tricklab wrote
+
+GOOD_RUN = {"seed": 0, "status": "complete", "accuracy": 0.5, "val_acc": 0.5, "train_seconds": 2.0}
+GOOD_ATTRS = {"config_id": "baseline", "unit": "baseline/seed-0", "seed": 0, "overrides": [],
+              "status": "complete", "runs": [GOOD_RUN]}  # fmt: skip
+
+
+def study_with_trial(path: Path, attrs: dict) -> str:
+    url = f"sqlite:///{path}" if path.suffix == ".db" else f"journal:{path}"
+    storage = open_storage(url)
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.set_user_attr("kind", "ablation")
+    study.set_user_attr("seeds", 1)
+    trial = study.ask()
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 0.5)
+    return url
+
+
+def test_a_trial_whose_attrs_tricklab_reads_have_the_wrong_type_is_one_line(tmp_path, capsys):
+    url = study_with_trial(tmp_path / "a.db", {**GOOD_ATTRS, "unit": 5})
+    assert main(["results", "s", "--storage", url]) == 2
+    assert "trial 0 holds unit of type int, not str" in one_error_line(capsys)
+    run = {**GOOD_RUN, "train_seconds": "fast"}
+    url = study_with_trial(tmp_path / "b.db", {**GOOD_ATTRS, "runs": [run]})
+    assert main(["results", "s", "--storage", url]) == 2
+    assert "runs: train_seconds of type str" in one_error_line(capsys)
+    url = study_with_trial(tmp_path / "c.db", GOOD_ATTRS)
+    assert main(["results", "s", "--storage", url]) == 0
+
+
+hostile_values = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)  # fmt: skip
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.sampled_from([*GOOD_ATTRS, "run-0"]),
+    run_key=st.sampled_from(list(GOOD_RUN)),
+    value=hostile_values,
+    in_run=st.booleans(),
+)
+def test_any_wrong_value_in_a_trials_attrs_gives_results_or_one_line(
+    tmp_path_factory, capsys, key, run_key, value, in_run
+):
+    attrs = dict(GOOD_ATTRS)
+    if in_run:
+        attrs["runs"] = [{**GOOD_RUN, run_key: value}]
+    else:
+        attrs[key] = value
+    url = study_with_trial(tmp_path_factory.mktemp("t") / "s.journal", attrs)
+    capsys.readouterr()
+    code = main(["results", "s", "--storage", url])
+    if code == 2:
+        one_error_line(capsys)
+    else:
+        assert code == 0, capsys.readouterr().err

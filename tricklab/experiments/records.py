@@ -10,6 +10,8 @@ from typing import Any
 
 import optuna
 
+from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
 from tricklab.experiments.claims import is_stale
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS
@@ -34,6 +36,7 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
     best: dict[tuple[str, int], dict[str, Any]] = {}
     seeds = study.user_attrs.get("seeds")
     for trial in study.get_trials(deepcopy=False):
+        _check_trial(study.study_name, trial)
         status = trial_status(trial)
         config_id = trial.user_attrs.get("config_id")
         if status == Status.SKIPPED or config_id is None:
@@ -91,3 +94,59 @@ def _rank(record: dict[str, Any]) -> int:
         if record["status"] in DONE_STATUSES
         else 0
     )
+
+
+NUMBER = (int, float)
+NONE = type(None)
+# What tricklab stores on a trial, and in each run record there, that the tables read: a storage
+# changed by another program (or by hand) must give one line, not a traceback three calls down.
+TRIAL_ATTRS = {
+    "config_id": (str,),
+    "unit": (str,),
+    "seed": (int,),
+    "error": (str, NONE),
+    "overrides": (list,),
+    "runs": (list,),
+    "status": (str, NONE),
+}
+RUN_FIELDS = {
+    "seed": (int,),
+    "status": (str,),
+    "error": (str, NONE),
+    "accuracy": (*NUMBER, NONE),
+    "val_acc": (*NUMBER, NONE),
+    "val_acc_tta": (*NUMBER, NONE),
+    "train_seconds": (*NUMBER, NONE),
+    "time_to_target_seconds": (*NUMBER, NONE),
+    "target_accuracy": (*NUMBER, NONE),
+    "reused_from_trial": (int,),
+}
+
+
+def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
+    """TrickLabError naming the trial when an attribute tricklab reads has the wrong type."""
+    attrs = trial.user_attrs
+
+    def wrong(where: str, value: Any, types: tuple[type, ...]) -> TrickLabError:
+        want = " or ".join("null" if t is NONE else t.__name__ for t in types)
+        return TrickLabError(
+            f"study {shown(study)}: trial {trial.number} holds {shown(where)} of type "
+            f"{type(value).__name__}, not {want}; was the storage written by another program?"
+        )
+
+    for key, types in TRIAL_ATTRS.items():
+        value = attrs.get(key)
+        if key in attrs and (not isinstance(value, types) or isinstance(value, bool)):
+            raise wrong(key, value, types)
+    runs = [("runs", r) for r in attrs.get("runs", [])]
+    runs += [(k, v) for k, v in attrs.items() if k.startswith("run-")]
+    for where, run in runs:
+        if not isinstance(run, dict):
+            raise wrong(where, run, (dict,))
+        for key, types in RUN_FIELDS.items():
+            value = run.get(key)
+            if key in run and (not isinstance(value, types) or isinstance(value, bool)):
+                raise wrong(f"{where}: {key}", value, types)
+    overrides = attrs.get("overrides", [])
+    if not all(isinstance(o, str) for o in overrides):
+        raise wrong("overrides", overrides, (list,))

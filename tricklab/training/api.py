@@ -271,6 +271,9 @@ def _train(
             raise  # nothing recorded: train() removes what was written and the folders it made
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
         result.status, result.error = run_end(exc, stop)
+        why = raised_by_code(exc)  # a model's sys.exit mid-run: its failure, not a Ctrl-C
+        if why is not None and (stop is None or not stop.requested):
+            result.status, result.error = Status.FAILED, why
         if result.status == Status.FAILED:
             result.traceback = "".join(traceback.format_exception(exc))
         result.epochs_completed = len(result.epochs)
@@ -313,11 +316,7 @@ class RunInterrupted(Interrupted):
 def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, str]:
     """How a run that raised `exc` ended, as (status, error): `interrupted` for Ctrl-C, SIGTERM or
     an exit, and for any error once a stop was requested (a library may turn the KeyboardInterrupt
-    into an error of its own); `oom` for out of memory; `failed` for anything else, a sys.exit or
-    a KeyboardInterrupt raised by the run's code (not by the user) too."""
-    if stop is None or not stop.requested:
-        if why := raised_by_code(exc):
-            return Status.FAILED, why
+    into an error of its own); `oom` for out of memory; `failed` for anything else."""
     if is_interrupt(exc) or (stop is not None and stop.requested):
         return Status.INTERRUPTED, INTERRUPTED_ERROR
     if oom := out_of_memory_error(exc):
