@@ -39,7 +39,7 @@ def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tricklab.cli.common import INTERRUPTED_EXIT_CODE, check_not_empty, quiet_optuna
+    from tricklab.cli.common import INTERRUPTED_EXIT_CODE, check_not_empty, echo, quiet_optuna
     from tricklab.core.progress import ProgressDisplay
     from tricklab.training.setup import resolve_device
 
@@ -55,7 +55,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     def show(event: RunEvent) -> None:
         acc = "-" if event.accuracy is None else f"{100 * event.accuracy:.2f}%"
         secs = "-" if event.train_seconds is None else f"{event.train_seconds:.1f} s"
-        err.print(f"  {event.config_id:<28} seed {event.seed}  {event.status:<9} {acc:>7}  {secs}")
+        echo(err, f"  {event.config_id:<28} seed {event.seed}  {event.status:<9} {acc:>7}  {secs}")
 
     display = contextlib.nullcontext() if args.quiet else ProgressDisplay(err)  # batch bars
     try:
@@ -64,16 +64,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 args.out, args.seeds, plan=plan, on_run_end=None if args.quiet else show
             )
     except DemoInterrupted as stop:
-        err.print(f"interrupted; finished runs are kept: rerun with --out {stop.out_dir} to resume")
+        echo(err, f"interrupted; finished runs are kept: rerun with --out {stop.out_dir} to resume")
         return INTERRUPTED_EXIT_CODE
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
     out = Console(markup=False, highlight=False, soft_wrap=True)
-    out.print(f"report: {result.report.html_path}  (and {result.report.md_path.name})")
+    echo(out, f"report: {result.report.html_path}  (and {result.report.md_path.name})")
     out.print(f"took {result.wall_seconds:.0f} s on {result.device}")
     out.print()
-    out.print(result.report.summary)
+    echo(out, result.report.summary)
     return 0
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import tricklab.profile.tables as tables
 from tricklab.cli.common import (
     MODEL_OVERRIDE_KEYS,
+    echo,
     model_names_and_settings,
     recipe_and_overrides,
     split_words,
@@ -99,16 +100,18 @@ def _print_table(console, title: str, table: ProfileTable) -> None:
     its notes."""
     from rich.table import Table
 
-    shown = Table(title=title)
+    from tricklab.core.safeio import shown
+
+    rich_table = Table(title=shown(title))  # a recipe file's or dataset's name in it: escaped
     for column, align in zip(table.header, table.align):
-        shown.add_column(column, justify="left" if align == "l" else "right")
+        rich_table.add_column(shown(column), justify="left" if align == "l" else "right")
     for index, row in enumerate(table.rows):
         if index in table.sections:
-            shown.add_section()
-        shown.add_row(*row)
-    console.print(shown)
+            rich_table.add_section()
+        rich_table.add_row(*(shown(cell) for cell in row))
+    console.print(rich_table, highlight=False, emoji=False)
     for note in table.notes:
-        console.print(note)
+        echo(console, note, wrap=True)
 
 
 # ---------------------------------------------------------------- model
@@ -183,8 +186,10 @@ def render_step(result: dict) -> None:
     title = f"top operators by self time, per step ({result['profiled_steps']} steps profiled)"
     _print_table(console, title, tables.step_operators(result))
     if result["trace"]:
-        console.print(
-            f"trace written to {result['trace']} (open in https://ui.perfetto.dev or chrome://tracing)"
+        echo(
+            console,
+            f"trace written to {result['trace']} (open in https://ui.perfetto.dev or "
+            "chrome://tracing)",
         )
 
 
