@@ -93,5 +93,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", help="folder for the study and the report (default runs/<time>-demo)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress: the report and errors only")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress: the report and errors only"
+    )
     p.set_defaults(func=cmd_demo)

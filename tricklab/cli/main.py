@@ -226,7 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--out", help="run directory (default runs/<time>-<recipe>)")
     tr.add_argument("--json", action="store_true", help="print the result object as the last line")
-    tr.add_argument("--quiet", action="store_true", help="no progress: only the result and errors")
+    tr.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress: only the result and errors"
+    )
     add_nproc(tr, "training")
     tr.set_defaults(func=cmd_train)
 

@@ -356,7 +356,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="print the summary object as the last line of stdout"
     )
     p.add_argument(
-        "--quiet", action="store_true", help="no progress and no per-run lines: the summary only"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress and no per-run lines: the summary only",
     )
     add_nproc(p, "runs")
     p.set_defaults(func=cmd_speedrun)
