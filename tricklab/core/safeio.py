@@ -80,7 +80,7 @@ def parse_json(text: str | bytes) -> Any:
         )
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    _check_depth(value)
+    check_depth(value)
     return value
 
 
@@ -114,7 +114,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _check_depth(value: Any) -> None:
+def check_depth(value: Any) -> None:
     """ValueError for a value nested deeper than MAX_JSON_DEPTH (walked without recursion)."""
     stack = [(value, 1)]
     while stack:

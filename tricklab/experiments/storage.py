@@ -41,7 +41,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.safeio import _check_depth, parse_json, shown
+from tricklab.core.safeio import check_depth, parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
@@ -207,7 +207,7 @@ def _contents_problem(storage: optuna.storages.BaseStorage, trials: bool) -> str
             if not (isinstance(steps, dict) and _numbers([*steps.values(), *steps])):
                 return f"{where}: its intermediate values are no numbers by step"
             try:
-                _check_depth(attrs)
+                check_depth(attrs)
             except ValueError as exc:
                 return f"{where}: an attr is {exc}"
     return None
