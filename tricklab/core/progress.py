@@ -32,6 +32,8 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
+from tricklab.core.safeio import shown
+
 REFRESH_PER_SECOND = 4  # redraws of a terminal's bars: the only work done off the loop's path
 
 _shown: ContextVar[ProgressDisplay | None] = ContextVar("tricklab_progress", default=None)
@@ -266,7 +268,7 @@ class ProgressDisplay:
         if self._runs is None:
             self._runs = _Runs(total=total, warmup=False, start=now, counted_start=now)
         runs = self._runs
-        runs.done, runs.total, runs.what = done, max(total, done + 1), what
+        runs.done, runs.total, runs.what = done, max(total, done + 1), shown(what)  # escaped
         self._end_training()
         if not self.animate:
             self._line(
@@ -277,6 +279,7 @@ class ProgressDisplay:
     # ------------------------------------------------------------ decoding a dataset
     @contextlib.contextmanager
     def decoding(self, what: str) -> Iterator[None]:
+        what = shown(what)  # a data folder's name
         state = _Decoding(what=what, start=time.perf_counter())
         self._decoding = state
         if not self.animate:
@@ -297,7 +300,7 @@ class ProgressDisplay:
 
     # ------------------------------------------------------------ drawing
     def _line(self, text: str) -> None:
-        self.console.print(text, highlight=False, soft_wrap=True)
+        self.console.print(text, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
     def __rich__(self) -> RenderableType:
         """The header and the bars, from the counts as they are now. Only this (rich's refresh
