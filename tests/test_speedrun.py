@@ -264,13 +264,15 @@ def test_every_shipped_recipe_loads_validates_and_trains_one_step(name):
     recipe = load_recipe(name)  # validates every field and the recipe's consistency
     # Full model widths, the recipe's precision (auto: 32-true on a CPU), loader kind, flip, TTA,
     # EMA/lookahead and schedule; only what one CPU step cannot afford changes: synthetic data,
-    # batch 32 (the records' 1024 at full width would take minutes), one epoch = exactly one step
-    # (train_size = batch size), and no loader workers (seed0/seed3 keep their torch DataLoader,
-    # without its 2 worker processes, which only cost start-up time here). Measured: 0.4 s
-    # (speedrun94) to 2 s (seed0-baseline's fp32 ResNet-18) per recipe.
+    # 16x16 images and batch 32 (the records' 1024 at full width would take minutes; a recipe's
+    # bf16-mixed, emulated on a CPU without bf16 instructions, took 38 s a step at 32x32 for
+    # ResNet-18), one epoch = exactly one step (train_size = batch size), and no loader workers
+    # (seed0/seed3 keep their torch DataLoader, without its 2 worker processes, which only cost
+    # start-up time here).
     small = recipe.override(
         [
             "data.name=synthetic",
+            "data.image_size=16",
             f"data.train_size={ONE_STEP_BATCH}",
             "data.test_size=20",
             f"loader.batch_size={ONE_STEP_BATCH}",
