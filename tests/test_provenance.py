@@ -258,6 +258,9 @@ def test_the_load_rule_reads_start_and_end_against_each_records_cores():
         }
 
     assert not busy_machine([record(4.0, 4.0), None, {}]).busy  # at the cores: not above them
+    # a run alone, a thread per core, reads a little above them (the demo alone on 2 cores: 2.05)
+    assert not busy_machine([record(4.4, 2.05 * 2)]).busy
+    assert not busy_machine([record(1.0, 2.05, cores=2)]).busy
     verdict = busy_machine([record(1.0, 4.5), record(6.0, 1.0, cores=8)])
     assert (
         verdict.busy
