@@ -13,6 +13,7 @@ the built-in recipe of that name; a run folder by what its recipe changed from t
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -48,20 +49,24 @@ class Source:
     rows: list[Any]  # ConfigStats, reference first
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @functools.cached_property
+    def _fingerprint_counts(self) -> Counter:
+        """Each hardware fingerprint (as JSON) and how many runs carry it: counted once, since the
+        report asks per record (it took minutes for a speedrun of 20,000 runs)."""
+        return Counter(
+            json.dumps(r["hardware"], sort_keys=True) for r in self.records if r.get("hardware")
+        )
+
     @property
     def hardware(self) -> dict[str, Any]:
         """The most common hardware fingerprint of its runs ({} when none ran)."""
-        found = [
-            json.dumps(r["hardware"], sort_keys=True) for r in self.records if r.get("hardware")
-        ]
-        return json.loads(Counter(found).most_common(1)[0][0]) if found else {}
+        counts = self._fingerprint_counts
+        return json.loads(counts.most_common(1)[0][0]) if counts else {}
 
     @property
     def fingerprints(self) -> int:
         """How many different hardware fingerprints its runs carry."""
-        return len(
-            {json.dumps(r["hardware"], sort_keys=True) for r in self.records if r.get("hardware")}
-        )
+        return len(self._fingerprint_counts)
 
     @property
     def machine(self) -> str:
