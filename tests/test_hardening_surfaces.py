@@ -134,3 +134,20 @@ def test_an_error_naming_a_file_with_a_newline_is_still_one_line(capsys):
     print_error("cannot decode image folder/bad\nerror: all runs complete.png")
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "\\n" in err and err.count("error:") == 2
+
+
+def test_a_closed_stdout_or_stdin_reads_and_writes_nothing_without_a_traceback(tmp_path):
+    """`tricklab ... >&-`: Python leaves sys.stdout None (a traceback at its flush, after a whole
+    run), and the next file opened would take descriptor 1."""
+    import subprocess
+    import sys
+
+    for closing in (">&-", "<&-"):
+        done = subprocess.run(
+            ["bash", "-c", f'"{sys.executable}" -m tricklab tricks --json {closing}'],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (closing, done.stderr)

@@ -307,6 +307,25 @@ def main(argv: list[str] | None = None) -> int:
             return INTERRUPTED_EXIT_CODE
 
 
+def _open_closed_streams() -> None:
+    """Put /dev/null where the caller closed stdin, stdout or stderr: Python leaves sys.stdout None
+    (a traceback at the first flush), and the next file opened would take the closed descriptor,
+    so that what torch's C++ code prints would land in a run's result.json."""
+    for fd, name, mode in (
+        (0, "stdin", os.O_RDONLY),
+        (1, "stdout", os.O_WRONLY),
+        (2, "stderr", os.O_WRONLY),
+    ):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, mode)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+
+
 def run() -> None:
     """The `tricklab` command: exit with `main()`'s code.
 
@@ -315,7 +334,9 @@ def run() -> None:
     PyRun_* (seen with a Ctrl-C during torch's lazy imports) and then kills itself with SIGINT at
     exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
     by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
-    schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted."""
+    schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted.
+    A standard stream the caller closed (`>&-`) reads or writes /dev/null."""
+    _open_closed_streams()
     try:
         code = main()
         sys.stdout.flush()
