@@ -300,3 +300,24 @@ def test_any_wrong_value_in_a_trials_attrs_gives_results_or_one_line(
         one_error_line(capsys)
     else:
         assert code == 0, capsys.readouterr().err
+
+
+def test_results_csv_never_replaces_the_database_it_reads_a_device_or_a_link(tmp_path, capsys):
+    import os
+
+    url = study_with_trial(tmp_path / "s.db", GOOD_ATTRS)
+    before = (tmp_path / "s.db").read_bytes()
+    os.symlink(tmp_path / "elsewhere.csv", tmp_path / "link.csv")
+    for target, says in [
+        (tmp_path / "s.db", "holds something other than text"),
+        (Path("/dev/null"), "is not a plain file"),
+        (tmp_path / "link.csv", "is not a plain file"),
+    ]:
+        assert main(["results", "s", "--storage", url, "--csv", str(target)]) == 2
+        assert says in one_error_line(capsys)
+    assert (tmp_path / "s.db").read_bytes() == before and Path("/dev/null").is_char_device()
+    assert not (tmp_path / "elsewhere.csv").exists()
+    out = tmp_path / "rows.csv"
+    for _ in range(2):  # a CSV written before is replaced
+        assert main(["results", "s", "--storage", url, "--csv", str(out)]) == 0
+        assert out.read_text().startswith("config_id,")

@@ -3,6 +3,7 @@ folders made and removed when a step fails, and full disks named in one line."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import logging
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import shown
 
 try:
     import fcntl
@@ -254,3 +256,28 @@ def new_numbered_dir(base: Path) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{base} and 9,999 numbered variants exist")
+
+
+def check_replaceable(path: Path, option: str) -> None:
+    """TrickLabError for a path a file written there (atomic_write: a rename) must not replace:
+    not a plain file (a device such as /dev/null, a link, a folder), or a file that holds no text
+    (a study's own database named by mistake)."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_file():
+        raise TrickLabError(
+            f"{option} {shown(path)} is not a plain file (a link, a device or a folder); give a "
+            "new file, or one tricklab wrote"
+        )
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a cut last char: fine
+        text = b"\0" not in head
+    except (OSError, UnicodeDecodeError):
+        text = False
+    if not text:
+        raise TrickLabError(
+            f"{option} {shown(path)} holds something other than text (a database?) that it would "
+            "replace; give a new file"
+        )

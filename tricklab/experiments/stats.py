@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import atomic_write
+from tricklab.core.paths import atomic_write, check_replaceable
 from tricklab.core.status import (
     COMPLETE_STATUSES,
     DONE_STATUSES,
@@ -418,6 +418,7 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
     names = [f.name for f in fields(ConfigStats) if f.name != "failures"]
     header = names + [f"failures_{kind}" for kind in FAILURE_KINDS]
     path = Path(path)
+    check_replaceable(path, "--csv")
     # A rename would replace a file the user may not write (root too: its mode says read-only).
     if path.is_file() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o200):
         raise TrickLabError(f"cannot write the CSV file {path}: it is read-only")
