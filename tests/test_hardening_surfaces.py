@@ -151,3 +151,17 @@ def test_a_closed_stdout_or_stdin_reads_and_writes_nothing_without_a_traceback(t
             timeout=300,
         )
         assert done.returncode == 0 and "Traceback" not in done.stderr, (closing, done.stderr)
+
+
+def test_a_warning_naming_a_file_stays_one_escaped_line(capsys):
+    """A skipped image, a damaged cache file: their names come from outside."""
+    import logging
+
+    from tricklab.cli.common import say_notices
+
+    with say_notices():
+        logging.getLogger("tricklab.data.imagefolder_files").warning(
+            "skipping %s", "train/a/n\nerror: forged\x1b[31m.txt"
+        )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\\nerror: forged\\x1b[31m" in err, err

@@ -200,14 +200,22 @@ class _Notices(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, "notice", False) or record.levelno >= logging.WARNING:
-            err_console.print(record.getMessage(), highlight=False, soft_wrap=True)
+            # a file or folder name in it is escaped: it cannot forge a line or reach the terminal
+            err_console.print(
+                shown(record.getMessage()),
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+                emoji=False,
+            )
 
 
 @contextlib.contextmanager
-def say_notices(logger_names: tuple[str, ...] = ("tricklab.models.zoo",)) -> typing.Iterator[None]:
+def say_notices(logger_names: tuple[str, ...] = ("tricklab",)) -> typing.Iterator[None]:
     """While a command runs, what library code marks for the user to hear of at once (a weights
     download: minutes, once) said on stderr; the library itself prints nothing. Warnings of those
-    loggers still print, as Python's last-resort handler would print them."""
+    loggers (a skipped image, a damaged cache file) still print, as Python's last-resort handler
+    would print them, with the names in them escaped."""
     handler = _Notices()
     saved = []
     for name in logger_names:
