@@ -575,7 +575,9 @@ def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_trainin
     (tmp_path / "out" / "seed-1").mkdir(parents=True)
     code = main(["speedrun", *TINY_SPEEDRUN94, "--runs", "2", "--out", str(tmp_path / "out")])
     assert code == 2
-    assert "already holds a speedrun (seed-1)" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the one line, before the header or any decoding is printed
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "already holds a speedrun (seed-1); a speedrun does not resume" in err
 
 
 @pytest.mark.parametrize("stop_at_call", [1, 3])

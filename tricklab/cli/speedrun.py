@@ -38,6 +38,7 @@ from tricklab.experiments.speedrun import (
     SpeedrunRun,
     SpeedrunSummary,
     check_arguments,
+    check_speedrun_folder,
     speedrun,
 )
 from tricklab.recipe.schema import load_recipe
@@ -208,6 +209,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     check_not_empty(args, "--out")
     target = normalize_target(args.target) if args.target is not None else None
     check_arguments(args.runs, args.peak_tflops, target, args.warmup_epochs)
+    if args.out:  # before anything is printed (the header, the data's decoding)
+        check_speedrun_folder(Path(args.out), args.runs)
     recipe = load_recipe(args.recipe, args.overrides)
     from tricklab.training import distributed
     from tricklab.training.setup import resolve_device

@@ -28,6 +28,7 @@ from typing import Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import atomic_write
+from tricklab.core.safeio import shown
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest
 from tricklab.experiments.busy import speedrun_busy
@@ -254,6 +255,21 @@ class SpeedrunPlan:
     out_dir: str | Path | None = None
 
 
+def check_speedrun_folder(out: Path, runs: int) -> None:
+    """TrickLabError for an --out that holds a speedrun (finished or interrupted: a speedrun does
+    not resume; its runs are kept, and the same command runs into a new folder)."""
+    taken = [
+        f
+        for f in ("summary.json", "warmup", *(f"seed-{i}" for i in range(runs)))
+        if (out / f).exists()
+    ]
+    if taken:
+        raise TrickLabError(
+            f"--out {shown(out)} already holds a speedrun ({', '.join(taken[:3])}); a speedrun "
+            "does not resume: give another folder"
+        )
+
+
 def speedrun(
     plan: SpeedrunPlan,
     *,
@@ -275,15 +291,7 @@ def speedrun(
     target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:  # refused now, not after a warm-up run has trained
-        taken = [
-            f
-            for f in ("summary.json", "warmup", *(f"seed-{i}" for i in range(runs)))
-            if (out / f).exists()
-        ]
-        if taken:
-            raise TrickLabError(
-                f"--out {out} already holds a speedrun ({', '.join(taken[:3])}); give another folder"
-            )
+        check_speedrun_folder(out, runs)
     peak, peak_source = peak_tflops, None
     provenance = start_record(recipe.run.device)
 
