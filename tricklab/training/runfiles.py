@@ -73,7 +73,8 @@ def make_run_dir(out: Path) -> FolderClaim:
             "give another one"
         )
     # a logger's output there (metrics.csv, tensorboard/) is a run's too: appended to, it would mix
-    previous = [name for name in (*RUN_FILES, *LOGGER_OUTPUTS.values()) if (out / name).exists()]
+    names = dict.fromkeys((*RUN_FILES, *LOGGER_OUTPUTS.values()))  # metrics.jsonl is in both
+    previous = [name for name in names if (out / name).exists()]
     killed = abandoned and not (out / "result.json").exists()
     if previous and (killed or ended_unfinished(out)):
         _clear_killed_run(out)  # a run killed, failed or interrupted: the same command runs again
