@@ -134,7 +134,7 @@ def test_rows_round_trip_through_dicts_and_csv(tmp_path):
 def test_csv_into_a_folder_is_a_user_error_and_leaves_nothing(tmp_path):
     rows = config_stats(records("baseline", BASE_ACC, BASE_SECONDS))
     (tmp_path / "rows.csv").mkdir()
-    with pytest.raises(TrickLabError, match="cannot write the CSV file"):
+    with pytest.raises(TrickLabError, match="rows.csv is not a plain file"):
         write_csv(rows, tmp_path / "rows.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
 
