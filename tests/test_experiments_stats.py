@@ -168,7 +168,9 @@ def test_a_unit_whose_worker_died_after_storing_its_run_counts_as_interrupted():
     trial = study.ask()
     trial.set_user_attr("unit", "baseline seed=0")
     trial.set_user_attr("config_id", "baseline")
-    trial.set_user_attr("runs", [{"seed": 0, "status": "complete", "accuracy": 0.9}])
+    trial.set_user_attr(
+        "runs", [{"seed": 0, "status": "complete", "accuracy": 0.9, "train_seconds": 1.0}]
+    )
     study.tell(trial, state=optuna.trial.TrialState.FAIL)  # what the stale-worker sweep records
     (record,) = collect_runs(study)
     assert record["status"] == "interrupted"

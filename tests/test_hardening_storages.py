@@ -285,6 +285,7 @@ hostile_values = st.one_of(
     value=hostile_values,
     in_run=st.booleans(),
 )
+@example(key="config_id", run_key="train_seconds", value=None, in_run=True)
 def test_any_wrong_value_in_a_trials_attrs_gives_results_or_one_line(
     tmp_path_factory, capsys, key, run_key, value, in_run
 ):

@@ -147,6 +147,8 @@ def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
             value = run.get(key)
             if key in run and (not isinstance(value, types) or isinstance(value, bool)):
                 raise wrong(f"{where}: {key}", value, types)
+        if run.get("status") in COMPLETE_STATUSES and run.get("train_seconds") is None:
+            raise wrong(f"{where}: train_seconds of a complete run", None, NUMBER)
     overrides = attrs.get("overrides", [])
     if not all(isinstance(o, str) for o in overrides):
         raise wrong("overrides", overrides, (list,))
