@@ -322,3 +322,21 @@ def test_results_csv_never_replaces_the_database_it_reads_a_device_or_a_link(tmp
     for _ in range(2):  # a CSV written before is replaced
         assert main(["results", "s", "--storage", url, "--csv", str(out)]) == 0
         assert out.read_text().startswith("config_id,")
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(content=st.binary(max_size=5000))
+def test_any_file_is_left_alone_or_replaceable_by_a_csv_never_an_exception(tmp_path, content):
+    """check_replaceable reads a file's first bytes: any bytes give None or one TrickLabError."""
+    from tricklab.core.errors import TrickLabError
+    from tricklab.core.paths import check_replaceable
+
+    path = tmp_path / "rows.csv"
+    path.write_bytes(content)
+    try:
+        check_replaceable(path, "--csv")
+    except TrickLabError as exc:
+        assert "\n" not in str(exc)
+    assert path.read_bytes() == content
