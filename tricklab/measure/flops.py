@@ -6,6 +6,9 @@ activations and pools are not counted, the usual convention for reported GMACs.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -23,15 +26,23 @@ def count_forward_flops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
     device = reference.device if reference is not None else torch.device("cpu")
     dtype = reference.dtype if reference is not None and reference.is_floating_point() else None
     inputs = torch.zeros(input_shape, device=device, dtype=dtype)
+    with eval_mode(model), FlopCounterMode(display=False) as counter:
+        model(inputs)
+    return int(counter.get_total_flops())
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """`model` in eval mode without grad for the block; every module's own train/eval mode is
+    restored afterwards (BatchNorm statistics and the caller's mode are left untouched)."""
     modes = {module: module.training for module in model.modules()}
     try:
         model.eval()
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(inputs)
+        with torch.no_grad():
+            yield
     finally:
         for module, training in modes.items():
             module.training = training
-    return int(counter.get_total_flops())
 
 
 def count_forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:

@@ -26,6 +26,7 @@ from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes
+from tricklab.measure.flops import eval_mode
 from tricklab.training.model_memory import (  # noqa: F401 (activation_bytes: reached here)
     activation_bytes,
     check_batches_fit,
@@ -213,14 +214,8 @@ def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[
     if not any(p.requires_grad for p in model.parameters()):
         raise TrickLabError(f"model.name={name}: the model has no trainable parameter")
     reference = next(p for p in model.parameters() if p.requires_grad)
-    modes = {module: module.training for module in model.modules()}
-    try:
-        model.eval()
-        with torch.no_grad():
-            out = model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
-    finally:
-        for module, training in modes.items():
-            module.training = training
+    with eval_mode(model):
+        out = model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
     want = (shape[0], num_classes)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
