@@ -128,12 +128,16 @@ def test_report_of_a_minimal_run_folder_is_written(tmp_path, capsys):
         ({"hardware": "x"}, None, "'hardware' is \"x\", not an object"),
         ({"epochs": [1]}, None, "an epoch row is 1, not an object"),
         ({"epochs": [{"val_acc": "x"}]}, None, "an epoch row's 'val_acc' is \"x\""),
+        ({"train_seconds": 1e308}, None, "'train_seconds' is 1e+308, more than any run records"),
+        ({"params": -1e300}, None, "'params' is -1e+300, more than any run records"),
+        ({"epochs": [{"val_loss": 1e300}]}, None, "'val_loss' is 1e+300, more than any run"),
         ({}, "not json\n", "metrics.jsonl line 1 is not valid JSON"),
         ({}, '{"epoch": 1}\n[2]\n', "an epoch row is [2], not an object"),
     ],
     ids=[
         "no-status", "recipe-text", "recipe-section", "seed-text", "accuracy-text",
-        "seconds-bool", "hardware-text", "epoch-number", "epoch-value", "metrics-garbage",
+        "seconds-bool", "hardware-text", "epoch-number", "epoch-value", "seconds-huge",
+        "params-huge", "epoch-value-huge", "metrics-garbage",
         "metrics-row-list",
     ],
 )  # fmt: skip
@@ -157,8 +161,15 @@ def test_report_of_a_damaged_or_foreign_run_folder_is_one_line(
         ({"runs": [{"status": "complete"}]}, "a run has no whole-number 'seed'"),
         ({"runs": [], "recipe": [1]}, "'recipe' is [1], not an object"),
         ({"runs": [], "target_accuracy": "high"}, "'target_accuracy' is \"high\""),
+        (
+            {"runs": [{"status": "complete", "seed": 0, "accuracy": 0.9, "train_seconds": 1e308}]},
+            "'train_seconds' is 1e+308, more than any run records",
+        ),
     ],
-    ids=["runs-numbers", "runs-object", "seed-text", "no-seed", "recipe-list", "target-text"],
+    ids=[
+        "runs-numbers", "runs-object", "seed-text", "no-seed", "recipe-list", "target-text",
+        "seconds-huge",
+    ],  # fmt: skip
 )
 def test_report_of_a_damaged_speedrun_summary_is_one_line(tmp_path, capsys, summary, message):
     folder = tmp_path / "speedrun"

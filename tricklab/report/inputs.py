@@ -24,6 +24,10 @@ NUMBER_FIELDS = (
 FRACTION_FIELDS = ("accuracy", "val_acc", "val_acc_tta", "target_accuracy")
 MAPPING_FIELDS = ("recipe", "hardware", "provenance", "resolved", "peak_memory")
 TEXT_FIELDS = ("status", "error", "recipe_name")
+# Larger than any run records (a billion seconds is 31 years; 1e18 bytes an exabyte), small enough
+# that sums, squares and exponentials of them stay finite in the statistics.
+MAX_MAGNITUDE = 1e18
+MAX_SECONDS = 1e9
 MAX_METRICS_BYTES = 64 << 20  # a metrics.jsonl of a million epochs is about 300 MB: none is
 
 
@@ -53,8 +57,13 @@ def _problem(record: Any, needs_status: bool) -> str | None:
             return f"'{name}' is {value!r:.40}, not a fraction from 0 to 1"
     for name in NUMBER_FIELDS:
         value = record.get(name)
-        if name.endswith(("_seconds", "_bytes")) and is_number(value) and value < 0:
+        if not is_number(value):
+            continue
+        if name.endswith(("_seconds", "_bytes")) and value < 0:
             return f"'{name}' is {value!r:.40}, below 0"
+        limit = MAX_SECONDS if name.endswith("_seconds") else MAX_MAGNITUDE
+        if abs(value) > limit:
+            return f"'{name}' is {value!r:.40}, more than any run records ({limit:g})"
     if "seed" in record and not (isinstance(record["seed"], int) and is_number(record["seed"])):
         return f"'seed' is {json.dumps(record['seed'])[:40]}, not a whole number"
     recipe = record.get("recipe") or {}
@@ -81,6 +90,9 @@ def epochs_problem(epochs: Any) -> str | None:
         bad = next((k for k, v in row.items() if v is not None and not is_number(v)), None)
         if bad is not None:
             return f"an epoch row's '{bad}' is {json.dumps(row[bad])[:40]}, not a number"
+        big = next((k for k, v in row.items() if v is not None and abs(v) > MAX_MAGNITUDE), None)
+        if big is not None:
+            return f"an epoch row's '{big}' is {row[big]!r:.40}, more than any run records"
     return None
 
 
