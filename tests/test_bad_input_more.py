@@ -169,8 +169,8 @@ def test_report_of_a_damaged_or_foreign_run_folder_is_one_line(
     ids=[
         "runs-numbers", "runs-object", "seed-text", "no-seed", "recipe-list", "target-text",
         "seconds-huge",
-    ],  # fmt: skip
-)
+    ],
+)  # fmt: skip
 def test_report_of_a_damaged_speedrun_summary_is_one_line(tmp_path, capsys, summary, message):
     folder = tmp_path / "speedrun"
     folder.mkdir()
