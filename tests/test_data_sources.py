@@ -395,18 +395,18 @@ def test_imagefolder_of_grey_images_keeps_one_channel(tmp_path):
 
 
 def test_imagefolder_scales_16_bit_grey_to_8_bits_instead_of_clipping(tmp_path):
-    make_tree(tmp_path / "data", classes=("a",), per_split={"train": 1, "test": 1}, grey=True)
+    make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 1, "test": 1}, grey=True)
     deep = np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000  # 0 .. 63,000
-    Image.fromarray(deep).save(tmp_path / "data" / "train" / "a" / "9999.png")
+    Image.fromarray(deep).save(tmp_path / "data" / "train" / "b" / "9999.png")
     ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
     assert ds.image_shape == (1, 8, 8)
     assert torch.equal(ds.train.images[-1, 0], torch.from_numpy((deep >> 8).astype(np.uint8)))
 
 
 def test_imagefolder_mixing_grey_and_colour_gives_rgb_with_grey_replicated(tmp_path):
-    make_tree(tmp_path / "data", classes=("a",), per_split={"train": 1, "test": 1})
+    make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 1, "test": 1})
     grey = np.full((8, 8), 77, dtype=np.uint8)
-    write_image(tmp_path / "data" / "train" / "a" / "9999.png", grey)
+    write_image(tmp_path / "data" / "train" / "b" / "9999.png", grey)
     ds = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
     assert ds.image_shape == (3, 8, 8)
     assert (ds.train.images[-1] == 77).all()
@@ -1421,3 +1421,38 @@ def test_a_fifo_or_a_link_to_a_device_in_an_image_folder_is_skipped_not_read(tmp
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["12"]
     assert "waits.png" in out.stderr and "endless.png" in out.stderr  # named as skipped
+
+
+@pytest.mark.parametrize("suffix", ["tar", "tar.gz"])
+@pytest.mark.parametrize("cut", ["at-a-member", "inside-a-header"])
+def test_an_archive_cut_short_is_refused_not_read_as_fewer_images(tmp_path, suffix, cut):
+    # was: a tar cut between two members loaded its first images silently, as a whole archive
+    make_tree(tmp_path / "tree", per_split={"train": 2})
+    whole = tmp_path / "whole.tar"
+    with tarfile.open(whole, "w") as tar:
+        tar.add(tmp_path / "tree" / "train", arcname="train")
+    with tarfile.open(whole) as tar:
+        offset = tar.getmembers()[-2].offset  # the header of an image, not the first member
+    raw = whole.read_bytes()[: offset + (100 if cut == "inside-a-header" else 0)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / f"train.{suffix}").write_bytes(
+        gzip.compress(raw) if suffix == "tar.gz" else raw
+    )
+    with pytest.raises(TrickLabError, match=r"ends without a tar's end-of-archive block") as err:
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("archived", [False, True])
+def test_a_dataset_of_one_class_is_refused_naming_it(tmp_path, archived):
+    make_tree(tmp_path / "tree", classes=("ant",), per_split={"train": 2})
+    data = tmp_path / "tree"
+    if archived:
+        data = tmp_path / "data"
+        data.mkdir()
+        tar_split(tmp_path / "tree", "train", data / "train.tar.gz")
+    with pytest.raises(
+        TrickLabError, match=r"holds one class folder \(ant\); a classifier needs at least two"
+    ):
+        load_dataset("imagefolder", data, cache_dir=tmp_path / "cache")

@@ -144,6 +144,7 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
                     by_class.setdefault(parts[0], []).append(
                         (display, _read_member(tar, member, archive))
                     )
+                _check_end_marker(stream, tar.offset, archive)
         except (OSError, EOFError, zlib.error, tarfile.TarError) as err:
             # tarfile's "could not be opened" lists one line per compression it tried; keep the first.
             reason = (str(err).splitlines() or [type(err).__name__])[0].rstrip(":")
@@ -154,6 +155,18 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
     _warn_skipped(skipped, archive)
     _refuse_wrapper_folder(by_class, with_own_images, archive, split)
     return _sorted_by_name(by_class)
+
+
+def _check_end_marker(stream: io.IOBase, offset: int, archive: Path) -> None:
+    """Refuse a tar that stops without its end-of-archive block (512 zero bytes): one cut short
+    between two members reads as a complete archive with fewer images otherwise."""
+    # tarfile stops quietly both at a zero block, which it has then read whole, and at the end of
+    # the file, where it read nothing or part of a block: the position tells which.
+    if stream.tell() - offset != tarfile.BLOCKSIZE:
+        raise TrickLabError(
+            f"{archive} ends without a tar's end-of-archive block: the file was cut short "
+            "(an interrupted copy or download?); copy or make it again"
+        )
 
 
 class _BoundedReads(io.RawIOBase):
@@ -286,6 +299,11 @@ def _index_classes(
     if not by_class:
         raise TrickLabError(f"{source} holds no class folders; expected {split}/<class>/<image>")
     names = sorted(by_class)
+    if len(names) == 1:
+        raise TrickLabError(
+            f"{source} holds one class folder ({printable(names[0])}); a classifier needs at "
+            f"least two: add {split}/<another class>/<image>"
+        )
     for name in names:
         if not by_class[name]:
             raise TrickLabError(
