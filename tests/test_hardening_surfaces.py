@@ -165,3 +165,21 @@ def test_a_warning_naming_a_file_stays_one_escaped_line(capsys):
         )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "\\nerror: forged\\x1b[31m" in err, err
+
+
+def test_a_command_in_a_deleted_folder_is_one_line_and_exit_2(tmp_path):
+    # was: "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" from torch's first import
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    command = (
+        f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -m tricklab train '
+        "model.name=tiny data.name=synthetic run.epochs=1"
+    )
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "error: the current folder no longer exists; cd into one that does and run again\n"
+    )

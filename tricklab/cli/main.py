@@ -287,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
+    try:  # a deleted working folder: torch's MKL would end the process with a "FATAL ERROR"
+        os.getcwd()
+    except OSError:
+        print_error("the current folder no longer exists; cd into one that does and run again")
+        return 2
     # Every command runs with Ctrl-C and SIGTERM as one exception, Interrupted, and finds the
     # stop request in args.stop (train() and the experiment workers check it).
     with stop_on_signals() as stop, say_notices():  # a weights download said once, here
