@@ -325,11 +325,12 @@ def test_activation_estimate_counts_an_in_place_output_once():
 def test_bad_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     # was: a warning about a "damaged cache file" before the error line
     (tmp_path / "file").write_text("x")
-    folder = tmp_path / "data" / "train" / "a"
-    folder.mkdir(parents=True)
     from PIL import Image
 
-    Image.new("RGB", (8, 8)).save(folder / "0.png")
+    for name in ("a", "b"):
+        folder = tmp_path / "data" / "train" / name
+        folder.mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(folder / "0.png")
     args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
     assert main([*args, "--cache-dir", str(tmp_path / "file")]) == 2
     assert "cannot write the dataset cache in" in one_error_line(capsys)

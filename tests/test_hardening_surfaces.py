@@ -183,3 +183,16 @@ def test_a_command_in_a_deleted_folder_is_one_line_and_exit_2(tmp_path):
     assert done.stderr == (
         "error: the current folder no longer exists; cd into one that does and run again\n"
     )
+
+
+def test_data_show_prints_class_folder_names_as_text_not_markup_or_escapes(tmp_path, capsys):
+    from PIL import Image
+
+    for split in ("train", "test"):
+        for name in ("[bold]ant", "bee\x1b[31m"):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(tmp_path / "data" / split / name / "0.png")
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "data")]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "[bold]ant" in out and "bee\\x1b[31m" in out and "\x1b" not in out, out

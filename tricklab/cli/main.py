@@ -38,10 +38,8 @@ from tricklab.cli.common import (
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import (
-    disk_full_error,
-    is_disk_full,
-)
+from tricklab.core.paths import disk_full_error, is_disk_full
+from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
 from tricklab.recipe.reference import recipes_markdown, tricks_markdown
@@ -70,7 +68,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     for name, n_train, n_test in zip(
         info["classes"], info["train"]["per_class"], info["test"]["per_class"]
     ):
-        table.add_row(name, str(n_train), str(n_test))
+        table.add_row(Text(shown(name)), str(n_train), str(n_test))  # a folder's name: no markup
     table.add_row("total", str(info["train"]["size"]), str(info["test"]["size"]), style="bold")
     console.print(table)
     mean = ", ".join(f"{v:.4f}" for v in info["mean"])
