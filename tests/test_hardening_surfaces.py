@@ -196,3 +196,24 @@ def test_data_show_prints_class_folder_names_as_text_not_markup_or_escapes(tmp_p
     assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 0
     out = capsys.readouterr().out
     assert "[bold]ant" in out and "bee\\x1b[31m" in out and "\x1b" not in out, out
+
+
+def test_names_from_files_reach_report_md_and_html_escaped(tmp_path, capsys):
+    # was: a cpu_model or recipe_name holding ESC went raw into report.md and report.html (and
+    # a newline in it forged a line of its own); the figures' fonts warned of a missing glyph
+    run = tmp_path / "run"
+    run.mkdir()
+    hardware = {**RESULT["hardware"], "cpu_model": "cpu\x1b[31m"}
+    (run / "result.json").write_text(json.dumps({**RESULT, "hardware": hardware}))
+    speedrun = tmp_path / "speedrun"
+    speedrun.mkdir()
+    runs = [{**RESULT, "seed": seed, "accuracy": 0.9} for seed in range(2)]
+    summary = {"runs": runs, "recipe_name": "sp\x1b[2Jeed\nforged line"}
+    (speedrun / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "report"
+    assert main(["report", str(run), str(speedrun), "--out", str(out)]) == 0
+    assert "Glyph" not in capsys.readouterr().err
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text()
+        assert "\x1b" not in text and "\nforged line" not in text, name
+        assert "cpu\\x1b[31m" in text and "sp\\x1b[2Jeed\\nforged line" in text, name

@@ -30,7 +30,6 @@ from tricklab.cli.common import (
     err_console,
     quiet_optuna,
     recipe_and_overrides,
-    shown_table,
 )
 from tricklab.cli.common import wide_console as console
 from tricklab.core.errors import TrickLabError
@@ -409,6 +408,6 @@ def _print_summary(
 
 def stats_table(rows: list[ConfigStats], title: str = "", width: int | None = None) -> Any:
     """The results table as rich renders it (tricklab/report/tables.py: the same as `results`)."""
-    from tricklab.report.tables import results_table, to_rich
+    from tricklab.report.tables import results_table, shown_table, to_rich
 
     return to_rich(shown_table(results_table(rows, title)), width)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -58,22 +57,6 @@ def echo(console: Console, text: object, style: str | None = None, wrap: bool = 
     terminal; no emoji codes or highlighting read into it. One line, or with `wrap` (a paragraph)
     wrapped between words at the console's width."""
     console.print(shown(text), style=style, highlight=False, soft_wrap=not wrap, emoji=False)
-
-
-def shown_table(table: typing.Any) -> typing.Any:
-    """A report table (report.tables.TableData) with its title, header, cells and notes as `echo`
-    shows text: a configuration or study named from outside cannot break it or reach the
-    terminal."""
-    if table is None:
-        return None
-    return dataclasses.replace(
-        table,
-        title=shown(table.title),
-        header=[shown(cell) for cell in table.header],
-        rows=[[shown(cell) for cell in row] for row in table.rows],
-        notes=[shown(note) for note in table.notes],
-        abridged=shown_table(table.abridged),
-    )
 
 
 class Parser(argparse.ArgumentParser):

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tricklab.cli.common import check_not_empty, echo, err_console, quiet_optuna, shown_table
+from tricklab.cli.common import check_not_empty, echo, err_console, quiet_optuna
 from tricklab.core.errors import TrickLabError
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 
@@ -191,7 +191,7 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
     if not has_rows:
         echo(output_console(), f"study {meta['study']} has no runs yet")
         return
-    table = shown_table(table)  # configurations and studies are named from outside
+    table = tables.shown_table(table)  # configurations and studies are named from outside
     busy = f"{BUSY_WORDS}: {meta['busy_reason']}; {BUSY_ADVICE}" if meta.get("busy_machine") else ""
     if output == "md":
         print(tables.to_markdown(table) + (f"\n\n{busy}" if busy else ""))

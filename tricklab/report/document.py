@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import tricklab.report.fmt as fmt
+from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import BUSY_ADVICE
 from tricklab.report.collect import Source
 from tricklab.report.figures import FIGURES, Figure
-from tricklab.report.tables import TableData, per_seed_table, results_table
+from tricklab.report.tables import TableData, per_seed_table, results_table, shown_table
 
 
 @dataclass
@@ -253,7 +254,7 @@ def build_document(
         Paragraph(summary),
     ]
     if not sources and profiles:
-        return [*blocks, *profiles]
+        return [shown_block(block) for block in (*blocks, *profiles)]
     blocks.append(Heading(2, "Conclusions"))
     if conclusions:
         blocks.append(Bullets(list(conclusions)))
@@ -301,4 +302,26 @@ def build_document(
             blocks.append(
                 Details(f"{source.name}: every run", [TableBlock(per_seed_table(source.records))])
             )
-    return blocks
+    return [shown_block(block) for block in blocks]
+
+
+def shown_block(block: Any) -> Any:
+    """`block` with its text as one-line text (core/safeio.shown), code keeping its line breaks:
+    a machine, run or recipe named in a file from outside cannot put an escape sequence or a
+    line of its own into report.md or report.html."""
+    if isinstance(block, (Heading, Paragraph)):
+        return replace(block, text=shown(block.text))
+    if isinstance(block, Bullets):
+        return Bullets([shown(item) for item in block.items])
+    if isinstance(block, TableBlock):
+        return TableBlock(shown_table(block.table))
+    if isinstance(block, FigureBlock):
+        figure = block.figure
+        return FigureBlock(
+            replace(figure, title=shown(figure.title), caption=shown(figure.caption))
+        )
+    if isinstance(block, Code):
+        return replace(block, text="\n".join(shown(line) for line in block.text.split("\n")))
+    if isinstance(block, Details):
+        return Details(shown(block.summary), [shown_block(b) for b in block.blocks])
+    return block

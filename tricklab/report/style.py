@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.measure.intervals import mean_interval
 from tricklab.report.collect import Source
@@ -47,7 +48,7 @@ class Styles:
         self.configs: dict[str, str] = {}  # config id -> display name, in order of appearance
         for source in self.sources:
             for row in source.rows:
-                self.configs.setdefault(row.config_id, source.name_of(row.config_id))
+                self.configs.setdefault(row.config_id, shown(source.name_of(row.config_id)))
         self.index = {cid: i for i, cid in enumerate(self.configs)}
 
     def colour(self, source: int, config_id: str) -> str:
@@ -58,7 +59,7 @@ class Styles:
 
     def source_label(self, source: int) -> str:
         src = self.sources[source]
-        return f"{src.name} ({src.machine})"
+        return shown(f"{src.name} ({src.machine})")
 
     def legend(
         self, reference: bool = True, drawn: set[str] | None = None

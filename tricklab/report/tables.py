@@ -10,10 +10,11 @@ shown are geometric means, so the speedup is the ratio of two numbers in the tab
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import tricklab.report.fmt as fmt
+from tricklab.core.safeio import shown
 from tricklab.core.status import Status
 from tricklab.experiments.busy import NOT_JUDGED
 from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
@@ -363,3 +364,19 @@ def stats_csv(rows: Sequence[Any]) -> str:
         data["overrides"] = " ".join(row.overrides)
         out.append([data[n] for n in names] + [row.failures.get(k, 0) for k in FAILURE_KINDS])
     return to_csv(names + [f"failures_{k}" for k in FAILURE_KINDS], out)
+
+
+def shown_table(table: TableData | None) -> TableData | None:
+    """`table` with its title, header, cells and notes as one-line text (core/safeio.shown): a
+    configuration, study or machine named from outside cannot break it, forge a line or reach a
+    terminal or a report with an escape sequence."""
+    if table is None:
+        return None
+    return replace(
+        table,
+        title=shown(table.title),
+        header=[shown(cell) for cell in table.header],
+        rows=[[shown(cell) for cell in row] for row in table.rows],
+        notes=[shown(note) for note in table.notes],
+        abridged=shown_table(table.abridged),
+    )
