@@ -113,6 +113,24 @@ def test_a_module_factory_model_trains(user_module):
     assert result.params == (3 * 9 * 8 + 8) + 2 * 8 + (8 * 10 + 10)
 
 
+def test_a_factory_is_called_once_on_the_meta_device_and_once_per_run(registry):
+    # was: three calls per run (the memory checks built it twice on the meta device)
+    devices = []
+
+    def counted(num_classes, in_channels, image_size):
+        devices.append(torch.empty(0).device.type)
+        return one_conv(num_classes, in_channels, image_size)
+
+    tricklab.register_model("counted-conv", counted)
+    recipe = load_recipe(None, [*TINY, "model.name=counted-conv", "model.width=1.0"])
+    for expected in (["meta", "cpu"], ["meta", "cpu", "cpu"]):  # the second run: meta kept
+        assert train(recipe).status == "complete"
+        assert devices == expected
+    tricklab.register_model("counted-conv", lambda num_classes: counted(num_classes, 3, 16))
+    assert train(recipe).status == "complete"  # another factory under the name: built anew
+    assert devices == ["meta", "cpu", "cpu", "meta", "cpu"]
+
+
 def test_a_factory_gets_only_the_arguments_it_takes(user_module):
     model = build_model(f"{user_module}:make_classes_only", num_classes=7, image_size=16)
     assert model.head.out_features == 7

@@ -12,6 +12,8 @@ otherwise kill the process without a word.
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import Any
 
 import torch
@@ -19,7 +21,7 @@ from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes, check_fits
-from tricklab.models import build_model
+from tricklab.models import build_model, get_model_info
 from tricklab.recipe.schema import Recipe
 from tricklab.training.precision import PrecisionPolicy
 
@@ -46,9 +48,29 @@ def device_memory_bytes(device: torch.device) -> int | None:
     return available_memory_bytes() if device.type == "cpu" else None
 
 
+# The last meta model built, by what it was built from: the memory checks of a run (and every
+# run of a study with the same model) copy it instead of calling the model's factory again, so
+# your own factory runs twice per run (here once, for the run once), not once per check.
+_last_meta: dict[tuple[Any, ...], nn.Module | None] = {}
+
+
 def meta_model(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -> nn.Module | None:
-    """The recipe's model built on the meta device (shapes, no storage), or None for your own
-    factory that needs real storage (it is built for real, not counted)."""
+    """The recipe's model built on the meta device (shapes, no storage), a fresh copy the caller
+    may change, or None for your own factory that needs real storage (it is built for real, not
+    counted)."""
+    m = recipe.model
+    builder = get_model_info(m.name).builder  # a name registered again is built again
+    if isinstance(builder, functools.partial):  # a module's factory: a new partial of the same
+        builder = (builder.func, builder.args)
+    key = (builder, m.width, repr(m.widths), num_classes, tuple(image_shape))
+    if key not in _last_meta:
+        _last_meta.clear()
+        _last_meta[key] = _build_meta(recipe, num_classes, image_shape)
+    built = _last_meta[key]
+    return None if built is None else copy.deepcopy(built)
+
+
+def _build_meta(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -> nn.Module | None:
     m = recipe.model
     try:
         with torch.device("meta"):
