@@ -1,6 +1,7 @@
 """Shared fixtures: the real CIFAR-10 JPEG copy (skipped cleanly when ../shared is absent)."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ CIFAR10_JPEG_DIR = REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg"
 # One intra-op thread: on a loaded 2-core machine, two OpenMP threads spin-wait on each other and
 # a small net's step runs ~10x slower (measured 37 ms vs 315 ms); tests check behaviour, not speed.
 torch.set_num_threads(1)
+
+# A suite started in the background (`pytest &`, nohup) inherits SIGINT ignored; the tests of
+# Python-API Ctrl-Cs need Python's handler, as a terminal gives it (and their worker processes
+# then start with SIGINT at its default, too).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,6 +1,7 @@
 """Your own model: register_model, model.name=package.module:factory, model.name=timm:NAME."""
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -373,12 +374,17 @@ def test_what_user_code_prints_while_building_stays_out_of_the_output(
     assert capsys.readouterr() == ("", "")
 
 
-def test_a_ctrl_c_during_user_code_stays_a_ctrl_c():
+@pytest.mark.parametrize(
+    "found", [signal.default_int_handler, signal.SIG_IGN, signal.SIG_DFL], ids=str
+)
+def test_a_ctrl_c_during_user_code_stays_a_ctrl_c(monkeypatch, found):
     """Without tricklab's handler (the Python API) a KeyboardInterrupt cannot be told from the
-    user's Ctrl-C, so it passes; tricklab's own Interrupted always passes."""
+    user's Ctrl-C, so it passes, whatever handler the process started with (SIGINT is ignored in
+    a background job: was taken for tricklab's); tricklab's own Interrupted always passes."""
     from tricklab.core.stopping import Interrupted
     from tricklab.core.usercode import user_code
 
+    monkeypatch.setattr(signal, "getsignal", lambda signum: found)
     with pytest.raises(KeyboardInterrupt) as info, user_code("model x: its factory"):
         raise KeyboardInterrupt
     assert type(info.value) is KeyboardInterrupt

@@ -70,6 +70,8 @@ def stop_on_signals() -> Iterator[StopRequest]:
         db_cleanup.setLevel(logging.CRITICAL)  # the clean-up errors of an interrupted read
         raise Interrupted(INTERRUPTED_ERROR)
 
+    on_signal.stops_tricklab = True  # type: ignore[attr-defined]  (see `handler_installed`)
+
     def on_unraisable(unraisable: Any) -> None:
         if not isinstance(unraisable.exc_value, KeyboardInterrupt):
             previous_hook(unraisable)  # a dropped stop is remembered by `stop`, not printed
@@ -86,3 +88,11 @@ def stop_on_signals() -> Iterator[StopRequest]:
         for signum, handler in previous.items():
             # None: a handler not installed from Python, which cannot be put back; the default.
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def handler_installed() -> bool:
+    """Whether SIGINT reaches this thread as Interrupted (`stop_on_signals`' handler is in
+    place), so that a plain KeyboardInterrupt can only come from code that raised it."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    return getattr(signal.getsignal(signal.SIGINT), "stops_tricklab", False)

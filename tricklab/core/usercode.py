@@ -15,26 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import io
-import signal
 import sys
 import threading
 from collections.abc import Iterator
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.stopping import Interrupted
+from tricklab.core.stopping import Interrupted, handler_installed
 
 
 def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0][:200] if lines else ""
-
-
-def _ctrl_c_is_ours() -> bool:
-    """Whether a real Ctrl-C would arrive as Interrupted (tricklab's handler is installed), so a
-    plain KeyboardInterrupt can only come from the code itself."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    return signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, None)
 
 
 NOTICE_SECONDS = 30.0  # user code running this long without returning gets one line
@@ -105,7 +96,7 @@ def user_code(what: str) -> Iterator[None]:
             + advice
         ) from None
     except KeyboardInterrupt:
-        if not _ctrl_c_is_ours():
+        if not handler_installed():
             raise  # a Ctrl-C, as far as can be told
         raise TrickLabError(f"{what} raised KeyboardInterrupt itself") from None
     except Exception:
@@ -123,6 +114,6 @@ def raised_by_code(exc: BaseException) -> str | None:
     if isinstance(exc, SystemExit):
         return f"the run's code called sys.exit({exc.code!r}) (the model's?)"
     if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-        if _ctrl_c_is_ours():
+        if handler_installed():
             return "the run's code raised KeyboardInterrupt itself (the model's?), not a Ctrl-C"
     return None
