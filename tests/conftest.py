@@ -41,7 +41,12 @@ def cifar10_jpeg_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tricklab_cache_dir(tmp_path_factory) -> Path:
-    """One decode cache for the whole test session, so the JPEG set is decoded at most once."""
+    """One decode cache for the whole test session, so the JPEG set is decoded at most once: under
+    pytest-xdist one beside the workers' folders, shared (the cache writes each entry whole)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "tricklab-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("tricklab-cache")
 
 

@@ -257,7 +257,8 @@ def test_runs_of_a_journal_study_go_beside_the_journal(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- results --runs
 
 
-def test_results_runs_lists_every_run_with_its_folder(tmp_path, capsys):
+def test_results_runs_lists_every_run_with_its_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the run folders' paths in one table, however long
     assert main(ablate_args("--out", str(tmp_path), "--json")) == 0
     study = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["study"]
 

@@ -464,39 +464,6 @@ def test_compiling_happens_in_the_warm_up_not_in_timed_steps(monkeypatch, eager_
     assert counters["stats"]["unique_graphs"] >= 2 and sum(compiled) == 0
 
 
-@pytest.mark.slow
-def test_real_cifar10_subset_is_learned_far_above_chance(cifar10_jpeg_dir, tricklab_cache_dir):
-    recipe = load_recipe(
-        None,
-        [
-            "data.name=imagefolder",
-            f"data.dir={cifar10_jpeg_dir}",
-            f"data.cache_dir={tricklab_cache_dir}",
-            "data.train_size=5000",
-            "data.test_size=1000",
-            "model.name=airbench",
-            "model.widths=[32, 64, 64]",
-            "loader.kind=device",
-            "loader.batch_size=250",
-            "optim.lr=0.1",
-            "optim.nesterov=true",
-            "optim.weight_decay=5e-4",
-            "aug.flip=random",
-            "aug.translate=2",
-            "schedule.name=piecewise-linear",
-            "schedule.peak_fraction=0.2",
-            "tricks.label_smoothing=0.2",
-            "run.epochs=4",
-            "run.device=cpu",
-        ],
-    )
-    result = train(recipe)
-    assert result.status == "complete"
-    assert (
-        result.val_acc >= 0.35
-    )  # chance is 0.10; measured 0.408 (2026-11-22 and 11-23, 2-core CPU)
-
-
 def test_the_whitening_is_fitted_on_a_seeded_sample_of_every_class_not_the_first_images():
     # An image folder's split is sorted by class: its first 5,000 images are one class.
     labels = torch.arange(10).repeat_interleave(1000)
