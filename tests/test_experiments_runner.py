@@ -272,6 +272,41 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_worker(
     assert signal.getsignal(signal.SIGTERM) is found_handler
 
 
+@pytest.mark.parametrize("write", ["heartbeat", "finish_trial"])
+def test_a_signal_during_a_workers_storage_write_lets_the_write_finish_then_stops(
+    baseline, tmp_path, monkeypatch, write
+):
+    """A SIGTERM raised inside a storage write could leave a lock it held held (a worker hung
+    once with no output, its trial claimed): between runs the signal waits for the next safe
+    point. The write in flight finishes; the worker stops before another run."""
+    from tricklab.experiments import workers
+
+    real = getattr(workers, write)
+    done = []
+
+    def signalled(*args, **kwargs):
+        if not done:
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0.2)  # the handler runs here: it must not raise
+        done.append(write)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(workers, write, signalled)
+    with pytest.raises(KeyboardInterrupt):  # ablate() handles the signals, as the CLI does
+        ablate(
+            AblationPlan(baseline, {"optim.lr": [0.4]}, 2, study="s", out_dir=tmp_path),
+            train_fn=fake_train,
+            liveness=FAST,
+        )
+    assert done[:1] == [write]  # the write went on past the signal
+    trials = unit_trials("s", tmp_path)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    # a signal in the heartbeat's start stops the run it begins; in finish_trial, after the
+    # trial is stored complete
+    expected = ["interrupted"] if write == "heartbeat" else ["complete"]
+    assert sorted(trial_status(t) for t in trials) == expected
+
+
 def test_a_unit_enqueued_twice_runs_once(baseline, tmp_path):
     ablate(
         AblationPlan(baseline, {"optim.lr": [0.4]}, 1, study="s", out_dir=tmp_path),

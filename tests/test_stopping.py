@@ -27,6 +27,37 @@ def test_both_signals_raise_interrupted_and_mark_the_request(signum):
             stop.check()
 
 
+def test_a_signal_in_a_deferred_block_stops_where_the_block_ends_and_a_run_within_at_once():
+    """A storage write is never cut halfway (a lock left held hung a worker): inside deferred()
+    the signal only marks the request; the block's end raises it. deferred(False) inside (a run)
+    raises at once again, and leaving it back into the deferred block raises nothing."""
+    with stop_on_signals() as stop:
+        finished = []
+        with pytest.raises(Interrupted):
+            with stop.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                signal.sigtimedwait([], 0.2)  # the handler runs here, and returns
+                finished.append("the write")
+        assert finished == ["the write"] and stop.requested and not stop.deferring
+    with stop_on_signals() as stop, pytest.raises(Interrupted):  # at the deferred block's end
+        with stop.deferred():
+            with pytest.raises(Interrupted), stop.deferred(False):
+                os.kill(os.getpid(), signal.SIGINT)
+                signal.sigtimedwait([], 1)
+            assert stop.deferring  # back in the deferred block: no second raise here
+            with pytest.raises(Interrupted):
+                stop.check()  # the next safe point
+
+
+def test_a_deferred_wait_ends_when_the_signal_comes():
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    with stop_on_signals() as stop, pytest.raises(Interrupted), stop.deferred():
+        timer.start()
+        stop.wait(30)  # ends at the signal, not after 30 s
+        assert stop.requested
+    timer.join()
+
+
 def test_a_stop_inside_a_database_read_prints_no_cursor_clean_up_traceback(tmp_path, caplog):
     """The stop raised inside SQLAlchemy's fetch leaves a cursor it cannot close, and its pool
     logs "Error closing cursor" with a traceback (seen under `ablate`'s one "interrupted" line):

@@ -36,10 +36,33 @@ def is_interrupt(exc: BaseException) -> bool:
 
 
 class StopRequest:
-    """Set once Ctrl-C or SIGTERM arrived; `check()` raises Interrupted from then on."""
+    """Set once Ctrl-C or SIGTERM arrived; `check()` raises Interrupted from then on.
+
+    Within `deferred()` the signal only sets it: code that writes to a storage holds locks (a
+    connection pool's, a database's) that an exception raised halfway would leave held, and the
+    worker's next write would wait on them for ever. The block's end, or the next `check()`,
+    raises instead; `deferred(False)` (a run) raises at once again."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.deferring = False
+
+    @contextlib.contextmanager
+    def deferred(self, defer: bool = True) -> Iterator[None]:
+        before = self.deferring
+        if not defer:
+            self.check()  # requested while deferred: the run does not start
+        self.deferring = defer
+        try:
+            yield
+        finally:
+            self.deferring = before
+        if not before:
+            self.check()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep `seconds`, or less: a request made meanwhile ends the wait (then `check()`)."""
+        self._event.wait(seconds)
 
     @property
     def requested(self) -> bool:
@@ -67,6 +90,8 @@ def stop_on_signals() -> Iterator[StopRequest]:
 
     def on_signal(signum: int, frame: Any) -> None:
         stop.request()
+        if stop.deferring:
+            return  # raised where the block ends or stop.check() runs
         db_cleanup.setLevel(logging.CRITICAL)  # the clean-up errors of an interrupted read
         raise Interrupted(INTERRUPTED_ERROR)
 

@@ -43,7 +43,8 @@ def train_one(
     def record_epoch(row: dict) -> None:
         epochs.append(dict(row))
         if on_epoch is not None:
-            on_epoch(row, len(epochs))
+            with stop.deferred():  # the pruner's report, a storage write: never cut halfway
+                on_epoch(row, len(epochs))
 
     start = time.perf_counter()
     folder = {} if out_dir is None else {"out_dir": out_dir}

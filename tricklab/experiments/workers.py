@@ -183,6 +183,20 @@ class Worker:
 # ---------------------------------------------------------------- planned units
 
 
+def _between_runs_deferred(work: Callable[..., int]) -> Callable[..., int]:
+    """`work(worker, ...)` with Ctrl-C and SIGTERM deferred to the next safe point, except in
+    the runs it trains (StopRequest.deferred): a signal never cuts a claim, a heartbeat or a
+    trial's record halfway, where a lock it held would stay held and the worker hang."""
+
+    @functools.wraps(work)
+    def deferring(worker: Worker, *args: Any, **kwargs: Any) -> int:
+        with worker.stop.deferred():
+            return work(worker, *args, **kwargs)
+
+    return deferring
+
+
+@_between_runs_deferred
 def run_units(
     worker: Worker,
     units: Sequence[Unit],
@@ -222,7 +236,7 @@ def run_units(
             tries = attempts(study.get_trials(deepcopy=False))
             if not any(t.state in ACTIVE for key in by_key for t in tries.get(key, [])):
                 return ran
-            time.sleep(liveness.poll_seconds)  # others still run units of this plan
+            worker.stop.wait(liveness.poll_seconds)  # others still run units of this plan
             continue
         with claimed(storage, trial_id):
             frozen = storage.get_trial(trial_id)
@@ -240,7 +254,8 @@ def run_units(
                 folder = worker.run_folder(trial_id, unit.config.config_id, unit.seed)
                 left = planned_runs_left(study.get_trials(deepcopy=False), by_key, session_start)
                 worker.starting(unit.config.config_id, unit.seed, left)
-                record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
+                with worker.stop.deferred(False):  # a run: a signal stops it at once
+                    record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
             record["seed"] = unit.seed
             stored = finish_trial(study, trial, [record], record["status"], record["error"])
         ran += stored  # a run another worker took for dead is lost, not counted
@@ -253,6 +268,7 @@ def run_units(
 # ---------------------------------------------------------------- sampled configurations
 
 
+@_between_runs_deferred
 def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> int:
     """Run sampled trials until the study holds `trials` units (see the module doc); returns how
     many trials (each with all its seeds) this call ran."""
@@ -273,7 +289,7 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
             if len(tries) >= trials:
                 if not any(t.state in ACTIVE for t in study.get_trials(deepcopy=False)):
                     return ran
-                time.sleep(liveness.poll_seconds)
+                worker.stop.wait(liveness.poll_seconds)
                 continue
             with claim_lock(worker.url):
                 trial = study.ask()  # pops a waiting retry if one appeared meanwhile
@@ -369,7 +385,8 @@ def _run_sampled_trial(
         reporter = pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
         folder = worker.run_folder(trial._trial_id, config_id, seed)
         worker.starting(config_id, seed, runs_left(seeds - seed))
-        record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
+        with worker.stop.deferred(False):  # a run: a signal stops it at once
+            record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
         record["seed"] = seed
         records.append(record)
         # Stored as it ends, kept if the worker dies before the last seed (and before tell).
@@ -404,7 +421,7 @@ def _claim_seed(worker: Worker, trial: optuna.Trial, config_id: str, seed: int) 
                      trial.number, owner, seed)  # fmt: skip
             waiting_for = owner
         worker.stop.check()
-        time.sleep(liveness.poll_seconds)
+        worker.stop.wait(liveness.poll_seconds)
         fail_stale_trials(study, storage, liveness.grace_seconds)  # a dead owner's seed is free
 
 
