@@ -11,11 +11,12 @@ marked request stops the run all the same, and `train()` records it `interrupted
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # The error text of a run or trial stopped by the user, wherever the signal caught it.
@@ -121,3 +122,15 @@ def handler_installed() -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
     return getattr(signal.getsignal(signal.SIGINT), "stops_tricklab", False)
+
+
+def deferring_stops(work: Callable[..., Any]) -> Callable[..., Any]:
+    """`work(owner, ...)` inside `owner.stop.deferred()`: Ctrl-C and SIGTERM wait for its next
+    safe point (`StopRequest.deferred`), but in the blocks it runs under `deferred(False)`."""
+
+    @functools.wraps(work)
+    def deferring(owner: Any, *args: Any, **kwargs: Any) -> Any:
+        with owner.stop.deferred():
+            return work(owner, *args, **kwargs)
+
+    return deferring

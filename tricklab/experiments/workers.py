@@ -4,8 +4,8 @@
 enqueues the unit that needs a try, drawn at random among those of the lowest missing seed (every
 config gets seed k before any gets seed k+1, the run order within a seed is random so a slow drift
 of the machine does not line up with one config, and workers starting together rarely pick the same
-unit), claims it and runs it with a heartbeat. When nothing is left to claim it waits while units
-of the plan still run elsewhere (taking over those whose worker dies), then returns.
+unit), claims it and runs it with a heartbeat. When nothing is left to claim it waits while units of
+the plan still run elsewhere (taking over those whose worker dies), then returns.
 
 `run_sampled` runs random and TPE sweeps, which have no plan of points: a trial is one sampled
 configuration run with every seed (the objective is the mean accuracy; only the first seed reports
@@ -14,17 +14,17 @@ that status). Each complete seed is stored as it ends, and a (configuration, see
 complete (or diverged), in an earlier trial that drew the same point or in an interrupted try of
 this one, is not run again: the trial takes that run (a trial whose seeds all ran before trains
 nothing, and still counts as one of the `trials`); one another worker trains at that moment is
-waited for, then taken (claims.py). A worker asks Optuna for a new trial while fewer
-than `trials` units exist, then counts the units created before its trial: if that reaches
-`trials`, the trial is a surplus made by a concurrent worker and is skipped, so the study holds
-exactly `trials` sampled units. Failed/oom/interrupted trials of an earlier session are enqueued
-again with their parameters (as Optuna's RetryFailedTrialCallback does), under the same unit.
+waited for, then taken (claims.py). A worker asks Optuna for a new trial while fewer than `trials`
+units exist, then counts the units created before its trial: if that reaches `trials`, the trial is
+a surplus made by a concurrent worker and is skipped, so the study holds exactly `trials` sampled
+units. Failed/oom/interrupted trials of an earlier session are enqueued again with their parameters
+(as Optuna's RetryFailedTrialCallback does), under the same unit.
 
 Each run trains in its own folder (rundirs.py), which the trial names before the run starts; a
 folder an interrupted try of the same run left is replaced. Each run that starts is shown by the
-command's progress display, if there is one (core/progress.py: `run k/N`, elapsed time and ETA,
-then the run's epoch bar), and each finished run is reported to `on_run_end` with this process's
-count of runs, the runs the study still wants and the time since this process started working.
+command's progress display, if there is one (core/progress.py: `run k/N`, elapsed time and ETA, then
+the run's epoch bar), and each finished run is reported to `on_run_end` with this process's count of
+runs, the runs the study still wants and the time since this process started working.
 
 A run's status is the one `train()` gave it (see tricklab.core.stopping and `api.run_end`). An
 interrupted run is stored, then the worker raises Interrupted; a SIGKILL leaves the trial RUNNING
@@ -50,7 +50,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import current as current_progress
 from tricklab.core.status import COMPLETE_STATUSES, RETRY_STATUSES, TRAINED_STATUSES, Status
-from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest
+from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, deferring_stops
 from tricklab.experiments.claims import (
     ACTIVE,
     TRAINING_ATTR,
@@ -183,20 +183,7 @@ class Worker:
 # ---------------------------------------------------------------- planned units
 
 
-def _between_runs_deferred(work: Callable[..., int]) -> Callable[..., int]:
-    """`work(worker, ...)` with Ctrl-C and SIGTERM deferred to the next safe point, except in
-    the runs it trains (StopRequest.deferred): a signal never cuts a claim, a heartbeat or a
-    trial's record halfway, where a lock it held would stay held and the worker hang."""
-
-    @functools.wraps(work)
-    def deferring(worker: Worker, *args: Any, **kwargs: Any) -> int:
-        with worker.stop.deferred():
-            return work(worker, *args, **kwargs)
-
-    return deferring
-
-
-@_between_runs_deferred
+@deferring_stops  # a signal never cuts a claim, heartbeat or record halfway
 def run_units(
     worker: Worker,
     units: Sequence[Unit],
@@ -268,7 +255,7 @@ def run_units(
 # ---------------------------------------------------------------- sampled configurations
 
 
-@_between_runs_deferred
+@deferring_stops  # a signal never cuts a claim, heartbeat or record halfway
 def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> int:
     """Run sampled trials until the study holds `trials` units (see the module doc); returns how
     many trials (each with all its seeds) this call ran."""
