@@ -48,39 +48,38 @@ def device_memory_bytes(device: torch.device) -> int | None:
     return available_memory_bytes() if device.type == "cpu" else None
 
 
-# The last meta model built, by what it was built from: the memory checks of a run (and every
-# run of a study with the same model) copy it instead of calling the model's factory again, so
-# your own factory runs twice per run (here once, for the run once), not once per check.
-_last_meta: dict[tuple[Any, ...], nn.Module | None] = {}
-
-
 def meta_model(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -> nn.Module | None:
     """The recipe's model built on the meta device (shapes, no storage), a fresh copy the caller
     may change, or None for your own factory that needs real storage (it is built for real, not
-    counted)."""
+    counted). The last one built is kept (`_built_meta`): the memory checks of a run, and the runs
+    of a study with the same model, call your own factory once between them, not once each."""
     m = recipe.model
     builder = get_model_info(m.name).builder  # a name registered again is built again
     if isinstance(builder, functools.partial):  # a module's factory: a new partial of the same
         builder = (builder.func, builder.args)
-    key = (builder, m.width, repr(m.widths), num_classes, tuple(image_shape))
-    if key not in _last_meta:
-        _last_meta.clear()
-        _last_meta[key] = _build_meta(recipe, num_classes, image_shape)
-    built = _last_meta[key]
+    widths = None if m.widths is None else tuple(m.widths)
+    built = _built_meta(builder, m.name, m.width, widths, num_classes, tuple(image_shape))
     return None if built is None else copy.deepcopy(built)
 
 
-def _build_meta(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -> nn.Module | None:
-    m = recipe.model
+@functools.lru_cache(maxsize=1)
+def _built_meta(
+    builder: Any,  # part of the cache key only: what `name` builds now
+    name: str,
+    width: float,
+    widths: tuple[int, ...] | None,
+    num_classes: int,
+    image_shape: tuple[int, ...],
+) -> nn.Module | None:
     try:
         with torch.device("meta"):
             return build_model(
-                m.name,
+                name,
                 num_classes=num_classes,
                 in_channels=image_shape[0],
                 image_size=image_shape[1],
-                width=m.width,
-                widths=m.widths,
+                width=width,
+                widths=widths,
             )
     except TrickLabError:
         raise
