@@ -8,6 +8,7 @@ short (as on a GPU).
 
     python benchmarks/loop_overhead.py [--repeats 9] [--epochs 2] [--threads 1] [--batch-size 32]
                                        [--same-metrics] [--device cpu|cuda] [--progress]
+    python benchmarks/loop_overhead.py --blocks 200 [--block-steps 40] [--threads 1]
 
 On CUDA each contender's clock starts and stops after `torch.cuda.synchronize()`.
 
@@ -22,7 +23,14 @@ every timed run, so all three run with --threads.
 --progress adds a fourth contender: tricklab with the CLI's progress bars drawn as on a terminal
 (into a string), compared with tricklab without them.
 
-Needs `pip install -e ".[bench]"` for Lightning. Goal: tricklab <= 1.03x bare and <= 0.9x Lightning.
+--blocks N measures the loop alone, with the noise of a shared VM taken out: one model, optimizer
+and loader as tricklab prepares them; N pairs of blocks of --block-steps steps each, tricklab's
+epoch (`train_epoch`, then `epoch_totals`: its metrics and its one read of the device) against the
+bare loop over the same batches, alternating which goes first; the median of the paired ratios.
+Whole runs (the default) also time each contender's own setup and its first steps, and single runs
+on a shared VM spread by +-15 %, wider than the 3 % goal.
+
+Needs `pip install -e ".[bench]"` for Lightning (not for --blocks). Goal: tricklab <= 1.03x bare and <= 0.9x Lightning.
 """
 
 from __future__ import annotations
@@ -197,6 +205,60 @@ def time_lightning(epochs: int, batch: int, metrics: bool) -> float:
     return EpochTimer.seconds
 
 
+def time_blocks(blocks: int, block_steps: int, batch: int) -> dict[str, list[float]]:
+    """Seconds per step of tricklab's epoch and of the bare loop over the same parts, in pairs."""
+    from tricklab.training.loop import epoch_totals, train_epoch
+    from tricklab.training.setup import load_data, prepare, resolve_device
+
+    parts, _ = prepare(recipe(1, batch), load_data(recipe(1, batch)), resolve_device(DEVICE))
+    parts.total_steps = 10**9  # blocks, not the recipe's epochs, decide the length
+    batches = list(parts.train_loader)[:block_steps]
+    model, optimizer, loss_fn = parts.model, parts.optimizer, nn.CrossEntropyLoss()
+    model.train()
+
+    def bare() -> None:
+        for images, labels in batches:
+            loss = loss_fn(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    def tricklab() -> None:
+        epoch_totals(parts, train_epoch(parts, iter(batches), 0))
+
+    times: dict[str, list[float]] = {"bare PyTorch loop": [], "tricklab": []}
+    contenders = [("bare PyTorch loop", bare), ("tricklab", tricklab)]
+    bare(), tricklab()  # warm-up: first-call costs in neither block
+    for block in range(blocks):
+        for name, step in contenders[block % 2 :] + contenders[: block % 2]:
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            times[name].append((time.perf_counter() - start) / len(batches))
+    return times
+
+
+def print_blocks(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    times = time_blocks(args.blocks, args.block_steps, args.batch_size)
+    bare, trick = times["bare PyTorch loop"], times["tricklab"]
+    ratios = [t / b for t, b in zip(trick, bare)]
+    print(
+        f"{device_name()}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; widths "
+        f"{WIDTHS}, batch {args.batch_size}; {args.blocks} pairs of {args.block_steps}-step blocks "
+        "on one model, optimizer and loader, alternating which goes first"
+    )
+    print()
+    print("| loop | median ms/step | vs bare (median of paired ratios) | 95% CI |")
+    print("|---|---:|---:|---:|")
+    print(f"| bare PyTorch loop | {1000 * statistics.median(bare):.3f} | 1.000x | - |")
+    print(
+        f"| tricklab (train_epoch + epoch_totals) | {1000 * statistics.median(trick):.3f} | "
+        f"{statistics.median(ratios):.4f}x | {ratio_interval(ratios)} |"
+    )
+
+
 def device_name() -> str:
     if DEVICE.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(DEVICE))
@@ -226,9 +288,19 @@ def main() -> None:
         action="store_true",
         help="also time tricklab with the CLI's progress bars drawn (tricklab.core.progress)",
     )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=0,
+        help="instead of whole runs: this many pairs of blocks of the loop alone, on shared parts",
+    )
+    parser.add_argument("--block-steps", type=int, default=40, help="steps per block (--blocks)")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.blocks:
+        print_blocks(args)
+        return
     runners = {
         "bare PyTorch loop": time_bare,
         "tricklab": time_tricklab,
