@@ -3,6 +3,7 @@ content (Hypothesis). The property, for any content: a correct value, or one Tri
 message is one line; never another exception (a traceback), never a write, never more than a
 bounded time. See docs/hardening.md for how to add a reader."""
 
+import functools
 import json
 import math
 import os
@@ -280,3 +281,50 @@ def test_a_corrupt_result_json_under_any_name_is_one_error_line(tmp_path_factory
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert not (folder.parent / "r").exists()
+
+
+def _archive_bytes(tmp: Path, split: str, gz: bool) -> bytes:
+    """A split of two classes, two 8x8 PNGs each, as a tar (or tar.gz) archive's bytes."""
+    import gzip
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for label, name in enumerate(("ant", "bee")):
+            for index in range(2):
+                png = io.BytesIO()
+                Image.new("RGB", (8, 8), (40 * label + index, 9, 9)).save(png, format="PNG")
+                info = tarfile.TarInfo(f"{split}/{name}/{index}.png")
+                info.size = len(png.getvalue())
+                tar.addfile(info, io.BytesIO(png.getvalue()))
+    raw = buffer.getvalue()
+    return gzip.compress(raw, mtime=0) if gz else raw
+
+
+@HOSTILE
+@given(gz=st.booleans(), cut=st.floats(min_value=0, max_value=1))
+@example(gz=False, cut=1.0)
+@example(gz=True, cut=1.0)
+def test_an_image_archive_cut_at_any_byte_loads_whole_or_is_one_line(tmp_path_factory, gz, cut):
+    from tricklab.data.sources import load_dataset
+
+    root = tmp_path_factory.mktemp("archive")
+    suffix = "tar.gz" if gz else "tar"
+    (root / "data").mkdir()
+    (root / "data" / f"test.{suffix}").write_bytes(_archive_bytes(root, "test", gz))
+    whole = _archive_bytes(root, "train", gz)
+    kept = round(cut * len(whole))
+    (root / "data" / f"train.{suffix}").write_bytes(whole[:kept])
+    dataset = one_line_or_value(
+        functools.partial(load_dataset, cache_dir=root / "cache"), "imagefolder", root / "data"
+    )
+    if dataset is None:
+        assert kept < len(whole)
+        assert not list((root / "cache").rglob("*.*")) if (root / "cache").exists() else True
+    else:
+        # tar pads its end with zero blocks: a cut inside that padding still holds every image,
+        # and a cut anywhere else is refused, never read as fewer images
+        assert len(dataset.train.labels) == 4 and dataset.classes == ["ant", "bee"]
