@@ -5,6 +5,8 @@ operators and a Chrome trace come with them; bad input is one line and exit 2.""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,3 +164,56 @@ def test_a_recipe_that_fails_to_build_leaves_the_backend_flags_as_they_were():
     with pytest.raises(TrickLabError, match="whitening layer"):
         profile_step(recipe, repeats=2)
     assert torch.get_float32_matmul_precision() == before
+
+
+def _trace_refusal(tmp_path, target, capsys) -> str:
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2", "--trace", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error:")
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert after == before  # nothing replaced, nothing left
+    return err
+
+
+@pytest.mark.parametrize("kind", ["device", "link", "result.json", "database"])
+def test_trace_never_replaces_a_device_a_link_or_another_kind_of_file(tmp_path, kind, capsys):
+    # was: --trace /dev/null replaced the system's /dev/null with a regular file (os.replace)
+    target = tmp_path / "t.json"
+    if kind == "device":
+        target = Path(os.devnull)
+    elif kind == "link":
+        (tmp_path / "real.json").write_text('{"traceEvents": []}')
+        target.symlink_to(tmp_path / "real.json")
+    elif kind == "result.json":
+        target = tmp_path / "run" / "result.json"
+        target.parent.mkdir()
+        target.write_text('{"status": "complete", "val_acc": 0.5}')
+    else:
+        target.write_bytes(b"SQLite format 3\0" + bytes(100))
+    err = _trace_refusal(tmp_path, target, capsys)
+    assert "--trace" in err
+    assert Path(os.devnull).is_char_device()
+
+
+@pytest.mark.parametrize("name", ["t" * 300 + ".json", "tr\nerror: forged.json"])
+def test_trace_names_too_long_or_with_a_newline_are_one_line(tmp_path, name, capsys):
+    if "\n" in name:  # a legal name: written, and echoed on one line
+        code = main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2", "--trace",
+                     str(tmp_path / name)])  # fmt: skip
+        out = capsys.readouterr()
+        assert code == 0 and (tmp_path / name).is_file()
+        assert "\nerror: forged" not in out.out + out.err
+        assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary file left
+    else:
+        assert "longer than the file system takes" in _trace_refusal(
+            tmp_path, tmp_path / name, capsys
+        )
+
+
+def test_a_trace_written_before_is_replaced(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text('{"schemaVersion": 1, "traceEvents": []}')
+    recipe = tricklab.load_recipe(None, TINY_STEP)
+    profile_step(recipe, repeats=2, trace=trace)
+    assert json.loads(trace.read_text())["traceEvents"]

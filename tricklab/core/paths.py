@@ -9,8 +9,9 @@ import errno
 import logging
 import os
 import shutil
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -36,7 +37,8 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     ends, removed when it raises. A crash leaves the old file or the new one, never part of one.
     An OSError names `path` (a full disk fails in write(), which names no file); a full disk
     raises DiskFullError, one line for the CLI."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    # the name cut short: a name near the file system's limit leaves room for the suffix
+    tmp = path.with_name(f"{path.name[:120]}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, mode.replace("w", "x"), **open_kwargs) as handle:
             yield handle
@@ -46,6 +48,23 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            _raise_naming(exc, path)
+        raise
+
+
+def write_with(path: Path, write: Callable[[str], object]) -> None:
+    """`write(name)` makes the file under a temporary name beside `path`, then renamed over it:
+    atomic_write for a writer that takes a file name (torch's export_chrome_trace). An OSError
+    names `path`; a full disk raises DiskFullError."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tricklab-", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         if isinstance(exc, OSError) and exc.errno is not None:
             _raise_naming(exc, path)
         raise
@@ -256,6 +275,41 @@ def new_numbered_dir(base: Path) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{base} and 9,999 numbered variants exist")
+
+
+def check_file_name(path: Path, option: str) -> None:
+    """TrickLabError for a file name longer than its folder's file system takes (ENAMETOOLONG
+    would come only at the write, after the work)."""
+    try:
+        limit = os.pathconf(path.parent if path.parent.is_dir() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(path.name)) > limit:
+        raise TrickLabError(
+            f"{option} {shown(path.name[:60])}...: a file name of {len(os.fsencode(path.name))} "
+            f"bytes, longer than the file system takes ({limit})"
+        )
+
+
+def check_output_file(path: Path, option: str, holds: bytes) -> Path:
+    """`path` for a file an option writes (check_replaceable), in a folder that takes it; an
+    existing file is replaced only if it `holds` the given bytes in its first MiB: one written
+    before (torch's Chrome trace: '"traceEvents"')."""
+    check_file_name(path, option)
+    if not str(path).strip() or path.is_dir():
+        raise TrickLabError(f"{option} needs a file name, got {shown(str(path))}")
+    check_replaceable(path, option)
+    if path.is_file() and path.stat().st_size:
+        with open(path, "rb") as handle:
+            if holds not in handle.read(2**20):
+                raise TrickLabError(
+                    f"{option} {shown(path)} holds a file of another kind that it would replace; "
+                    "give a new file, or one it wrote before"
+                )
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+        problem = "does not exist" if not path.parent.is_dir() else "is not writable"
+        raise TrickLabError(f"cannot write {option} {shown(path)}: its folder {problem}")
+    return path
 
 
 def check_replaceable(path: Path, option: str) -> None:

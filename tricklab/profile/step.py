@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -38,6 +37,8 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import check_output_file, write_with
+from tricklab.core.safeio import shown
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.timing import (
     Contender,
@@ -327,16 +328,11 @@ def top_operators(prof, device: torch.device, count: int, steps: int) -> list[di
 
 
 def _check_trace_path(trace: str | Path | None) -> Path | None:
+    """The --trace file: a new one or a trace written before, never another file (a device, a
+    link, a run's result.json)."""
     if trace is None:
         return None
-    path = Path(trace)
-    if not str(trace).strip() or path.is_dir():
-        raise TrickLabError(f"--trace needs a file name, got {str(trace)!r}")
-    if not path.parent.is_dir():
-        raise TrickLabError(f"cannot write the trace {path}: folder {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise TrickLabError(f"cannot write the trace {path}: folder {path.parent} is not writable")
-    return path
+    return check_output_file(Path(trace), "--trace", holds=b'"traceEvents"')
 
 
 def _profile_steps(bench: StepBench, steps: int, trace: Path | None) -> list[dict]:
@@ -358,12 +354,10 @@ def _profile_steps(bench: StepBench, steps: int, trace: Path | None) -> list[dic
                 bench._ema_update("full")
         synchronize(bench.device)
     if trace is not None:
-        tmp = trace.with_name(trace.name + ".tmp")
         try:
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, trace)
-        finally:
-            tmp.unlink(missing_ok=True)
+            write_with(trace, prof.export_chrome_trace)
+        except OSError as exc:  # not a full disk (DiskFullError, one line of its own)
+            raise TrickLabError(f"cannot write the trace {shown(trace)}: {exc.strerror}") from None
     return top_operators(prof, bench.device, TOP_OPERATORS, steps)
 
 
