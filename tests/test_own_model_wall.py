@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
@@ -92,6 +93,44 @@ def no_parameters(num_classes):
 
 def raises_generator_exit(num_classes):
     raise GeneratorExit("from a generator")
+
+
+class UnreadableMessage(Exception):
+    def __str__(self):
+        raise RuntimeError("its __str__ fails")
+
+
+def message_that_raises(num_classes):
+    raise UnreadableMessage()
+
+
+def out_of_host_memory(num_classes):
+    raise MemoryError()
+
+
+def moves_the_working_folder(num_classes):
+    import os
+
+    os.chdir("/")
+    return Net(num_classes)
+
+
+class IntegerScores(Net):
+    def forward(self, x):
+        return super().forward(x).long()
+
+
+def integer_scores(num_classes):
+    return IntegerScores(num_classes)
+
+
+class NoGradient(Net):
+    def forward(self, x):
+        return x.new_zeros(len(x), self.head.out_features)
+
+
+def no_gradient(num_classes):
+    return NoGradient(num_classes)
 """
 
 
@@ -113,16 +152,34 @@ def walled(tmp_path, monkeypatch):
         ("a_tuple", "its forward gives tuple"),
         ("no_parameters", "the model has no trainable parameter"),
         ("raises_generator_exit", "its factory raised GeneratorExit: from a generator"),
+        # third hostile round: each was a traceback and exit 1, a failed run's folder left
+        ("message_that_raises", "raised UnreadableMessage: (its message could not be read)"),
+        ("out_of_host_memory", "its factory raised MemoryError"),
+        ("moves_the_working_folder", "changed the working folder (os.chdir)"),
+        ("integer_scores", "its forward gives torch.int64 scores"),
+        ("no_gradient", "scores do not depend on the model's trainable parameters"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(
-    walled, tmp_path, capsys, factory, says
+    walled, tmp_path, capsys, monkeypatch, factory, says
 ):
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
     assert main(["train", *TINY, f"model.name={walled}:{factory}", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err, err
     assert not out.exists()
+    assert Path.cwd() == tmp_path  # put back where the code moved it
+
+
+@pytest.mark.parametrize("factory", ["out_of_host_memory", "message_that_raises"])
+def test_an_ablations_dry_run_refuses_what_its_runs_would(walled, tmp_path, capsys, factory):
+    # was: --dry-run passed a factory raising MemoryError or an unreadable exception
+    args = ["ablate", "--baseline", *TINY, f"model.name={walled}:{factory}", "--dry-run"]
+    args += ["--vary", "tricks.label_smoothing=0.1", "--out", str(tmp_path / "exp")]
+    assert main(args) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "exp").exists()
 
 
 def test_an_ablation_checks_the_models_forward_behind_the_wall_before_its_first_run(

@@ -9,6 +9,7 @@ import errno
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -275,6 +276,25 @@ def new_numbered_dir(base: Path) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{base} and 9,999 numbered variants exist")
+
+
+def not_a_file(path: Path) -> str | None:
+    """What `path` is when it exists but is no regular file, links followed ('a folder', 'a pipe
+    (FIFO)', 'a device', ...): a file storage or input opened there would hang (a pipe), fail
+    deep inside a library (a device) or be read as empty. None for a regular file or nothing."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a name too long, a loop of links, a folder we may not enter
+        return f"unusable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO)"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
 def check_file_name(path: Path, option: str) -> None:

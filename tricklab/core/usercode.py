@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -26,6 +27,15 @@ from tricklab.core.stopping import Interrupted, handler_installed
 def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0][:200] if lines else ""
+
+
+def described(exc: BaseException) -> str:
+    """'ValueError: its first line' for an exception of user code, even one whose str() raises."""
+    try:
+        said = _first_line(str(exc))
+    except Exception:  # an exception class whose __str__ itself fails
+        said = "(its message could not be read)"
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
 NOTICE_SECONDS = 30.0  # user code running this long without returning gets one line
@@ -63,6 +73,27 @@ def _notice_after(seconds: float, what: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _same_folder(what: str) -> Iterator[None]:
+    """Put the working folder back if the code changed it (os.chdir), then say so: --out and
+    data.dir are relative to it, and a run folder would be made elsewhere."""
+    saved = os.getcwd()
+    try:
+        yield
+    finally:
+        try:
+            moved = os.getcwd() != saved
+        except OSError:  # moved into a folder since deleted
+            moved = True
+        if moved:
+            os.chdir(saved)
+    if moved:
+        raise TrickLabError(
+            f"{what} changed the working folder (os.chdir); tricklab's paths are relative to "
+            "it: leave it as it is"
+        )
+
+
+@contextlib.contextmanager
 def user_code(what: str) -> Iterator[None]:
     """Run the block's user code behind the wall; `what` names it in the error
     ("model.name=mod:make: importing mod")."""
@@ -70,6 +101,7 @@ def user_code(what: str) -> Iterator[None]:
     try:
         with (
             _notice_after(NOTICE_SECONDS, what),
+            _same_folder(what),
             _empty_stdin(),
             contextlib.redirect_stdout(printed),
             contextlib.redirect_stderr(printed),
@@ -102,9 +134,7 @@ def user_code(what: str) -> Iterator[None]:
     except Exception:
         raise  # the caller's to word (an error of the code, a user mistake, out of memory)
     except BaseException as exc:  # GeneratorExit and other exits that are not errors
-        raise TrickLabError(
-            f"{what} raised {type(exc).__name__}: {_first_line(str(exc))}"
-        ) from None
+        raise TrickLabError(f"{what} raised {described(exc)}") from None
 
 
 def raised_by_code(exc: BaseException) -> str | None:

@@ -8,22 +8,19 @@ One Optuna study per experiment. `--storage` takes
 - any SQLAlchemy URL Optuna accepts (`postgresql+psycopg://user@host/db`, `sqlite:///file.db`): for
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
-Messages, summaries and records show a URL's password as `***` (`shown_url`, urls.py); the URL
-as given is used only to connect. In-memory SQLite (`sqlite://`) is refused: it would store
-nothing to resume. A journal file that exists must start with an Optuna journal record, so no
-other file is ever appended to; a last line a writer never finished is set aside before the next
-append (journal.py). A reader opens only a whole Optuna database (every table Optuna would make,
-its version rows written), so Optuna writes nothing into it, and refuses a storage holding what
-Optuna takes without looking but tricklab cannot show (a study name that is no text).
+Messages, summaries and records show a URL's password as `***` (`shown_url`, urls.py). In-memory
+SQLite (`sqlite://`) is refused: it would store nothing to resume. A file storage's path must be a
+file or nothing (never a folder, a pipe or a device). A journal file that exists must start with an
+Optuna journal record, so no other file is ever appended to; a last line a writer never finished
+is set aside before the next append (journal.py). A reader opens only a whole Optuna database
+(every table Optuna would make, its version rows written), so Optuna writes nothing into it, and
+refuses a storage holding what tricklab cannot show (a study name that is no text).
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
 A FAIL trial without a `status` was left RUNNING by a worker that died and was failed later: it
 reads as `interrupted`. `skipped` marks a trial that a worker claimed and gave up at once because
-its unit was already taken (see claims.py); it is no run and statistics ignore it.
-
-How workers claim trials, beat and fail stale ones is claims.py's (the claim protocol); this
-module only opens stores and reads what they hold.
+its unit was already taken (claims.py: the claim protocol; this module only opens stores).
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import not_a_file
 from tricklab.core.safeio import check_depth, parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
@@ -112,12 +110,10 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     schema (an empty study.db, a table dropped) is one TrickLabError line, as Optuna would write
     the rest into it; so is one holding what tricklab cannot show (`_check_contents`)."""
     if url.startswith("journal:"):
-        path = Path(url[len("journal:") :])
+        path = _file_path(url, "journal:")
         if must_exist and not path.is_file():
             raise TrickLabError(f"journal file {path} does not exist")
         _make_parent(path, url)
-        if path.is_dir():
-            raise _cannot_open(url, "it is a folder")
         _check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             storage = optuna.storages.JournalStorage(journal_backend(path))
@@ -128,7 +124,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         return storage
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
+        path = _file_path(url, "sqlite:///")
         if must_exist and not path.is_file():
             raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
         _make_parent(path, url)
@@ -219,12 +215,8 @@ def _numbers(items: list[Any]) -> bool:
 
 def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
     missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
-    hint = (
-        '; for PostgreSQL: pip install "tricklab[postgres]" (psycopg 3) and a '
-        "postgresql+psycopg:// URL"
-        if url.startswith("postgresql")
-        else ""
-    )
+    postgres = '; for PostgreSQL: pip install "tricklab[postgres]" and a postgresql+psycopg:// URL'
+    hint = postgres if url.startswith("postgresql") else ""
     return TrickLabError(
         f"storage {shown_url(url)} needs a database driver: {missing} is not installed{hint}"
     )
@@ -238,9 +230,7 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
     for prefix in ("journal:", "sqlite:///"):
         if not url.startswith(prefix):
             continue
-        path = Path(url[len(prefix) :])
-        if path.is_dir():
-            raise _cannot_open(url, "it is a folder")
+        path = _file_path(url, prefix)
         if path.exists():
             if prefix == "sqlite:///":
                 _check_sqlite(path)
@@ -310,6 +300,14 @@ def check_same_experiment(
             )
 
 
+def _file_path(url: str, prefix: str) -> Path:
+    """The file of a journal: or sqlite:/// URL, refused if anything but a file is there."""
+    path = Path(url[len(prefix) :])  # a pipe hangs Optuna, a device fails its fsync
+    if problem := not_a_file(path):
+        raise _cannot_open(url, f"it is {problem}, not a file")
+    return path
+
+
 def _make_parent(path: Path, url: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -338,7 +336,10 @@ def _check_journal(path: Path) -> None:
 
 
 def sqlite_tables(path: Path) -> list[str] | None:
-    """The table names of an SQLite file, read-only; None when it cannot be read as one."""
+    """The table names of an SQLite file, read-only ([] for none or an empty file); None when
+    it cannot be read as one (a folder, a device)."""
+    if not_a_file(path):  # never opened: a pipe would block the open for good
+        return None
     if not path.is_file() or path.stat().st_size == 0:
         return []
     rows = _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type='table'")

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.usercode import user_code
+from tricklab.core.usercode import described, user_code
 from tricklab.models import airbench, resnet, zoo
 
 TIMM_PREFIX = "timm:"
@@ -310,16 +310,13 @@ def _build_own(
     try:
         with user_code(f"model {name}: its factory"):
             model = factory(**given, **options)
-    except (TrickLabError, MemoryError, torch.cuda.OutOfMemoryError):
-        raise
-    except Exception as err:
+    except (TrickLabError, torch.cuda.OutOfMemoryError):
+        raise  # a device out of memory: the run records it (oom)
+    except Exception as err:  # a MemoryError too: no host memory to build it, one line
         if _building_on_meta():
             raise
-        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
         who = "timm.create_model" if name.startswith(TIMM_PREFIX) else "its factory"
-        raise TrickLabError(
-            f"model {name}: {who} raised {type(err).__name__}" + (f": {message}" if message else "")
-        ) from err
+        raise TrickLabError(f"model {name}: {who} raised {described(err)}") from err
     if not isinstance(model, nn.Module):
         raise TrickLabError(
             f"model {name}: its factory returned {type(model).__name__}, not a torch.nn.Module"

@@ -214,7 +214,7 @@ def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[
     if not any(p.requires_grad for p in model.parameters()):
         raise TrickLabError(f"model.name={name}: the model has no trainable parameter")
     reference = next(p for p in model.parameters() if p.requires_grad)
-    with eval_mode(model):
+    with eval_mode(model), torch.enable_grad():  # a batch of 2: its graph costs nothing
         out = model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
     want = (shape[0], num_classes)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
@@ -222,4 +222,14 @@ def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[
         raise TrickLabError(
             f"model.name={name}: its forward gives {got} for a batch of {shape[0]} images; a "
             f"classifier of this data must give a tensor of shape {want} (one score per class)"
+        )
+    if not out.is_floating_point():
+        raise TrickLabError(
+            f"model.name={name}: its forward gives {out.dtype} scores; a classifier's scores "
+            "must be floating point (a loss needs them, and their gradients)"
+        )
+    if not out.requires_grad:
+        raise TrickLabError(
+            f"model.name={name}: its forward's scores do not depend on the model's trainable "
+            "parameters (no gradient reaches them: detached, made under torch.no_grad, or new)"
         )

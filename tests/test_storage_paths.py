@@ -1,0 +1,63 @@
+"""A file storage's path that holds no file (a folder, a pipe, a device) is one line, whichever
+command opens it, and nothing is created beside it (third hostile round: `journal:` on a pipe
+hung for good, on a device ended in a traceback from Optuna's fsync, `sqlite:///` on a device left
+a `-journal` file beside it, and a folder given as an SQLite file read as "no studies")."""
+
+import os
+import stat
+
+import pytest
+
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.experiments.storage import check_storage, open_storage
+
+TINY = ["data.name=synthetic", "data.train_size=64", "data.test_size=32", "data.image_size=16",
+        "model.name=airbench", "model.widths=[4,8,8]", "run.epochs=1", "loader.batch_size=32",
+        "run.device=cpu"]  # fmt: skip
+
+
+def _thing(tmp_path, kind):
+    path = tmp_path / f"{kind}.store"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "pipe":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a copy of /dev/null
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    return path
+
+
+@pytest.mark.parametrize("kind, said", [("folder", "a folder"), ("pipe", r"a pipe \(FIFO\)"),
+                                        ("device", "a device")])  # fmt: skip
+@pytest.mark.parametrize("prefix", ["journal:", "sqlite:///"])
+def test_a_storage_path_that_is_no_file_is_refused_by_every_opener(tmp_path, kind, said, prefix):
+    url = prefix + str(_thing(tmp_path, kind))
+    for opener in (
+        lambda: open_storage(url),
+        lambda: open_storage(url, must_exist=True),
+        lambda: check_storage(url),
+    ):
+        with pytest.raises(TrickLabError, match=f"it is {said}, not a file") as err:
+            opener()
+        assert "\n" not in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{kind}.store"]  # no -journal beside
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe", "device"])
+def test_results_and_ablate_say_what_the_storage_path_is_in_one_line(tmp_path, kind, capsys):
+    url = "journal:" + str(_thing(tmp_path, kind))
+    for listed in (url, url.replace("journal:", "sqlite:///")):  # was: a folder had "no studies"
+        assert main(["results", "--storage", listed]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a file" in err
+    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--seeds", "1",
+            "--budget-epochs", "1", "--storage", url, "--out", str(tmp_path / "e")]  # fmt: skip
+    for extra in (["--dry-run"], []):  # was: without --dry-run, a pipe waited for good
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a file" in err
+    assert not (tmp_path / "e").exists()
