@@ -193,15 +193,20 @@ LONG = "x" * 300  # a name longer than file systems take (255 bytes)
         (["results", LONG], "study: the name xxx"),
         (["demo", "--quiet", "--out", LONG], "--out: the name xxx"),
         (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", LONG], "--study"),
-        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", ".."], "'..' part"),
-        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", "/x"], "with '/'"),
-        (["sweep", "--baseline", *TINY, "--space", "s.yaml", "--study", "a/../b"], "'..' part"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", ".."], "one folder"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", "/x"], "one folder"),
+        (["sweep", "--baseline", *TINY, "--space", "s.yaml", "--study", "a/../b"], "one folder"),
+        # third hostile round: stored under runs/experiments/a/b, where results lists nothing
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", "a/b"], "one folder"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", "a\nb"], "a\\nb"),
+        (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", " a"], "one folder"),
         (["demo", "--seeds", "0"], "--seeds 0 must be a whole number from 1 to 100"),
         (["demo", "--quiet", "--seeds", "1", "--out", "/proc/tricklab-demo"], "cannot make"),
     ],
     ids=[
         "train-out-long", "speedrun-out-long", "report-out-long", "results-study-long",
         "demo-out-long", "ablate-study-long", "study-dotdot", "study-absolute", "study-dotdot-part",
+        "study-nested", "study-newline", "study-space",
         "demo-seeds-0-before-the-plan", "demo-out-unwritable",
     ],
 )  # fmt: skip

@@ -354,3 +354,20 @@ def test_a_sweep_dry_run_into_a_study_of_another_space_is_refused(tmp_path, caps
     capsys.readouterr()
     assert main(sweep_args(tmp_path, "optim.lr: [0.3]\n", *args, "--dry-run")) == 2
     assert "(its space differs)" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("vary", ["optim.lr=0.2,0.3", "optim.lr=0.3"], ids=["added", "replaced"])
+def test_another_vary_into_a_named_study_is_refused_and_stores_nothing(tmp_path, capsys, vary):
+    # was: a traceback (Optuna: CategoricalDistribution does not support dynamic value space) and
+    # a failed trial stored for a run that never happened, at every rerun
+    study = ["--study", "mine"]
+    assert main(ablate_args(tmp_path, *study)) == 0
+    capsys.readouterr()
+    db = tmp_path / "exp" / "study.db"
+    before = db.read_bytes()
+    for extra in (["--dry-run"], []):
+        other = ablate_args(tmp_path, *study, *extra)
+        other[other.index("optim.lr=0.2")] = vary
+        assert main(other) == 2
+        assert "already holds another experiment (its configs differs)" in one_error_line(capsys)
+    assert db.read_bytes() == before

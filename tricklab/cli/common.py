@@ -83,11 +83,12 @@ def check_not_empty(args: argparse.Namespace, *options: str) -> None:
                 f"{option}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, longer "
                 "than file systems take (255)"
             )
-        parts = value.replace("\\", "/").split("/")
-        if option == "--study" and (value.startswith(("/", "\\")) or {".", ".."} & set(parts)):
+        odd = any(c in "/\\" or not c.isprintable() for c in value) or value != value.strip()
+        if option == "--study" and (odd or value in (".", "..")):
             raise TrickLabError(
-                f"--study {value!r} is a folder's name under runs/experiments/: give one that "
-                "does not start with '/' and has no '.' or '..' part"
+                f"--study {shown(value)} is one folder's name under runs/experiments/ (where "
+                "`tricklab results` lists studies): give one without '/', control characters or "
+                "spaces at its ends, other than '.' and '..'"
             )
 
 

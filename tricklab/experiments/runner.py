@@ -139,7 +139,7 @@ def _pruner(name: str) -> optuna.pruners.BasePruner:
 # ---------------------------------------------------------------- what a study stores of its experiment
 
 # A study name given again must hold the same experiment (storage.check_same_experiment).
-ABLATION_MATCH = ("kind", "baseline")
+ABLATION_MATCH = ("kind", "baseline", "configs")  # another --vary: another experiment
 SWEEP_MATCH = ("kind", "baseline", "space")
 
 
