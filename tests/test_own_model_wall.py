@@ -131,6 +131,17 @@ class NoGradient(Net):
 
 def no_gradient(num_classes):
     return NoGradient(num_classes)
+
+
+def float64_weights(num_classes):
+    return Net(num_classes).double()
+
+
+def on_the_meta_device(num_classes):
+    import torch
+
+    with torch.device("meta"):
+        return Net(num_classes)
 """
 
 
@@ -158,6 +169,8 @@ def walled(tmp_path, monkeypatch):
         ("moves_the_working_folder", "changed the working folder (os.chdir)"),
         ("integer_scores", "its forward gives torch.int64 scores"),
         ("no_gradient", "scores do not depend on the model's trainable parameters"),
+        ("float64_weights", "its factory returned torch.float64 weights"),
+        ("on_the_meta_device", "its factory returned a model on the meta device"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(
@@ -219,3 +232,28 @@ def test_a_loggers_file_already_in_the_run_folder_is_refused_before_the_run(tmp_
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "already holds a run (metrics.csv)" in err, err
     assert sorted(p.name for p in out.iterdir()) == ["metrics.csv"]
+
+
+def test_the_wall_puts_back_the_recursion_limit_and_the_stop_handlers():
+    # third hostile round: a factory's sys.setrecursionlimit(25) crashed tricklab after it
+    # returned, and its SIG_IGN made Ctrl-C do nothing for the rest of an ablation
+    import signal
+
+    from tricklab.core.usercode import user_code
+
+    def ours(signum, frame):
+        raise AssertionError("not called")
+
+    limit = sys.getrecursionlimit()
+    previous = {s: signal.signal(s, ours) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with user_code("model.name=m:f: its factory"):
+            sys.setrecursionlimit(60)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        assert sys.getrecursionlimit() == limit
+        assert signal.getsignal(signal.SIGINT) is ours and signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        sys.setrecursionlimit(limit)

@@ -137,6 +137,7 @@ def test_medians_of_paired_differences_add_up_along_a_chain():
         (dict(models=["airbench"], grid=ProfileGrid(precisions=["fp8"])), "unknown precision"),
         (dict(models=["airbench"], grid=ProfileGrid(compile_modes=["fast"])), "unknown compile"),
         (dict(models=["airbench"], repeats=0), "repeats"),
+        (dict(models=["airbench"], peak_tflops_override=1e-320), "--peak-tflops must be"),
         (
             dict(models=["airbench-residual"], build=ModelBuild(widths=[8, 16, 16], image_size=16)),
             "cannot train at batch 1",

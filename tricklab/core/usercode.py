@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -73,13 +74,20 @@ def _notice_after(seconds: float, what: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _same_folder(what: str) -> Iterator[None]:
-    """Put the working folder back if the code changed it (os.chdir), then say so: --out and
-    data.dir are relative to it, and a run folder would be made elsewhere."""
-    saved = os.getcwd()
+def _same_process(what: str) -> Iterator[None]:
+    """Put back what the code changed of the process: the recursion limit and the Ctrl-C and
+    SIGTERM handlers (tricklab's own stop them), silently; the working folder (os.chdir), then
+    say so: --out and data.dir are relative to it, and a run folder would be made elsewhere."""
+    saved, limit = os.getcwd(), sys.getrecursionlimit()
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         yield
     finally:
+        sys.setrecursionlimit(limit)
+        for number, handler in handlers.items():
+            if handler is not None and signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
         try:
             moved = os.getcwd() != saved
         except OSError:  # moved into a folder since deleted
@@ -101,7 +109,7 @@ def user_code(what: str) -> Iterator[None]:
     try:
         with (
             _notice_after(NOTICE_SECONDS, what),
-            _same_folder(what),
+            _same_process(what),
             _empty_stdin(),
             contextlib.redirect_stdout(printed),
             contextlib.redirect_stderr(printed),

@@ -32,7 +32,7 @@ from tricklab.core.safeio import shown
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest
 from tricklab.experiments.busy import speedrun_busy
-from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.provenance import finish_record, start_record
 from tricklab.recipe.schema import Recipe, load_recipe
 
@@ -224,10 +224,7 @@ def check_arguments(
         raise TrickLabError(f"--runs must be at least 1, got {runs}")
     if runs > MAX_RUNS:  # a typo: as ablate's --seeds, hours of runs
         raise TrickLabError(f"--runs {runs} is too many; at most {MAX_RUNS:,}")
-    if peak_tflops is not None and not 0 < peak_tflops < math.inf:
-        raise TrickLabError(
-            f"--peak-tflops must be a positive number of TFLOP/s, got {peak_tflops}"
-        )
+    check_peak(peak_tflops)
     if target is not None and not 0 < target <= 1:
         raise TrickLabError(f"--target must be an accuracy in (0, 1], got {target}")
     if warmup_epochs is not None and not 0 <= warmup_epochs < math.inf:

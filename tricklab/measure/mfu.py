@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tricklab.core.errors import TrickLabError
+
 if TYPE_CHECKING:  # torch stays unimported until a run: the CLI answers bad input at once
     import torch
 
@@ -97,6 +99,19 @@ def achieved_tflops(forward_macs: int | None, images_per_second: float | None) -
     if not forward_macs or not images_per_second:
         return None
     return train_flops_per_image(forward_macs) * images_per_second / 1e12
+
+
+PEAK_TFLOPS_RANGE = (1e-6, 1e6)  # a device's peak TFLOP/s: a microcontroller's to many GPUs
+
+
+def check_peak(peak: float | None) -> None:
+    """TrickLabError for a --peak-tflops outside PEAK_TFLOPS_RANGE (1e-320 gave an infinite MFU,
+    which tricklab's own JSON refuses)."""
+    low, high = PEAK_TFLOPS_RANGE
+    if peak is not None and not low <= peak <= high:
+        raise TrickLabError(
+            f"--peak-tflops must be a device's peak TFLOP/s, from {low:g} to {high:g}, got {peak:g}"
+        )
 
 
 def mfu(

@@ -321,6 +321,14 @@ def _build_own(
         raise TrickLabError(
             f"model {name}: its factory returned {type(model).__name__}, not a torch.nn.Module"
         )
+    tensors = [*model.parameters(), *model.buffers()]
+    if not _building_on_meta() and any(t.is_meta for t in tensors):
+        raise TrickLabError(f"model {name}: its factory returned a model on the meta device "
+                            "(shapes without storage); build it with real tensors")  # fmt: skip
+    kinds = {str(t.dtype) for t in tensors if t.is_floating_point() and t.dtype != torch.float32}
+    if kinds:
+        raise TrickLabError(f"model {name}: its factory returned {', '.join(sorted(kinds))} "
+                            "weights; build it in float32 (tricks.precision casts them)")  # fmt: skip
     return model
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes
 from tricklab.measure.flops import count_forward_flops, count_params
 from tricklab.measure.hardware import hardware_fingerprint
-from tricklab.measure.mfu import achieved_tflops, mfu, peak_tflops
+from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
 from tricklab.models import build_model, get_model_info
 from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
@@ -141,8 +140,7 @@ def check_options(
             raise TrickLabError(f"unknown {option} {value!r}; one of {', '.join(allowed)}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise TrickLabError(f"repeats must be an integer >= 1, got {repeats!r}")
-    if peak is not None and not 0 < peak < math.inf:
-        raise TrickLabError(f"peak TFLOP/s must be a positive number, got {peak}")
+    check_peak(peak)
 
 
 def check_precision_runs(precision: str, device: torch.device) -> None:

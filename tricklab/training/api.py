@@ -333,7 +333,10 @@ def out_of_memory_error(exc: BaseException) -> str | None:
     """The one-line error of an out-of-memory (torch.cuda.OutOfMemoryError, a CUDA error from a
     library such as cuBLAS or cuDNN: `CUDA error: out of memory`, the CPU allocator's `can't
     allocate memory`); None for other errors."""
-    text = str(exc).lower()
+    try:
+        text = str(exc).lower()
+    except Exception:  # an exception of a model's code whose __str__ itself fails
+        return None
     oom = isinstance(exc, torch.cuda.OutOfMemoryError) or (
         isinstance(exc, RuntimeError)
         and ("out of memory" in text or "can't allocate memory" in text)  # CPU: DefaultCPUAllocator
