@@ -371,3 +371,28 @@ def test_another_vary_into_a_named_study_is_refused_and_stores_nothing(tmp_path,
         assert main(other) == 2
         assert "already holds another experiment (its configs differs)" in one_error_line(capsys)
     assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--budget-epochs", "nan"], "--budget-epochs nan must be a positive number"),
+        (["--budget-seconds", "inf"], "--budget-seconds inf must be a positive number"),
+        # the baseline (TINY) sets run.epochs: which budget ran was the baseline's, silently
+        (["--budget-epochs", "3"], "--budget-epochs 3 and the baseline's run.epochs=1 both set"),
+    ],
+)
+def test_a_budget_that_cannot_be_kept_is_one_line(tmp_path, capsys, extra, message):
+    assert main(ablate_args(tmp_path, *extra, "--dry-run")) == 2
+    assert message in one_error_line(capsys)
+
+
+def test_a_budget_equal_to_the_baselines_epochs_is_no_conflict(tmp_path, capsys):
+    assert main(ablate_args(tmp_path, "--budget-epochs", "1.0", "--dry-run")) == 0
+
+
+def test_space_choices_that_are_one_value_for_the_recipe_are_refused(tmp_path, capsys):
+    # was: optim.lr: [0.1, "0.1"] trained one configuration twice, as two
+    args = sweep_args(tmp_path, 'optim.lr: [0.1, "0.1"]\n', "--sampler", "grid", "--dry-run")
+    assert main(args) == 2
+    assert "optim.lr choices 0.1 and '0.1' are the same value" in one_error_line(capsys)

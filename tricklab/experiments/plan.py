@@ -139,12 +139,12 @@ def budget_overrides(
     if epochs is not None and seconds is not None:
         raise TrickLabError("give --budget-epochs or --budget-seconds, not both")
     if epochs is not None:
-        if epochs <= 0:
-            raise TrickLabError(f"--budget-epochs {epochs} must be positive")
+        if not 0 < epochs < math.inf:  # nan too
+            raise TrickLabError(f"--budget-epochs {epochs} must be a positive number")
         out.append(f"run.epochs={format_value(float(epochs))}")
     if seconds is not None:
-        if seconds <= 0:
-            raise TrickLabError(f"--budget-seconds {seconds} must be positive")
+        if not 0 < seconds < math.inf:
+            raise TrickLabError(f"--budget-seconds {seconds} must be a positive number")
         out.append(f"run.time_budget_seconds={format_value(float(seconds))}")
     if target is not None:
         out.append(f"run.target_accuracy={format_value(normalize_target(target))}")

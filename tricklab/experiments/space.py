@@ -93,6 +93,15 @@ class SearchSpace:
                 dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
             )
             made = [base.override(overrides_for({key: value})) for value in ends]
+            seen: dict[str, Any] = {}  # a choice's value as the recipe holds it -> the choice
+            for value, recipe in zip(ends, made):
+                held = repr(recipe.get(key))  # 0.1 and "0.1" are one configuration
+                if held in seen and isinstance(dist, CategoricalDistribution):
+                    raise TrickLabError(
+                        f"space: {key} choices {seen[held]!r} and {value!r} are the same value "
+                        f"({held}); give each once"
+                    )
+                seen[held] = value
             recipes += spread(made, SETUP_CHECKS_PER_AXIS)
         return recipes
 
