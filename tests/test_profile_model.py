@@ -231,3 +231,32 @@ def test_a_batch_that_fits_is_not_refused(monkeypatch):
     monkeypatch.setattr(profile_model, "available_memory_bytes", lambda: 2**40)
     result = profile_models(["airbench"], ProfileGrid([2]), **TINY)
     assert result["results"][0]["batch_size"] == 2
+
+
+OWN = """
+from torch import nn
+
+
+class TupleWhenTraining(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(3, 4, 3, padding=1), nn.Linear(4, num_classes)
+
+    def forward(self, x):
+        y = self.head(self.conv(x).mean((2, 3)))
+        return (y, y) if self.training else y
+
+
+def make(num_classes):
+    return TupleWhenTraining(num_classes)
+"""
+
+
+def test_an_own_model_whose_training_step_fails_is_one_line(tmp_path, monkeypatch, capsys):
+    # third hostile round: a traceback, exit 1 (the eval-mode check passes this model)
+    (tmp_path / "profiled_own.py").write_text(OWN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["profile", "model", "profiled_own:make", "data.image_size=16", "--batch-sizes", "2"]
+    assert main([*args, "--repeats", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its training step raised TypeError" in err[0], err

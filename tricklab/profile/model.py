@@ -25,11 +25,12 @@ from torch import nn
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes
+from tricklab.core.usercode import described
 from tricklab.measure.flops import count_forward_flops, count_params
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
-from tricklab.models import build_model, get_model_info
+from tricklab.models import build_model, get_model_info, is_own_model
 from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
 from tricklab.training import precision as precision_lib
 from tricklab.training.backend import compiled
@@ -241,6 +242,12 @@ def _build_base(name: str, build: ModelBuild) -> nn.Module:
     return model
 
 
+def _own_failure(name: str, exc: Exception) -> None:
+    """A user's model failing its first training steps: one line naming it, as `train` does."""
+    if is_own_model(name):
+        raise TrickLabError(f"model.name={name}: its training step raised {described(exc)}")
+
+
 def _warm_up(setup: _Setup, device: torch.device) -> tuple[float, float, float]:
     """(seconds of the warm-up calls, seconds per train step, seconds per forward) after them."""
     synchronize(device)
@@ -344,6 +351,10 @@ def profile_models(
                     f"{name}: torch.compile(mode={setup.combo.compile}) failed on this machine: "
                     f"{first_line}"
                 ) from None
+            _own_failure(name, exc)
+            raise
+        except Exception as exc:  # a TypeError of a user's model (a tuple in train mode)
+            _own_failure(name, exc)
             raise
         first_calls[index] = seconds
         contenders.append(
