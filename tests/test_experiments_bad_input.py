@@ -1,6 +1,7 @@
 """Bad input to ablate / sweep / results: one line on stderr, exit code 2, nothing stored."""
 
 import contextlib
+import json
 import math
 import os
 import sqlite3
@@ -378,8 +379,6 @@ def test_another_vary_into_a_named_study_is_refused_and_stores_nothing(tmp_path,
     [
         (["--budget-epochs", "nan"], "--budget-epochs nan must be a positive number"),
         (["--budget-seconds", "inf"], "--budget-seconds inf must be a positive number"),
-        # the baseline (TINY) sets run.epochs: which budget ran was the baseline's, silently
-        (["--budget-epochs", "3"], "--budget-epochs 3 and the baseline's run.epochs=1 both set"),
     ],
 )
 def test_a_budget_that_cannot_be_kept_is_one_line(tmp_path, capsys, extra, message):
@@ -387,8 +386,13 @@ def test_a_budget_that_cannot_be_kept_is_one_line(tmp_path, capsys, extra, messa
     assert message in one_error_line(capsys)
 
 
-def test_a_budget_equal_to_the_baselines_epochs_is_no_conflict(tmp_path, capsys):
-    assert main(ablate_args(tmp_path, "--budget-epochs", "1.0", "--dry-run")) == 0
+def test_the_budget_flag_wins_over_the_baselines_own_epochs(tmp_path, capsys):
+    # was: the baseline's run.epochs=1 (TINY) won and --budget-epochs 2 was silently ignored
+    assert main(ablate_args(tmp_path, "--budget-epochs", "2", "-q")) == 0
+    results = list((tmp_path / "exp" / "runs").rglob("result.json"))
+    assert len(results) == 2
+    for path in results:
+        assert len(json.loads(path.read_text())["epochs"]) == 2
 
 
 def test_space_choices_that_are_one_value_for_the_recipe_are_refused(tmp_path, capsys):

@@ -176,18 +176,11 @@ def _baseline(args: argparse.Namespace) -> Any:
     name, tokens = recipe_and_overrides(args.baseline)
     target = normalize_target(args.target) if args.target is not None else None
     budget = budget_overrides(args.budget_epochs, args.budget_seconds, target)
-    given = {k.strip(): v for k, _, v in (t.partition("=") for t in tokens)}  # each key's last
-    for option, key in (("--budget-epochs", "run.epochs"), ("--budget-seconds",
-                        "run.time_budget_seconds")):  # fmt: skip
-        value = getattr(args, option[2:].replace("-", "_"))
-        if value is not None and key in given:
-            with contextlib.suppress(ValueError):  # not a number: load_recipe says so
-                if float(given[key]) != value:
-                    raise TrickLabError(
-                        f"{option} {value:g} and the baseline's {key}={given[key].strip()} "
-                        "both set the budget; give one"
-                    )
-    baseline = load_recipe(name, [*budget, *tokens])
+    # The budget flags win over the baseline's run.epochs (an explicit flag over a recipe value:
+    # they were silently ignored); the baseline may turn early stopping back on.
+    budget_keys = ("run.epochs=", "run.time_budget_seconds=", "run.target_accuracy=")
+    flags = [t for t in budget if t.startswith(budget_keys)]
+    baseline = load_recipe(name, [*(t for t in budget if t not in flags), *tokens, *flags])
     # Each run's seed replaces the baseline's: one set here would be silently ignored.
     seed_given = any(t.partition("=")[0].strip() == "run.seed" for t in tokens)
     if seed_given or baseline.get("run.seed") != 0:
