@@ -135,6 +135,18 @@ def test_out_that_is_a_file_exits_2_before_training(tmp_path, capsys):
     assert target.read_text() == "mine"
 
 
+@pytest.mark.parametrize("held", ["study.db", "summary.json", "runs"])
+def test_out_holding_another_commands_files_exits_2_before_training(tmp_path, capsys, held):
+    # third hostile round: the demo wrote its study into an ablation's (or a speedrun's) folder
+    out = tmp_path / "ablation"
+    out.mkdir()
+    (out / held).mkdir() if held == "runs" else (out / held).write_text("{}")
+    assert main(["demo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"holds what no demo makes ({held})" in err
+    assert sorted(p.name for p in out.iterdir()) == [held]
+
+
 @pytest.mark.parametrize("seeds", ["0", "-1", "101"])
 def test_seeds_out_of_range_exit_2_and_make_no_folder(tmp_path, capsys, seeds):
     out = tmp_path / "new"

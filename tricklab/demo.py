@@ -29,6 +29,7 @@ from tricklab.core.paths import (
     new_numbered_dir,
     remove_empty_dirs,
 )
+from tricklab.core.safeio import shown
 
 if TYPE_CHECKING:
     from tricklab.experiments.runner import ExperimentSummary, RunEvent
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 STUDY_NAME = "demo"
 BASELINE_RECIPE = "speedrun94"
 MAX_SEEDS = 100
+DEMO_MAKES = ("study", "report.md", "report.html", "figures")  # and hidden work folders
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,15 @@ def check_out_dir(out_dir: Path) -> None:
         raise TrickLabError(
             f"--out {out_dir} already holds a report (report.md); give a new folder"
         )
+    if out_dir.is_dir():  # another command's folder (an ablation's study.db, a speedrun's summary)
+        names = (p.name for p in out_dir.iterdir() if not p.name.startswith("."))
+        foreign = sorted(name for name in names if name not in DEMO_MAKES)
+        if foreign:
+            raise TrickLabError(
+                f"--out {shown(str(out_dir))} holds what no demo makes ({shown(foreign[0])}"
+                + (", ..." if len(foreign) > 1 else "")
+                + "); give a new folder or a demo's"
+            )
     check_writable(out_dir, "the demo")  # a read-only disk: before the plan is printed
 
 
