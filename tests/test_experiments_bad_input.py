@@ -400,3 +400,10 @@ def test_space_choices_that_are_one_value_for_the_recipe_are_refused(tmp_path, c
     args = sweep_args(tmp_path, 'optim.lr: [0.1, "0.1"]\n', "--sampler", "grid", "--dry-run")
     assert main(args) == 2
     assert "optim.lr choices 0.1 and '0.1' are the same value" in one_error_line(capsys)
+
+
+def test_a_space_value_out_of_range_is_blamed_on_the_space(tmp_path, capsys):
+    # was: "override: run.epochs=1e+30 must be <= 100000", for a value no override gave
+    args = sweep_args(tmp_path, "run.epochs: {low: 1, high: 1e30}\n", "--trials", "2", "--dry-run")
+    assert main(args) == 2
+    assert one_error_line(capsys).startswith("error: space: run.epochs=1e+30 must be")

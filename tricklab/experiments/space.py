@@ -92,7 +92,7 @@ class SearchSpace:
             ends = (
                 dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
             )
-            made = [base.override(overrides_for({key: value})) for value in ends]
+            made = [base.override(overrides_for({key: value}), "space") for value in ends]
             seen: dict[str, Any] = {}  # a choice's value as the recipe holds it -> the choice
             for value, recipe in zip(ends, made):
                 held = repr(recipe.get(key))  # 0.1 and "0.1" are one configuration

@@ -92,25 +92,26 @@ class Recipe:
         section, name = _split_key(key, "get")
         return getattr(getattr(self, section), name)
 
-    def override(self, assignments: typing.Iterable[str]) -> Recipe:
-        """A new recipe with `dotted.key=value` assignments applied (values read as YAML)."""
+    def override(self, assignments: typing.Iterable[str], source: str = "override") -> Recipe:
+        """A new recipe with `dotted.key=value` assignments applied (values read as YAML);
+        `source` names where they came from in errors (a sweep's space)."""
         data = self.to_dict()
         for assignment in assignments:
             key, sep, text = assignment.partition("=")
             if not sep or not key:
-                raise TrickLabError(f"override '{assignment}' is not of the form key=value")
+                raise TrickLabError(f"{source} '{assignment}' is not of the form key=value")
             key = key.strip()
-            section, name = _split_key(key, "override")
+            section, name = _split_key(key, source)
             try:
                 data[section][name] = read_yaml(text) if text.strip() else None
             except yaml.YAMLError:
                 raise TrickLabError(
-                    f"override: {key}={shown(text)} is not valid YAML (quote strings that "
+                    f"{source}: {key}={shown(text)} is not valid YAML (quote strings that "
                     "hold brackets, colons or '=')"
                 ) from None
             except TrickLabError as exc:  # beyond yamlio's limits
-                raise TrickLabError(f"override: {key}: {exc}") from None
-        return Recipe.from_dict(data, source="override")
+                raise TrickLabError(f"{source}: {key}: {exc}") from None
+        return Recipe.from_dict(data, source=source)
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
