@@ -176,6 +176,34 @@ def test_a_model_profile_whose_row_names_no_model_in_text_is_one_line_exit_2(
     assert "results[0].model is" in err and "not text" in err
 
 
+# Values of the right type that no profile holds (third hostile round): one line naming the field.
+ABSURD = [
+    ("model", ("results", 0, "forward_ms", "median_ms"), 1e308, "results[0].forward_ms.median_ms"),
+    ("model", ("results", 0, "train_step_ms", "q1_ms"), -2.0, "results[0].train_step_ms.q1_ms"),
+    ("model", ("repeats",), 1e308, "repeats"),
+    ("model", ("repeats",), 0, "repeats"),
+    ("model", ("image_shape",), [1e308, -1, 0.5], "image_shape[0]"),
+    ("model", ("image_shape",), [3, 16], "image_shape"),
+    ("model", ("results", 0, "train_images_per_second"), -3, "train_images_per_second"),
+    ("model", ("results", 0, "batch_size"), -5, "results[0].batch_size"),
+    ("model", ("results", 0, "model"), "no such model", "results[0].model"),
+    ("model", ("models",), [], "models"),
+    ("step", ("step_ms",), 1e308, "step_ms"),
+    ("step", ("batch_size",), 2.5, "batch_size"),
+    ("loader", ("configs", 0, "images_per_second"), -1, "configs[0].images_per_second"),
+    ("loader", ("hardware", "cpu_cores"), 0, "hardware.cpu_cores"),
+]
+
+
+@pytest.mark.parametrize("kind,path,value,field", ABSURD)
+def test_a_profile_value_out_of_its_range_is_one_line_naming_the_field(
+    kind, path, value, field, profiles, tmp_path
+):
+    code, _, err, out_dir = report_of(replaced(profiles[kind], path, value), tmp_path)
+    assert_one_line_and_nothing_written(code, err, out_dir)
+    assert f"{field} is" in err, err
+
+
 def test_a_real_profile_of_each_kind_makes_a_report(profiles, tmp_path):
     for kind, profile in profiles.items():
         code, _, err, out_dir = report_of(profile, tmp_path / kind)

@@ -180,6 +180,124 @@ def test_a_run_folder_with_any_field_made_hostile_reports_or_refuses_in_one_line
     assert files_in(folder) == before  # a reader never writes
 
 
+# A result.json's provenance (measure/provenance.py), as train() writes it.
+PROVENANCE = {
+    "command": "tricklab train", "started_at": "2026-11-26T10:00:00Z", "git_commit": None,
+    "git_dirty": None, "versions": {"torch": "2.14.1"}, "cuda": None, "cudnn": None,
+    "device": "cpu", "device_name": "x", "torch_threads": 2, "cpu_count": 2, "world_size": 1,
+    "dist_backend": None, "load_average_start": [0.5, 0.4, 0.3], "load_average_end": [9, 9, 9],
+}  # fmt: skip
+NESTED = [("provenance", k) for k in PROVENANCE] + [
+    ("hardware", k) for k in ("device_type", "device_name", "cpu_model", "cpu_cores", "cuda",
+                              "torch_threads", "device_memory_bytes", "cudnn")
+] + [("recipe", "run", "target_accuracy"), ("epochs", 0, "val_acc"),
+     ("epochs", 0, "train_seconds")]  # fmt: skip
+
+
+def with_field(record: dict, path: tuple, value) -> dict:
+    """`record` (deep-copied) with the field at `path` (keys and indices) set to `value`."""
+    changed = json.loads(json.dumps(record))
+    holder = changed
+    for key in path[:-1]:
+        holder = holder.setdefault(key, {}) if isinstance(holder, dict) else holder[key]
+    holder[path[-1]] = value
+    return changed
+
+
+@HOSTILE
+@given(path=st.sampled_from(NESTED), value=json_values)
+@example(path=("provenance", "load_average_end"), value="high")
+@example(path=("provenance", "cpu_count"), value="2")
+@example(path=("provenance", "load_average_start"), value={"0": 1})
+def test_a_run_folder_with_any_nested_field_made_hostile_reports_or_refuses_in_one_line(
+    tmp_path_factory, path, value
+):
+    """The fields the busy-machine rule, the machine's name and the target read, inside the
+    provenance, hardware, recipe and epochs objects: the report's numbers, or one line."""
+    folder = tmp_path_factory.mktemp("run")
+    result = with_field({**RESULT, "provenance": PROVENANCE}, path, value)
+    (folder / "result.json").write_text(as_text(result))
+    before = files_in(folder)
+    sources = one_line_or_value(load_sources, [folder])
+    for source in sources or []:
+        assert isinstance(source.busy.busy, bool)  # the load averages against the cores
+        assert "[" not in source.machine  # no list as a core count
+        one_line_or_value(results_table, source.rows, "t", source.name_of)
+    if sources is not None:
+        one_line_or_value(conclusions, sources)
+    assert files_in(folder) == before
+
+
+# What a hand-edited run file held that was read as fact (third hostile round): each is one line
+# naming the file and the field, exit 2, nothing written.
+OUT_OF_RANGE = [
+    (("provenance", "load_average_end"), "high", "'provenance.load_average_end'"),
+    (("provenance", "load_average_start"), 5, "'provenance.load_average_start'"),
+    (("provenance", "load_average_end"), {"0": 1}, "'provenance.load_average_end'"),
+    (("provenance", "load_average_end"), ["9", "9", "9"], "'provenance.load_average_end'"),
+    (("provenance", "load_average_end"), [9, 9], "'provenance.load_average_end'"),
+    (("provenance", "cpu_count"), "2", "'provenance.cpu_count'"),
+    (("provenance", "cpu_count"), 0, "'provenance.cpu_count'"),
+    (("recipe", "run", "target_accuracy"), "x", "'recipe.run.target_accuracy'"),
+    (("recipe", "run", "target_accuracy"), 50, "'recipe.run.target_accuracy'"),
+    (("recipe", "run", "target_accuracy"), True, "'recipe.run.target_accuracy'"),
+    (("target_accuracy",), 0, "'target_accuracy'"),
+    (("status",), "\x1b[2Jweird\nline", "'status'"),
+    (("hardware", "cpu_cores"), [1, 2], "'hardware.cpu_cores'"),
+    (("epochs", 0, "val_acc"), 1e17, "'val_acc'"),
+    (("epochs", 0, "train_seconds"), -1, "'train_seconds'"),
+    (("train_seconds",), 1e308, "'train_seconds'"),
+]
+
+
+@pytest.mark.parametrize(
+    "where,path,value,field",
+    [
+        (where, *case)
+        for where in ("result.json", "summary.json", "metrics.jsonl")
+        for case in OUT_OF_RANGE
+        if where != "metrics.jsonl" or case[0][0] == "epochs"
+    ],
+)
+def test_a_field_of_the_wrong_type_or_out_of_range_is_one_line_naming_file_and_field(
+    tmp_path, capsys, path, value, field, where
+):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    run = with_field({**RESULT, "provenance": PROVENANCE}, path, value)
+    if where == "summary.json":  # a speedrun's run, as its summary.json lists it
+        if path[0] in ("recipe", "target_accuracy"):
+            summary = with_field({"recipe": RESULT["recipe"], "runs": []}, path, value)
+        else:
+            summary = {"recipe_name": "x", "runs": [{**run, "seed": 0}]}
+        (folder / "summary.json").write_text(as_text(summary))
+    elif where == "metrics.jsonl":
+        (folder / "result.json").write_text(
+            as_text({k: v for k, v in RESULT.items() if k != "epochs"})
+        )
+        (folder / "metrics.jsonl").write_text(as_text(run["epochs"][0]) + "\n")
+    else:
+        (folder / "result.json").write_text(as_text(run))
+    before = files_in(tmp_path)
+    assert main(["report", str(folder), "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error:"), err
+    assert where in err and field in err and "\x1b" not in err
+    assert files_in(tmp_path) == before
+
+
+def test_a_report_into_a_link_to_a_missing_folder_is_one_line(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "result.json").write_text(as_text(RESULT))
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing" / "dir")
+    assert main(["report", str(folder), "--out", str(tmp_path / "dangling")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "a link to a folder that does not exist" in err, err
+    assert not (tmp_path / "missing").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "run"]
+
+
 @HOSTILE
 @given(rows=st.lists(json_values, max_size=4))
 def test_any_metrics_jsonl_gives_epoch_rows_or_one_line(tmp_path_factory, rows):

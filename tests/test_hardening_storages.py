@@ -286,6 +286,8 @@ hostile_values = st.one_of(
     in_run=st.booleans(),
 )
 @example(key="config_id", run_key="train_seconds", value=None, in_run=True)
+@example(key="config_id", run_key="accuracy", value=1e300, in_run=True)  # numpy's overflow warning
+@example(key="config_id", run_key="train_seconds", value=float("inf"), in_run=True)
 def test_any_wrong_value_in_a_trials_attrs_gives_results_or_one_line(
     tmp_path_factory, capsys, key, run_key, value, in_run
 ):
@@ -299,8 +301,72 @@ def test_any_wrong_value_in_a_trials_attrs_gives_results_or_one_line(
     code = main(["results", "s", "--storage", url])
     if code == 2:
         one_error_line(capsys)
-    else:
-        assert code == 0, capsys.readouterr().err
+    else:  # nothing on stderr (numpy's overflow warnings), no NaN or Infinity in the JSON
+        assert code == 0 and capsys.readouterr().err == ""
+        assert main(["results", "s", "--storage", url, "--json"]) == 0
+        out, err = capsys.readouterr()
+        assert err == "" and "NaN" not in out and "Infinity" not in out, out
+
+
+# What a study edited by hand held that was read as fact (third hostile round): each is one line
+# naming the study and the attr or field, exit 2, in `results` (table, --json, --runs) and
+# `report`, and nothing written.
+BAD_STUDY_ATTRS = [
+    ("configs", [1, None, {"a": 1}]),
+    ("configs", [1, 2]),
+    ("seeds", 10**15),
+    ("seeds", 0),
+    ("seeds", "many"),
+    ("seeds", [1, 2]),
+    ("kind", 5),
+    ("provenance", "x"),
+    ("provenance", {"cpu_count": "2", "load_average_end": [9, 9, 9]}),
+    ("provenance", {"cpu_count": 2, "load_average_end": "high"}),
+]
+BAD_RUN_VALUES = [
+    ("accuracy", 1e300, "'accuracy'"),
+    ("accuracy", -7.5, "'accuracy'"),
+    ("val_acc", float("inf"), "'val_acc'"),
+    ("train_seconds", 1e308, "'train_seconds'"),
+    ("train_seconds", -1, "'train_seconds'"),
+    ("target_accuracy", 50, "'target_accuracy'"),
+    ("status", "\x1b[2Jweird\nline", "'status'"),
+    ("provenance", {"cpu_count": "2", "load_average_end": [9, 9, 9]}, "'provenance.cpu_count'"),
+    ("provenance", {"cpu_count": 2, "load_average_start": 5}, "'provenance.load_average_start'"),
+    ("hardware", {"device_type": "cpu", "cpu_cores": [1, 2]}, "'hardware.cpu_cores'"),
+    ("epochs", [{"epoch": 1, "val_acc": 7, "train_seconds": 1.0}], "'val_acc'"),
+]
+
+
+def check_refused_in_one_line(url: str, folder: Path, says: str, capsys) -> None:
+    before = files_in(folder)
+    for args in ([], ["--json"], ["--runs"]):
+        assert main(["results", "s", "--storage", url, *args]) == 2
+        line = one_error_line(capsys)
+        assert "study s" in line and says in line and "\x1b" not in line
+    assert main(["report", "s", "--storage", url, "--out", str(folder / "rep")]) == 2
+    assert says in one_error_line(capsys)
+    assert files_in(folder) == before
+
+
+@pytest.mark.parametrize("key,value", BAD_STUDY_ATTRS)
+def test_a_study_attr_of_the_wrong_type_or_out_of_range_is_one_line(tmp_path, capsys, key, value):
+    url = study_with_trial(tmp_path / "s.db", GOOD_ATTRS)
+    optuna.load_study(study_name="s", storage=url).set_user_attr(key, value)
+    says = f"'{key}" if key != "provenance" or isinstance(value, str) else "'provenance."
+    check_refused_in_one_line(url, tmp_path, says, capsys)
+
+
+@pytest.mark.parametrize("key,value,field", BAD_RUN_VALUES)
+def test_a_stored_run_value_of_the_wrong_type_or_out_of_range_is_one_line(
+    tmp_path, capsys, key, value, field
+):
+    url = study_with_trial(
+        tmp_path / "s.journal", {**GOOD_ATTRS, "runs": [{**GOOD_RUN, key: value}]}
+    )
+    check_refused_in_one_line(url, tmp_path, "trial 0 holds a run in runs", capsys)
+    main(["results", "s", "--storage", url])
+    assert field in one_error_line(capsys)
 
 
 def test_results_csv_never_replaces_the_database_it_reads_a_device_or_a_link(tmp_path, capsys):
@@ -322,6 +388,25 @@ def test_results_csv_never_replaces_the_database_it_reads_a_device_or_a_link(tmp
     for _ in range(2):  # a CSV written before is replaced
         assert main(["results", "s", "--storage", url, "--csv", str(out)]) == 0
         assert out.read_text().startswith("config_id,")
+
+
+def test_results_csv_into_a_missing_folder_is_one_line_and_makes_no_folder(tmp_path, capsys):
+    url = study_with_trial(tmp_path / "s.db", GOOD_ATTRS)
+    (tmp_path / "file").write_text("mine")
+    for target, says in [
+        (tmp_path / "missing" / "dir" / "x.csv", "does not exist"),
+        (tmp_path / "file" / "x.csv", "is not a folder"),
+    ]:
+        assert main(["results", "s", "--storage", url, "--csv", str(target)]) == 2
+        assert says in one_error_line(capsys)
+    assert not (tmp_path / "missing").exists() and (tmp_path / "file").read_text() == "mine"
+
+
+def test_json_output_writes_a_number_that_is_not_finite_as_null():
+    from tricklab.cli.report import json_line
+
+    data = {"a": [1.5, float("inf"), {"b": float("nan")}], "c": (float("-inf"),), "d": "x"}
+    assert json.loads(json_line(data)) == {"a": [1.5, None, {"b": None}], "c": [None], "d": "x"}
 
 
 @settings(

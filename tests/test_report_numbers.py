@@ -181,3 +181,10 @@ def test_the_per_seed_table_shows_peak_memory_on_a_gpu_only():
     assert "peak MiB" not in table(CPU).header
     gpu = table(GPU)
     assert [row[gpu.header.index("peak MiB")] for row in gpu.rows] == ["3", "3"]
+
+
+def test_a_reference_with_a_run_of_0_train_seconds_is_worded_without_a_time():
+    """A complete run recorded 0 s of training: no geometric mean, said in words (was "in - s")."""
+    zero = records("baseline", [0.5, 0.6], [0.0, 2.0])
+    text = summary([source(zero)])
+    assert " - s" not in text and "0 s of training" in text, text

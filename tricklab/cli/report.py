@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -78,6 +79,26 @@ def add_results_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def json_line(data: Any) -> str:
+    """`data` as one line of strict JSON: a number that is not finite (which no reader takes, and
+    which the checked inputs never give) is written null, never NaN or Infinity."""
+    try:
+        return json.dumps(data, allow_nan=False, default=str)
+    except ValueError:
+        return json.dumps(_finite(data), allow_nan=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    """training/runfiles.json_safe, which the CLI does not import (it loads torch)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def output_console() -> Console:
     """stdout as rich sees it: a terminal's width, or $COLUMNS, else 200 columns for a pipe."""
     made = Console(markup=False)
@@ -107,8 +128,7 @@ def run_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else default_out_dir(sources)
     report = render_report(sources, out, args.title, profiles)
     if args.json:
-        data = asdict(report)
-        print(json.dumps(data, default=str))
+        print(json_line(asdict(report)))
         return 0
     console = output_console()
     echo(console, report.summary, wrap=True)  # names studies, folders, profiled models
@@ -155,7 +175,7 @@ def _results(args: argparse.Namespace, output: str) -> int:
         records = load_study(args.study, args.storage, args.out).records
         runs = tables.per_seed_runs(records)
         if output == "json":
-            print(json.dumps({**meta, "runs": runs}))
+            print(json_line({**meta, "runs": runs}))
         elif output == "csv":
             print(
                 tables.to_csv(list(runs[0]) if runs else [], [list(r.values()) for r in runs]),
@@ -167,7 +187,7 @@ def _results(args: argparse.Namespace, output: str) -> int:
             )
         return 0
     if output == "json":
-        print(json.dumps({**meta, "configs": [r.to_dict() for r in rows]}))
+        print(json_line({**meta, "configs": [r.to_dict() for r in rows]}))
     elif output == "csv":
         print(tables.stats_csv(rows), end="")
     else:
@@ -212,7 +232,7 @@ def _list_studies(args: argparse.Namespace, output: str) -> int:
 
     studies = list_studies(args.storage, args.out)
     if output == "json":
-        print(json.dumps({"studies": [asdict(s) for s in studies]}))
+        print(json_line({"studies": [asdict(s) for s in studies]}))
         return 0
     where = where_listed(args.storage, args.out)
     header = ["study", "kind", "trials", "started", "storage"]

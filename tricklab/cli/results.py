@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,7 @@ def _print_runs(args: argparse.Namespace, output: str) -> int:
     check_study(args.study, args.storage, args.out)
     meta, runs = study_runs(args.study, args.storage, out_dir=args.out)
     if output == "json":  # names exactly: JSON writes their control characters as escapes
-        print(json.dumps({**meta, "runs": runs}))
+        print(report_cli.json_line({**meta, "runs": runs}))
         return 0
     if output == "csv":
         # Names through `shown` too: CSV quoting keeps a newline or an escape sequence as it is,

@@ -15,6 +15,14 @@ from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
 from tricklab.experiments.claims import is_stale
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS
+from tricklab.experiments.plan import MAX_GRID_POINTS, MAX_SEEDS
+from tricklab.experiments.recordfields import (
+    PROVENANCE,
+    fields_problem,
+    is_whole,
+    quoted,
+    record_problem,
+)
 from tricklab.experiments.storage import stored_runs, trial_status
 
 
@@ -34,6 +42,7 @@ def collect_runs(study: optuna.Study) -> list[dict[str, Any]]:
     time_to_target_seconds, target_accuracy, trial (number) and what the run stored.
     """
     best: dict[tuple[str, int], dict[str, Any]] = {}
+    check_study_attrs(study.study_name, study.user_attrs)
     seeds = study.user_attrs.get("seeds")
     for trial in study.get_trials(deepcopy=False):
         _check_trial(study.study_name, trial)
@@ -100,6 +109,8 @@ NUMBER = (int, float)
 NONE = type(None)
 # What tricklab stores on a trial, and in each run record there, that the tables read: a storage
 # changed by another program (or by hand) must give one line, not a traceback three calls down.
+# Each run record then as a result.json is checked (recordfields.record_problem: ranges, the
+# hardware, the provenance, the epochs), and the study's attrs by check_study_attrs.
 TRIAL_ATTRS = {
     "config_id": (str,),
     "unit": (str,),
@@ -149,6 +160,42 @@ def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
                 raise wrong(f"{where}: {key}", value, types)
         if run.get("status") in COMPLETE_STATUSES and run.get("train_seconds") is None:
             raise wrong(f"{where}: train_seconds of a complete run", None, NUMBER)
+        problem = record_problem(run, needs_status=False)  # ranges, hardware, provenance, epochs
+        if problem:
+            raise TrickLabError(
+                f"study {shown(study)}: trial {trial.number} holds a run in {shown(where)} that "
+                f"tricklab cannot read: {shown(problem)}; was the storage written by another "
+                "program?"
+            )
     overrides = attrs.get("overrides", [])
     if not all(isinstance(o, str) for o in overrides):
         raise wrong("overrides", overrides, (list,))
+
+
+def check_study_attrs(study: str, attrs: dict[str, Any]) -> None:
+    """TrickLabError naming the study and the attr when a study attr the tables read is of the
+    wrong type or out of range: `kind` (text), `seeds` (a whole number from 1 to MAX_SEEDS, as
+    `--seeds` takes it), `configs` (a list of at most MAX_GRID_POINTS + 1 configuration names),
+    `provenance` (the latest call's record, recordfields.PROVENANCE)."""
+    kind, seeds, configs = attrs.get("kind"), attrs.get("seeds"), attrs.get("configs")
+    problem = None
+    if kind is not None and not isinstance(kind, str):
+        problem = f"'kind' is {quoted(kind)}, not text"
+    elif seeds is not None and not (is_whole(seeds) and 1 <= seeds <= MAX_SEEDS):
+        problem = f"'seeds' is {quoted(seeds)}, not a whole number from 1 to {MAX_SEEDS:,}"
+    elif configs is not None and not (
+        isinstance(configs, list)
+        and len(configs) <= MAX_GRID_POINTS + 1
+        and all(isinstance(c, str) for c in configs)
+    ):
+        problem = (
+            f"'configs' is {quoted(configs)}, not a list of at most {MAX_GRID_POINTS + 1:,} "
+            "configuration names"
+        )
+    else:
+        problem = fields_problem(attrs.get("provenance"), PROVENANCE, "provenance")
+    if problem:
+        raise TrickLabError(
+            f"study {shown(study)} holds an attr tricklab cannot read: {shown(problem)}; was the "
+            "storage written by another program?"
+        )

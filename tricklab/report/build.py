@@ -44,9 +44,16 @@ class Report:
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """TrickLabError for an out_dir that is a file or already holds a report."""
+    """TrickLabError for an out_dir that is a file, a link to nothing, or already holds a report."""
     if out_dir.exists() and not out_dir.is_dir():
         raise TrickLabError(f"--out {out_dir} is a file; give a folder")
+    if out_dir.is_symlink() and not out_dir.exists():  # the report would go nowhere
+        with contextlib.suppress(OSError):
+            out_dir = Path(f"{out_dir} -> {os.readlink(out_dir)}")
+        raise TrickLabError(
+            f"--out {out_dir}: a link to a folder that does not exist; make the folder or give "
+            "another"
+        )
     taken = [name for name in OUTPUTS if (out_dir / name).exists()]
     if taken and (taken[0] == "report.md" or not (out_dir / MOVING).exists()):
         raise TrickLabError(

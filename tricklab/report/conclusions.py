@@ -139,9 +139,11 @@ def source_summary(source: Source) -> str:
     if reference.accuracy_ci_low is not None:
         low, high = fmt.pct(reference.accuracy_ci_low), fmt.pct(reference.accuracy_ci_high)
         text += f" (95% CI {low}..{high}%)"
-    text += (
-        f" in {fmt.seconds(reference.train_seconds_geomean)} s of training per run (geometric mean)"
-    )
+    if reference.train_seconds_geomean is not None:
+        geomean = fmt.seconds(reference.train_seconds_geomean)
+        text += f" in {geomean} s of training per run (geometric mean)"
+    else:  # a run recorded 0 s: the log times, and so their mean, have none
+        text += " (a run of it recorded 0 s of training: no geometric mean of its train seconds)"
     if reference.target is not None and reference.target_runs:
         text += (
             f"; {reference.reached_target} of its {reference.target_runs} runs reached the target"

@@ -11,7 +11,6 @@ of the wrong type (SCHEMA) is one TrickLabError naming it.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import tricklab.report.document as doc
 from tricklab.core.errors import TrickLabError
 from tricklab.profile.tables import num
 from tricklab.report.collect import machine_name, read_json
-from tricklab.report.inputs import is_number
+from tricklab.report.inputs import MAX_MAGNITUDE, MAX_SECONDS, is_number
 from tricklab.report.tables import TableData
 
 KINDS = ("model", "step", "loader")
@@ -33,69 +32,83 @@ REQUIRED = {
     "loader": ("device", "hardware", "dataset", "batch_size", "repeats", "configs"),
 }
 
-# The type of every field the tables, titles and notes read, where it is present: a leaf is
-# "text", "number" or "switch" (or several, "text|switch"); {...} an object checked field by field
-# ("*": each of its values), [spec] a list whose every item fits spec. A key ending in "?" may
-# also be null. Only these fields reach a renderer; a file of another type is one line, not a
-# traceback (an int as a model's name broke the Markdown writer).
-TIMING = {"median_ms": "number", "q1_ms": "number", "q3_ms": "number"}
+# The type of every field the tables, titles and notes read, where it is present: a leaf is one
+# of LEAVES ("text", "switch", "number", "count", ...) or several ("text|switch"); {...} an object
+# checked field by field ("*": each of its values), [spec] a list whose every item fits spec. A
+# key ending in "?" may also be null. Only these fields reach a renderer; a file of another type
+# is one line, not a traceback (an int as a model's name broke the Markdown writer), and a number
+# out of its range (a median of 1e308 ms, a batch of -5) one line, not a table of it.
+TIMING = {"median_ms": "ms", "q1_ms": "ms", "q3_ms": "ms"}
 HARDWARE = {
-    "device_type?": "text", "device_name?": "text", "cpu_model?": "text", "cpu_cores?": "number",
-    "torch_threads?": "number", "torch?": "text", "cuda?": "text",
+    "device_type?": "text", "device_name?": "text", "cpu_model?": "text", "cpu_cores?": "count",
+    "torch_threads?": "count", "torch?": "text", "cuda?": "text",
 }  # fmt: skip
-COMMON = {"device": "text", "hardware": HARDWARE, "repeats": "number", "date?": "text"}
+COMMON = {"device": "text", "hardware": HARDWARE, "repeats": "count", "date?": "text"}
 COMPONENT = {
-    "name": "text", "ms?": "number", "ms_raw?": "number", "share?": "number",
-    "ci_low_ms?": "number", "ci_high_ms?": "number", "measured_as?": "text",
+    "name": "text", "ms?": "ms", "ms_raw?": "ms_diff", "share?": "rate",
+    "ci_low_ms?": "ms_diff", "ci_high_ms?": "ms_diff", "measured_as?": "text",
     "within_noise?": "switch",
 }  # fmt: skip
 SETTING = "text|switch"  # precision, compile, channels_last: a word or on/off
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
-        **COMMON, "image_shape": ["number"], "macs_note?": "text", "train_step_note?": "text",
-        "peak_tflops?": {"*?": "number"}, "peak_source?": {"*?": "text"},
+        **COMMON, "image_shape": ["count"], "macs_note?": "text", "train_step_note?": "text",
+        "peak_tflops?": {"*?": "rate"}, "peak_source?": {"*?": "text"},
         "models": [
-            {"name": "text", "params": "number", "forward_flops": "number",
-             "forward_macs": "number"},
+            {"name": "text", "params": "whole", "forward_flops": "rate", "forward_macs": "rate"},
         ],
         "results": [
-            {"model": "text", "batch_size": "number", "precision": SETTING, "compile": SETTING,
+            {"model": "text", "batch_size": "count", "precision": SETTING, "compile": SETTING,
              "channels_last": SETTING, "forward_ms": TIMING, "train_step_ms": TIMING,
-             "train_images_per_second": "number", "train_tflops?": "number", "mfu?": "number",
-             "forward_ms_per_gmac?": "number", "train_ms_per_gmac?": "number",
-             "compile_seconds?": "number"},
+             "train_images_per_second": "rate", "train_tflops?": "rate", "mfu?": "rate",
+             "forward_ms_per_gmac?": "ms", "train_ms_per_gmac?": "ms",
+             "compile_seconds?": "seconds"},
         ],
     },
     "step": {
-        **COMMON, "recipe?": "text", "batch_size": "number", "step_ms": "number",
+        **COMMON, "recipe?": "text", "batch_size": "count", "step_ms": "ms",
         "components": [COMPONENT], "inside_forward_backward?": [COMPONENT],
-        "top_operators?": [
-            {"name": "text", "calls_per_step?": "number", "self_cpu_ms_per_step?": "number",
-             "self_device_ms_per_step?": "number", "self_share?": "number"},
+        "top_operators?": [  # the profiler's self times: below 0 now and then
+            {"name": "text", "calls_per_step?": "rate", "self_cpu_ms_per_step?": "ms_diff",
+             "self_device_ms_per_step?": "ms_diff", "self_share?": "number"},
         ],
-        "profiled_steps?": "number", "replaced_modules?": {"*": "number"},
-        "components_sum_ms?": "number", "compile_seconds?": "number",
-        "evaluation?": {"seconds?": "number", "images": "number", "tta?": "text",
-                        "tta_seconds?": "number"},
+        "profiled_steps?": "count", "replaced_modules?": {"*": "whole"},
+        "components_sum_ms?": "ms", "compile_seconds?": "seconds",
+        "evaluation?": {"seconds?": "seconds", "images": "whole", "tta?": "text",
+                        "tta_seconds?": "seconds"},
     },
     "loader": {
-        **COMMON, "recipe?": "text", "dataset": "text", "batch_size": "number",
-        "image_shape?": ["number"], "train_images?": "number",
-        "batches_per_measurement?": "number", "augment?": {"*?": "text|number|switch"},
+        **COMMON, "recipe?": "text", "dataset": "text", "batch_size": "count",
+        "image_shape?": ["count"], "train_images?": "count",
+        "batches_per_measurement?": "count", "augment?": {"*?": "text|number|switch"},
         "configs": [
-            {"kind": "text", "num_workers?": "number", "pin_memory?": "switch",
-             "images_per_second": "number", "vs_first?": "number",
-             "ms_per_batch?": {"median_ms?": "number"}, "setup_seconds?": "number",
-             "step_fraction?": "number"},
+            {"kind": "text", "num_workers?": "whole", "pin_memory?": "switch",
+             "images_per_second": "rate", "vs_first?": "rate",
+             "ms_per_batch?": {"median_ms?": "ms"}, "setup_seconds?": "seconds",
+             "step_fraction?": "rate"},
         ],
-        "step?": {"seconds": "number", "batch_size": "number"}, "notes?": ["text"],
+        "step?": {"seconds": "seconds", "batch_size": "count"}, "notes?": ["text"],
     },
 }  # fmt: skip
-_LEAVES = {
-    "text": lambda v: isinstance(v, str),
-    # a number float() takes: an int past the float range (10**400) is no measurement
-    "number": lambda v: is_number(v) and abs(v) <= sys.float_info.max,
-    "switch": lambda v: isinstance(v, bool),
+MAX_MS = MAX_SECONDS * 1e3
+
+
+def _within(low: float, high: float, whole: bool = False) -> Any:
+    return lambda v: is_number(v) and low <= v <= high and (not whole or isinstance(v, int))
+
+
+# Each leaf: (fits, in words). Numbers are finite and within MAX_MAGNITUDE (json's door refuses
+# NaN and infinities; an int past the float range, 10**400, is no measurement either).
+LEAVES = {
+    "text": (lambda v: isinstance(v, str), "text"),
+    "switch": (lambda v: isinstance(v, bool), "switch"),
+    "number": (_within(-MAX_MAGNITUDE, MAX_MAGNITUDE), f"a number within ±{MAX_MAGNITUDE:g}"),
+    "rate": (_within(0, MAX_MAGNITUDE), f"a number from 0 to {MAX_MAGNITUDE:g}"),
+    "count": (_within(1, MAX_MAGNITUDE, whole=True), "a whole number above 0"),
+    "whole": (_within(0, MAX_MAGNITUDE, whole=True), "a whole number from 0"),
+    "ms": (_within(0, MAX_MS), f"milliseconds from 0 to {MAX_MS:g}"),
+    "ms_diff": (_within(-MAX_MS, MAX_MS), f"milliseconds within ±{MAX_MS:g}"),
+    "seconds": (_within(0, MAX_SECONDS), f"seconds from 0 to {MAX_SECONDS:g}"),
 }
 
 
@@ -167,7 +180,7 @@ def load_profile(path: Path) -> Profile:
         raise TrickLabError(
             f"{path} is not whole `tricklab profile {kind} --json` output: no {', '.join(missing)}"
         )
-    wrong = misfit(data, SCHEMA[kind])
+    wrong = misfit(data, SCHEMA[kind]) or (_model_misfit(data) if kind == "model" else None)
     if wrong:
         raise TrickLabError(f"{path} is not whole `tricklab profile {kind} --json` output: {wrong}")
     profile = Profile(path, kind, data)
@@ -204,8 +217,23 @@ def misfit(value: Any, spec: Any, where: str = "") -> str | None:
             (w for i, item in enumerate(value) if (w := misfit(item, spec[0], f"{where}[{i}]"))),
             None,
         )
-    if not any(_LEAVES[kind](value) for kind in spec.split("|")):
-        return _wrong(where, value, " or ".join(spec.split("|")))
+    kinds = spec.split("|")
+    if not any(LEAVES[kind][0](value) for kind in kinds):
+        return _wrong(where, value, " or ".join(LEAVES[kind][1] for kind in kinds))
+    return None
+
+
+def _model_misfit(data: dict[str, Any]) -> str | None:
+    """What a model profile that fits SCHEMA says that cannot be: no model, an image shape other
+    than channels × height × width, a result of a model it does not list."""
+    if not data["models"]:
+        return "models is [], not a list of the models profiled"
+    if len(data["image_shape"]) != 3:
+        return _wrong("image_shape", data["image_shape"], "channels, height and width")
+    names = {m["name"] for m in data["models"]}
+    for i, row in enumerate(data["results"]):
+        if row["model"] not in names:
+            return _wrong(f"results[{i}].model", row["model"], "a model in models")
     return None
 
 
