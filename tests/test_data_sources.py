@@ -831,8 +831,11 @@ def test_mixed_image_sizes_name_two_files_and_suggest_image_size(tmp_path):
         ("/abs/train/cat/x.png", tarfile.REGTYPE, r" with an absolute path or '\.\.'"),
         ("train/ant/x.png", tarfile.SYMTYPE, r", a symbolic link to '/etc/passwd'; refusing"),
         ("train/ant/x.png", tarfile.LNKTYPE, r", a hard link to '/etc/passwd'; refusing"),
+        # third hostile round: "cannot read member ... ('train/ant/x.png')", no reason given
+        ("train/ant/x.png", tarfile.CHRTYPE, r", a device, where an image should be"),
+        ("train/ant/x.png", tarfile.FIFOTYPE, r", a pipe \(FIFO\), where an image should be"),
     ],
-    ids=["dotdot", "absolute", "symlink", "hardlink"],
+    ids=["dotdot", "absolute", "symlink", "hardlink", "device", "fifo"],
 )
 def test_tar_member_with_dotdot_absolute_path_or_link_is_refused(tmp_path, member, kind, refusal):
     make_tree(tmp_path / "tree", per_split={"train": 1})

@@ -276,6 +276,18 @@ def _refuse_unsafe_member(member: tarfile.TarInfo, archive: Path) -> None:
 
 
 def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> bytes:
+    if not member.isfile():  # a device, a pipe: tar stores no bytes for it
+        kind = (
+            "device"
+            if member.isdev() and not member.isfifo()
+            else "pipe (FIFO)"
+            if member.isfifo()
+            else "special file"
+        )
+        raise TrickLabError(
+            f"archive {archive} holds member {printable(member.name)!r}, a {kind}, where an "
+            "image should be: rebuild the archive with image files only"
+        )
     try:
         f = tar.extractfile(member)
         if f is None:
