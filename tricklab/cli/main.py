@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             print_error(str(disk_full_error(exc)))
             return 2
         except KeyboardInterrupt:
-            err_console.print("interrupted", highlight=False)
+            if os.environ.get("RANK", "0") == "0":  # under torchrun, once, not once per rank
+                err_console.print("interrupted", highlight=False)
             return INTERRUPTED_EXIT_CODE
 
 

@@ -279,9 +279,12 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, str | None]:
     args = torchrun.parse_args(
         ["--standalone", f"--nproc-per-node={nproc}", "-m", "tricklab", *argv]
     )
-    elastic = logging.getLogger("torch.distributed.elastic")
-    level = elastic.level
-    elastic.setLevel(logging.CRITICAL)
+    # Its agent's loggers (each with a level of its own: "Received 2 death signal" on a Ctrl-C).
+    names = ["torch.distributed.elastic", *logging.root.manager.loggerDict]
+    quiet = [logging.getLogger(n) for n in names if n.startswith("torch.distributed.elastic")]
+    levels = [(logger, logger.level) for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.CRITICAL)
     try:
         torchrun.run(args)
     except ChildFailedError as exc:
@@ -294,8 +297,9 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, str | None]:
             else f"failed (exit code {failure.exitcode})"
         )
         return (failure.exitcode if failure.exitcode > 0 else 1), f"rank {rank} {how}"
-    except SignalException:
-        return 130, None  # Ctrl-C or SIGTERM: the agent stopped every rank
+    except (SignalException, KeyboardInterrupt):
+        return 130, None  # Ctrl-C or SIGTERM: the agent stopped every rank; rank 0 said so
     finally:
-        elastic.setLevel(level)
+        for logger, level in levels:
+            logger.setLevel(level)
     return 0, None
