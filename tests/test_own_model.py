@@ -413,3 +413,49 @@ def test_user_code_that_does_not_return_is_named_in_one_line_while_it_waits(
         "note: model.name=slowmodels:make: importing slowmodels has run 0 s without returning "
         "(waiting on a lock, the network, a sleep?); Ctrl-C stops it"
     ]
+
+
+MODELS_LISTED = """
+import time
+from torch import nn
+
+
+class Slow(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        time.sleep(1.0)
+        return self.head(x.mean((2, 3)))
+
+
+class Broken(Slow):
+    def forward(self, x):
+        raise ValueError("no forward today")
+
+
+def slow(num_classes):
+    return Slow(num_classes)
+
+
+def broken(num_classes):
+    return Broken(num_classes)
+"""
+
+
+def test_tricklab_models_walls_a_users_forward(tmp_path, monkeypatch, capsys):
+    # third hostile round: a forward that hangs got no note, one that raises was a traceback
+    from tricklab.core import usercode
+
+    (tmp_path / "listedmodels.py").write_text(MODELS_LISTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(usercode, "NOTICE_SECONDS", 0.3)
+    assert main(["models", "listedmodels:slow", "data.image_size=8", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)[0]["forward_macs"] > 0
+    assert err.startswith("note: model.name=listedmodels:slow: its forward has run 0 s")
+    assert main(["models", "listedmodels:broken", "data.image_size=8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: model.name=listedmodels:broken: its forward raised ValueError: no "
+                   "forward today"]  # fmt: skip
