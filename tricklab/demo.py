@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 STUDY_NAME = "demo"
 BASELINE_RECIPE = "speedrun94"
 MAX_SEEDS = 100
-DEMO_MAKES = ("study", "report.md", "report.html", "figures")  # and hidden work folders
 
 
 @dataclass(frozen=True)
@@ -137,8 +136,10 @@ def check_out_dir(out_dir: Path) -> None:
             f"--out {out_dir} already holds a report (report.md); give a new folder"
         )
     if out_dir.is_dir():  # another command's folder (an ablation's study.db, a speedrun's summary)
-        names = (p.name for p in out_dir.iterdir() if not p.name.startswith("."))
-        foreign = sorted(name for name in names if name not in DEMO_MAKES)
+        from tricklab.report.build import OUTPUTS  # what a report makes (no torch imported)
+
+        names = (p.name for p in out_dir.iterdir() if not p.name.startswith("."))  # work folders
+        foreign = sorted(name for name in names if name not in ("study", *OUTPUTS))
         if foreign:
             raise TrickLabError(
                 f"--out {shown(str(out_dir))} holds what no demo makes ({shown(foreign[0])}"

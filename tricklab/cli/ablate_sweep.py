@@ -40,11 +40,12 @@ from tricklab.core.urls import shown_url
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
 from tricklab.experiments.plan import (
+    NO_EARLY_STOP,
     PRUNERS,
     SAMPLERS,
     AblationPlan,
     SweepPlan,
-    budget_overrides,
+    budget_flags,
     normalize_target,
     parse_vary,
 )
@@ -175,12 +176,10 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
 def _baseline(args: argparse.Namespace) -> Any:
     name, tokens = recipe_and_overrides(args.baseline)
     target = normalize_target(args.target) if args.target is not None else None
-    budget = budget_overrides(args.budget_epochs, args.budget_seconds, target)
-    # The budget flags win over the baseline's run.epochs (an explicit flag over a recipe value:
-    # they were silently ignored); the baseline may turn early stopping back on.
-    budget_keys = ("run.epochs=", "run.time_budget_seconds=", "run.target_accuracy=")
-    flags = [t for t in budget if t.startswith(budget_keys)]
-    baseline = load_recipe(name, [*(t for t in budget if t not in flags), *tokens, *flags])
+    flags = budget_flags(args.budget_epochs, args.budget_seconds, target)
+    # The budget flags win over the baseline's own run.epochs (they were silently ignored); the
+    # baseline may turn early stopping back on.
+    baseline = load_recipe(name, [*NO_EARLY_STOP, *tokens, *flags])
     # Each run's seed replaces the baseline's: one set here would be silently ignored.
     seed_given = any(t.partition("=")[0].strip() == "run.seed" for t in tokens)
     if seed_given or baseline.get("run.seed") != 0:

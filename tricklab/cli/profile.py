@@ -89,7 +89,7 @@ def _threads_text(result: dict) -> str:
 
 def _print_json(result: dict) -> None:
     """The result as one JSON line, with the date it was measured (UTC): what a report shows."""
-    from tricklab.training.runfiles import json_safe
+    from tricklab.core.safeio import json_safe
 
     dated = {**result, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(json.dumps(json_safe(dated)))

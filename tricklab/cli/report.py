@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +15,7 @@ from rich.console import Console
 
 from tricklab.cli.common import check_not_empty, echo, err_console, quiet_optuna
 from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import json_safe
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 
 FORMATS = ("table", "md", "latex", "csv", "json")
@@ -85,18 +85,7 @@ def json_line(data: Any) -> str:
     try:
         return json.dumps(data, allow_nan=False, default=str)
     except ValueError:
-        return json.dumps(_finite(data), allow_nan=False, default=str)
-
-
-def _finite(value: Any) -> Any:
-    """training/runfiles.json_safe, which the CLI does not import (it loads torch)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+        return json.dumps(json_safe(data), allow_nan=False, default=str)
 
 
 def output_console() -> Console:

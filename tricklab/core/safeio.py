@@ -126,3 +126,14 @@ def check_depth(value: Any) -> None:
         if depth > MAX_JSON_DEPTH:
             raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
         stack.extend((child, depth + 1) for child in item)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as None: strict JSON (RFC 8259) has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

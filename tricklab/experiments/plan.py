@@ -124,18 +124,28 @@ def parse_vary(specs: Iterable[str]) -> dict[str, list[str]]:
     return vary
 
 
+NO_EARLY_STOP = ["run.early_stopping_patience=0", "run.stop_at_target=false"]
+
+
 def budget_overrides(
     epochs: float | None = None, seconds: float | None = None, target: float | None = None
 ) -> list[str]:
-    """Recipe overrides that give every configuration the same fixed budget.
+    """Recipe overrides that give every configuration the same fixed budget: NO_EARLY_STOP, then
+    `budget_flags`.
 
     Early stopping and stop-at-target are switched off, so no run is cut short by them (the seed
-    reports lost runs that way); the caller's own overrides come after these and may turn them back
-    on. `epochs` sets run.epochs; `seconds` stops training after that many train seconds (or at
-    run.epochs, whichever comes first); `target` (a fraction, or a percentage above 1) records each
-    run's time-to-target without stopping it.
-    """
-    out = ["run.early_stopping_patience=0", "run.stop_at_target=false"]
+    reports lost runs that way); the caller's own overrides may turn them back on (put them
+    between the two parts: the budget flags win over a baseline's own run.epochs)."""
+    return [*NO_EARLY_STOP, *budget_flags(epochs, seconds, target)]
+
+
+def budget_flags(
+    epochs: float | None = None, seconds: float | None = None, target: float | None = None
+) -> list[str]:
+    """The overrides of --budget-epochs (run.epochs), --budget-seconds (stop after that many train
+    seconds, or at run.epochs, whichever comes first) and --target (a fraction, or a percentage
+    above 1: each run's time-to-target is recorded, the run not stopped)."""
+    out = []
     if epochs is not None and seconds is not None:
         raise TrickLabError("give --budget-epochs or --budget-seconds, not both")
     if epochs is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,15 +93,8 @@ class SearchSpace:
                 dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high)
             )
             made = [base.override(overrides_for({key: value}), "space") for value in ends]
-            seen: dict[str, Any] = {}  # a choice's value as the recipe holds it -> the choice
-            for value, recipe in zip(ends, made):
-                held = repr(recipe.get(key))  # 0.1 and "0.1" are one configuration
-                if held in seen and isinstance(dist, CategoricalDistribution):
-                    raise TrickLabError(
-                        f"space: {key} choices {seen[held]!r} and {value!r} are the same value "
-                        f"({held}); give each once"
-                    )
-                seen[held] = value
+            if isinstance(dist, CategoricalDistribution):
+                _check_distinct(key, ends, [recipe.get(key) for recipe in made])
             recipes += spread(made, SETUP_CHECKS_PER_AXIS)
         return recipes
 
@@ -111,6 +104,19 @@ class SearchSpace:
         return SearchSpace(
             {k: CategoricalDistribution(v) for k, v in zip(self.distributions, axes)}
         )
+
+
+def _check_distinct(key: str, choices: Sequence[Any], held: list[Any]) -> None:
+    """TrickLabError for two choices the recipe holds as one value (0.1 and "0.1"): one
+    configuration trained twice, as two."""
+    first: dict[str, Any] = {}
+    for choice, value in zip(choices, held):
+        if repr(value) in first:
+            raise TrickLabError(
+                f"space: {key} choices {first[repr(value)]!r} and {choice!r} are the same value "
+                f"({value!r}); give each once"
+            )
+        first[repr(value)] = choice
 
 
 def describe(dist: BaseDistribution, shown: int = 6) -> str:

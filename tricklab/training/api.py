@@ -30,7 +30,7 @@ from tricklab.core.paths import (
     remove_empty_dirs,
 )
 from tricklab.core.progress import current as current_progress
-from tricklab.core.safeio import read_json
+from tricklab.core.safeio import json_safe, read_json
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.core.usercode import raised_by_code
@@ -47,7 +47,6 @@ from tricklab.training.resolve import compile_for_device
 from tricklab.training.runfiles import (
     RESULT_LIMIT,
     RUN_FILES,
-    json_safe,
     load_checkpoint,
     make_run_dir,
     save_checkpoint,

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import shutil
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -30,17 +28,6 @@ from tricklab.training.loggers import WRITES as LOGGER_OUTPUTS
 # What a run writes in its directory; a directory holding any of them is not reused.
 RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
 RESULT_LIMIT = 64 << 20  # bytes of a result.json read back (its epochs' rows included)
-
-
-def json_safe(value: Any) -> Any:
-    """`value` with NaN and infinities as None: strict JSON (RFC 8259) has no such numbers."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def make_run_dir(out: Path) -> FolderClaim:
