@@ -82,3 +82,14 @@ def eager_compile(monkeypatch):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     return seen
+
+
+@pytest.fixture(autouse=True)
+def fresh_warm_ups():
+    """Each test starts as a new process would: no eager run warmed before (warmup.warm_up_run
+    skips a recipe warmed earlier in the process)."""
+    from tricklab.training import warmup
+
+    warmup._WARMED.clear()
+    yield
+    warmup._WARMED.clear()

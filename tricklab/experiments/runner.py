@@ -123,6 +123,16 @@ def _default_train() -> TrainFn:
     return train
 
 
+def _sharing_data(train_fn: TrainFn | None) -> contextlib.AbstractContextManager:
+    """tricklab's runs share one loaded dataset (training.setup.sharing_data); another train_fn
+    loads its own."""
+    if train_fn is not None:
+        return contextlib.nullcontext()
+    from tricklab.training.setup import sharing_data  # torch
+
+    return sharing_data()
+
+
 def _stop_request(stop: StopRequest | None) -> contextlib.AbstractContextManager[StopRequest]:
     """The caller's stop request, or Ctrl-C and SIGTERM caught for the call (see stopping.py)."""
     return contextlib.nullcontext(stop) if stop is not None else stop_on_signals()
@@ -230,7 +240,7 @@ def ablate(
     keys = [u.key for u in units]
     done_before = done_count(final_statuses(opened.get_trials(deepcopy=False)), keys)
     provenance = start_record()
-    with _stop_request(stop) as stop:
+    with _stop_request(stop) as stop, _sharing_data(train_fn):
         worker = Worker(
             opened,
             store,
@@ -327,7 +337,7 @@ def sweep(
         pruner=_pruner(plan.pruner),
     )
     provenance = start_record()
-    with _stop_request(stop) as stop:
+    with _stop_request(stop) as stop, _sharing_data(train_fn):
         worker = Worker(
             opened,
             store,

@@ -65,7 +65,7 @@ from tricklab.training.setup import (
     prepare,
     resolve_device,
 )
-from tricklab.training.warmup import needs_warm_up, warm_up
+from tricklab.training.warmup import needs_warm_up, warm_up_run
 
 __all__ = [  # with the moved names, so that `from tricklab.training.api import X` keeps working
     "INIT_FROM_DATA_IMAGES",
@@ -256,7 +256,7 @@ def _train(
                     handle.write(recipe.to_yaml())
             started = True
             if needs_warm_up(recipe.tricks, device):
-                result.compile_seconds = warm_up(parts, recipe.tricks.tta)
+                result.compile_seconds = warm_up_run(parts, recipe)
             parts.progress = current_progress()  # the CLI's display; None: silent
             outcome = run_loop(parts, recipe.run, record_epoch)
             _finish(result, parts, outcome, recipe)

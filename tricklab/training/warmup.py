@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,29 @@ def needs_warm_up(tricks: Any, device: torch.device) -> bool:
     loading), cuBLAS/cuDNN handles and workspaces made, the caching allocator growing, and cuDNN
     autotuning (tricks.cudnn_benchmark) timing its convolution algorithms."""
     return compile_for_device(tricks.compile, device.type) != "off" or device.type == "cuda"
+
+
+# Eager CUDA runs this process warmed: their device and recipe less run.seed (warm_up_run).
+_WARMED: set[str] = set()
+
+
+def warm_up_run(parts: Parts, recipe: Any) -> float:
+    """`warm_up` before a run of `recipe`, unless this process warmed an eager run of an equal
+    recipe (run.seed aside) on the same device: its kernels are loaded, cuDNN's algorithms chosen
+    and the allocator grown, so a second warm-up would only add ~0.1 s to each run of a study.
+    Compiled runs always warm up (a new model's compile guards are checked there, and its
+    compile_seconds is the record's). 0.0 when skipped."""
+    key = None
+    if compile_for_device(recipe.tricks.compile, parts.device.type) == "off":
+        spec = recipe.to_dict()
+        spec["run"] = {k: v for k, v in spec["run"].items() if k != "seed"}
+        key = json.dumps([str(parts.device), spec], sort_keys=True, default=str)
+        if key in _WARMED:
+            return 0.0
+    seconds = warm_up(parts, recipe.tricks.tta)
+    if key is not None:
+        _WARMED.add(key)
+    return seconds
 
 
 def warm_up(parts: Parts, tta: str = "none") -> float:
