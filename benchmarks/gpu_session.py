@@ -12,8 +12,9 @@ script's, and what it measured so far is kept):
             airbench's own printed total). One uncounted warm-up of each first.
 - profile   torch.profiler over epoch 2 (+ its evaluation) of speedrun94 eager and with the
             CUDA graph: CUDA kernels, their summed time, GPU busy % of the window.
-- compiled  speedrun94 under tricks.compile=default with and without tricks.cuda_graph:
-            compile seconds (the first run's warm-up) apart, then interleaved rounds.
+- compiled  airbench94, speedrun94 as shipped, and speedrun94 under tricks.compile=default
+            without and with tricks.cuda_graph: compile seconds (the first run's warm-up)
+            apart, then interleaved rounds.
 - study     `tricklab ablate` of speedrun94 (4 configurations x --study-seeds seeds) from its
             start to its end against the sum of its runs' record seconds, run through
             benchmarks/study_phases.py (OUT/study-phases.json: where the rest of its time goes);
@@ -373,21 +374,30 @@ def section_profile(session: Session, args, overrides: list[str]) -> None:
 
 
 def section_compiled(session: Session, args, overrides: list[str]) -> None:
+    """speedrun94 as shipped (eager, with the CUDA graph on a GPU), under tricks.compile=default
+    without and with the graph, and airbench94 as the reference, interleaved."""
     section = session.section("compiled")
     compile_mode = "default"
-    contenders = tricklab_contenders(
-        overrides,
-        {
-            f"speedrun94+compile={compile_mode}": [f"tricks.compile={compile_mode}"],
-            f"speedrun94+compile={compile_mode}+cuda_graph": [
-                f"tricks.compile={compile_mode}",
-                "tricks.cuda_graph=true",
-            ],
-        },
-        "speedrun94",
+    contenders = {} if session.rehearse else {"airbench94": airbench94_contender()}
+    contenders.update(
+        tricklab_contenders(
+            overrides,
+            {
+                "speedrun94": [],
+                f"speedrun94+compile={compile_mode}": [
+                    f"tricks.compile={compile_mode}",
+                    "tricks.cuda_graph=false",
+                ],
+                f"speedrun94+compile={compile_mode}+cuda_graph": [
+                    f"tricks.compile={compile_mode}",
+                    "tricks.cuda_graph=true",
+                ],
+            },
+            "speedrun94",
+        )
     )
     runs = interleaved(session, "compiled", contenders, args.rounds, args.compiled_seconds)
-    section["compare"] = compare(runs, f"speedrun94+compile={compile_mode}")
+    section["compare"] = compare(runs, "speedrun94" if session.rehearse else "airbench94")
     session.save()
 
 

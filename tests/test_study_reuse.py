@@ -35,14 +35,29 @@ def test_inside_sharing_data_an_equal_data_section_gets_the_dataset_loaded_befor
     assert setup.load_data(tiny()) is not setup.load_data(tiny())  # outside: loaded each time
 
 
-def test_an_ablation_reads_each_data_section_once_for_all_its_runs(tmp_path, monkeypatch):
-    calls = []
-    load = setup.load_dataset
+def test_an_ablation_reads_each_data_section_and_its_statistics_once_for_all_its_runs(
+    tmp_path, monkeypatch
+):
+    calls, stats = [], []
+    load, channel_stats = setup.load_dataset, setup.channel_stats
     monkeypatch.setattr(setup, "load_dataset", lambda *a, **k: calls.append(a) or load(*a, **k))
+    monkeypatch.setattr(setup, "channel_stats", lambda x: stats.append(x) or channel_stats(x))
     plan = AblationPlan(tiny(), {"optim.lr": ["0.05"]}, 2, out_dir=tmp_path)
     summary = ablate(plan, liveness=FAST)
     assert summary.status_counts == {"complete": 4}
     assert len(calls) == 2  # check_setup's, then one for the four runs (was: one per run)
+    assert len(stats) == 2
+
+
+def test_shared_statistics_are_those_of_the_shared_dataset():
+    with setup.sharing_data():
+        dataset = setup.load_data(tiny())
+        first = setup.train_stats(dataset)
+        assert setup.train_stats(dataset) is first
+        assert first == setup.channel_stats(dataset.train.images)
+        other = setup.load_data(tiny("data.seed=3"))
+        assert setup.train_stats(other) == setup.channel_stats(other.train.images) != first
+        assert setup.train_stats(dataset) is not first  # no longer the shared one: computed
 
 
 # ---------------------------------------------------------------- the MAC count

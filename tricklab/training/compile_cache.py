@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
 import tricklab
 from tricklab.core.version import __version__
@@ -53,6 +52,9 @@ def compile_cache_dir(device: torch.device, root: Path | None = None) -> Path:
 def compile_cache(device: torch.device, root: Path | None = None) -> Iterator[Path]:
     """torch.compile's caches in `compile_cache_dir(device)` for the block; the environment as it
     was after."""
+    # torch._inductor imports torch._dynamo (~2 s): only runs that compile pay for it
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
     folder = compile_cache_dir(device, root)
     folder.mkdir(parents=True, exist_ok=True)
     with temporary_cache_dir(str(folder)):
