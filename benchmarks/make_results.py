@@ -243,13 +243,17 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
         f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, {env['date']}; {env['data']}.",
     ]
     side = sections.get("side", {})
-    for reference, title in (("compare", "airbench94"), ("compare_to_muon", "airbench94_muon")):
-        rows = side.get(reference)
+    tables = [
+        (side.get("compare"), "airbench94", ""),
+        (side.get("compare_to_muon"), "airbench94_muon", ""),
+        (sections.get("compiled", {}).get("compare"), "airbench94", " (compiled section)"),
+    ]
+    for rows, title, which in tables:
         if not rows:
             continue
         lines += [
             "",
-            f"Interleaved rounds (the order rotating), record seconds vs **{title}**:",
+            f"Interleaved rounds{which} (the order rotating), record seconds vs **{title}**:",
             "",
             "| contender | runs | accuracy % mean ± std | record s mean | median | min-max | "
             f"vs {title} (means) | paired median | accuracy diff pp, 95 % CI | runs >= its mean | "
@@ -292,21 +296,30 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
     study = sections.get("study", {})
     if "tricklab_ablate" in study:
         a, loop = study["tricklab_ablate"], study.get("airbench_train94_loop", {})
+        phases = a.get("phases")
+        command = (
+            "tricklab " + " ".join(phases["argv"]) if phases else a["command"].split(" -m ")[-1]
+        )
         lines += [
             "",
             "A whole study, from the command's start to its end (a fresh process each):",
             "",
             "| command | runs | wall s | sum of record s | wall / sum |",
             "|---|---:|---:|---:|---:|",
-            f"| `{a['command'].split(' -m ')[-1]}` | {a['runs_with_record_seconds']} | "
+            f"| `{command}` | {a['runs_with_record_seconds']} | "
             f"{a['wall_seconds']:.1f} | {a['sum_record_seconds']:.1f} | "
             f"{_f(a['wall_over_sum'], '.2f')}x |",
         ]
         if loop:
+            verbose = "verbose, " if "verbose=True" in loop.get("command", "") else ""
             lines.append(
-                f"| a Python loop of airbench's `train94` | {a['runs_with_record_seconds']} | "
-                f"{loop['wall_seconds']:.1f} | - | - |"
+                f"| a Python loop of airbench's `train94` ({verbose}a fresh process) | "
+                f"{a['runs_with_record_seconds']} | {loop['wall_seconds']:.1f} | "
+                f"{_f(loop.get('sum_record_seconds'), '.1f')} | "
+                f"{_f(loop.get('wall_over_sum'), '.2f')}{'x' if loop.get('wall_over_sum') else ''} |"
             )
+        if phases:
+            lines += study_phases_table(a["wall_seconds"], phases)
     ddp = sections.get("ddp", {}).get("runs")
     if ddp:
         lines += [
@@ -321,6 +334,34 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
                 f"| {r['label']} | {r.get('status')} | {_f(r.get('record_seconds'), '.3f')} | "
                 f"{_f(r.get('train_seconds'), '.3f')} | {r['wall_seconds']:.1f} |"
             )
+    return lines
+
+
+def study_phases_table(wall: float, p: dict[str, Any]) -> list[str]:
+    """benchmarks/study_phases.py's totals as where a study's wall time went."""
+    phase = {k: v["seconds"] for k, v in p["phases"].items()}
+    runs, r = p["results"]["runs"], p["results"]
+    record, warm = r["record_seconds"], phase.get("api.warm_up_run", r["compile_seconds"])
+    rows = [
+        ("process start and imports (torch, Optuna, tricklab)", wall - p["command_seconds"]),
+        ("check_setup: every setting built once before the first run", phase["setup.check_setup"]),
+        ("the runs' record seconds (whitening fit + epochs + final TTA)", record),
+        ("warm-ups (an eager recipe's first run; compile_seconds)", warm),
+        ("per-epoch evaluations, run setup, run files (train() less the two above)",
+         phase["api.train"] - record - warm),
+        ("Optuna: claiming, storing each trial", phase["runner.run_units"] - phase["api.train"]),
+        ("the summary (statistics) and the rest",
+         p["command_seconds"] - phase["setup.check_setup"] - phase["runner.run_units"]),
+    ]  # fmt: skip
+    lines = [
+        "",
+        f"Where the study's {wall:.1f} s went (`benchmarks/study_phases.py`, {runs} runs):",
+        "",
+        "| part | seconds | per run |",
+        "|---|---:|---:|",
+    ]
+    for name, seconds in rows:
+        lines.append(f"| {name} | {seconds:.1f} | {seconds / runs:.2f} |")
     return lines
 
 

@@ -1,7 +1,7 @@
 """Where a study's wall time goes beyond its runs' record seconds: a `tricklab` command run in
 this process with timers around the functions a run and a study call, one JSON of their totals.
 
-    python benchmarks/study_phases.py --json phases.json -- ablate --baseline speedrun94 ... --seeds 5
+    python benchmarks/study_phases.py --json phases.json ablate --baseline speedrun94 ... --seeds 5
 
 Each target (`module:function`) is replaced, in the module that calls it, by a wrapper that adds
 its seconds (time.perf_counter, no device sync: the functions timed here end with one or read a
@@ -94,7 +94,7 @@ def run_sums(folder: Path | None) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="where the totals go")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then tricklab's arguments")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="tricklab's arguments")
     args = parser.parse_args()
     argv = args.command[1:] if args.command[:1] == ["--"] else args.command
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
