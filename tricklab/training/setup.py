@@ -91,11 +91,10 @@ _SHARED_DATA: contextvars.ContextVar[_Shared | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def sharing_data() -> Iterator[None]:
-    """Within the block, `load_data` hands an equal data section the dataset it loaded last
-    instead of reading the decoded cache again, and `train_stats` computes its channel statistics
-    once (on an H200 machine they cost a run of speedrun94 ~0.2 s, the cache read ~0.1 s): an
-    experiment's runs share one copy, as they share one data section. Nothing in tricklab writes
-    into a dataset's tensors; one copy is kept, so a sweep over data settings holds no more."""
+    """Within the block, `load_data` hands an equal data section the dataset it loaded last instead
+    of reading the decoded cache again, and `train_stats` computes its channel statistics once (on
+    an H200 machine ~0.2 s of each speedrun94 run, the cache read ~0.1 s). Nothing in tricklab
+    writes into a dataset's tensors; one copy is kept, so a sweep over data settings holds no more."""
     token = _SHARED_DATA.set(_Shared())
     try:
         yield
@@ -401,9 +400,8 @@ def build_run_model(
     return model, info
 
 
-# A registered or timm model's forward MACs, by what builds it and its class and size: counted
-# once per process (the counter's forward costs a run ~0.01-0.2 s; an experiment's runs share a
-# model).
+# A registered or timm model's forward MACs by what builds it, its class and size: counted once
+# a process (the counter's forward costs a run 0.01-0.2 s; an experiment's runs share a model).
 _MACS: dict[str, int] = {}
 
 
