@@ -61,3 +61,11 @@ def test_results_and_ablate_say_what_the_storage_path_is_in_one_line(tmp_path, k
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "not a file" in err
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("spec", ["journal:", "journal:  "])
+def test_a_journal_storage_without_a_path_is_refused_in_one_line(spec, capsys):
+    # was: "cannot open storage journal:: it is a folder, not a file" (the current folder)
+    assert main(["results", "--storage", spec]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --storage journal: names no file; give journal:PATH\n"

@@ -1,10 +1,9 @@
 """Where experiments live: Optuna storages and studies, and what their trials hold.
 
 One Optuna study per experiment. `--storage` takes
-- nothing: an SQLite file `<experiment dir>/study.db` (embedded, nothing to start; one worker at a
-  time is what SQLite does well);
-- `journal:PATH`, or a path ending in `.journal`/`.log`: Optuna's journal file storage, for several
-  worker processes on one machine (or on a shared file system with working locks);
+- nothing: an SQLite file `<experiment dir>/study.db` (embedded; one worker at a time);
+- `journal:PATH` (a PATH is required), or a path ending in `.journal`/`.log`: Optuna's journal
+  file, for several worker processes on one machine (or a shared file system with working locks);
 - any SQLAlchemy URL Optuna accepts (`postgresql+psycopg://user@host/db`, `sqlite:///file.db`): for
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
@@ -17,9 +16,8 @@ is set aside before the next append (journal.py). A reader opens only a whole Op
 refuses a storage holding what tricklab cannot show (a study name that is no text).
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
-FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why).
-A FAIL trial without a `status` was left RUNNING by a worker that died and was failed later: it
-reads as `interrupted`. `skipped` marks a trial that a worker claimed and gave up at once because
+FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why); one
+without a `status` was left RUNNING by a worker that died and was failed later: `interrupted`. `skipped` marks a trial that a worker claimed and gave up at once because
 its unit was already taken (claims.py: the claim protocol; this module only opens stores).
 """
 
@@ -62,6 +60,8 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     if spec is None:
         return f"sqlite:///{(exp_dir / 'study.db').resolve()}"
     if spec.startswith("journal:"):
+        if not spec.removeprefix("journal:").strip():
+            raise TrickLabError("--storage journal: names no file; give journal:PATH")
         return spec
     if "://" in spec:
         _check_database_url(spec)
