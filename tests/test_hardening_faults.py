@@ -186,6 +186,38 @@ def test_report_survives_a_fault_at_every_sampled_write_and_reruns(tmp_path, run
         assert (root / "r" / "report.md").read_text().count("\n") > 5
 
 
+# ---------------------------------------------------------------- profile step
+
+PROFILE = ["profile", "step", *TINY_SYNTHETIC, "run.epochs=1", "--repeats", "2"]
+PROFILE += ["--trace", "t.json", "--json"]
+
+
+def test_profile_step_survives_a_fault_at_its_trace_write_and_keeps_the_trace_before(tmp_path):
+    """The trace is written to a temporary file and renamed over the path: a fault at either point
+    leaves the trace a previous run wrote, whole, or the new one; the rerun writes it."""
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    done = faulted(clean, 0, "count", *PROFILE)
+    assert done.returncode == 0, done.stderr
+    before = (clean / "t.json").read_text()
+    assert "traceEvents" in parse_json(before)
+    count = len(points(clean))
+    assert count >= 2  # the temporary file, the rename
+    for n, mode in sampled(count):
+        root = tmp_path / f"{n}-{mode}"
+        root.mkdir()
+        (root / "t.json").write_text(before)  # a trace an earlier run wrote
+        done = faulted(root, n, mode, *PROFILE)
+        context = f"profile step: fault {mode} at point {n} ({points(root)[n - 1 : n]}): "
+        assert_promised_outcome(done, context)
+        trace = (root / "t.json").read_text()
+        assert trace == before or "traceEvents" in parse_json(trace), context
+        assert done.returncode != 0 or trace != before, context  # a complete run wrote its own
+    rerun = faulted(root, 0, "count", *PROFILE)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "traceEvents" in parse_json((root / "t.json").read_text())
+
+
 # ---------------------------------------------------------------- demo
 
 DEMO = ["demo", "--out", "d", "--seeds", "1", "--json", "--quiet"]
