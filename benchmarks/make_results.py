@@ -271,6 +271,13 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
                 f"{_f(r['fraction_at_or_above_reference_mean'], '.0%')} | "
                 f"{_f(r['peak_memory_gib'], '.2f')} | {_f(r['mfu_median'], '.1%')} |"
             )
+    if sections.get("compiled", {}).get("compare"):
+        lines += [
+            "",
+            "In the compiled section, `speedrun94` is the recipe as shipped (on a GPU its step in a "
+            "CUDA graph, `tricks.cuda_graph: auto`); in the side section, `speedrun94` is eager "
+            "(`tricks.cuda_graph=off`).",
+        ]
     if "airbench94_muon_compile_and_warmup_seconds" in side:
         lines += [
             "",
