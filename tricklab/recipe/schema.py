@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,12 @@ class Recipe:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
+
+    def setting_key(self) -> str:
+        """The recipe as JSON without run.seed: equal for every run of one setting."""
+        data = self.to_dict()
+        del data["run"]["seed"]
+        return json.dumps(data, sort_keys=True, default=str)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "recipe") -> Recipe:

@@ -434,7 +434,7 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
     reuse, seen = SetupCache(), set()
     for recipe in recipes:
         recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, seed=0))
-        key = json.dumps(recipe.to_dict(), sort_keys=True, default=str)
+        key = recipe.setting_key()
         if key in seen:
             continue
         seen.add(key)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -44,9 +43,7 @@ def warm_up_run(parts: Parts, recipe: Any) -> float:
     compile_seconds is the record's). 0.0 when skipped."""
     key = None
     if compile_for_device(recipe.tricks.compile, parts.device.type) == "off":
-        spec = recipe.to_dict()
-        spec["run"] = {k: v for k, v in spec["run"].items() if k != "seed"}
-        key = json.dumps([str(parts.device), spec], sort_keys=True, default=str)
+        key = f"{parts.device} {recipe.setting_key()}"
         if key in _WARMED:
             return 0.0
     seconds = warm_up(parts, recipe.tricks.tta)
