@@ -24,6 +24,12 @@ script's, and what it measured so far is kept):
             end. It needs ./cifar10/train.pt and test.pt and waits for ./cifar10/.done.
 - ddp       `tricklab train speedrun94` plain, with --nproc 1 (torchrun, NCCL), and with
             --nproc 1 tricks.sync_batchnorm=true (the SyncBatchNorm path), in turn.
+- muon      airbench94_muon.py as published (compiled and warmed up as in side) beside
+            speedrun94-muon with its step in a CUDA graph, eager and under
+            tricks.compile=default, and speedrun94 under compile=default with the graph:
+            compile seconds apart (each one's warm-up), then interleaved rounds.
+- muon-profile  torch.profiler over epoch 2 (+ its evaluation) of the muon section's
+            speedrun94-muon variants (--profile names which).
 
 The data is decoded into tricklab's cache (or read from it) first, timed apart. Everything goes
 to OUT/gpu_session.json, rewritten after every run. CIFAR-10 here is the JPEG q75
@@ -327,17 +333,33 @@ def section_side(session: Session, args, overrides: list[str]) -> None:
 
 
 def section_profile(session: Session, args, overrides: list[str]) -> None:
+    variants = {
+        "speedrun94": ["tricks.cuda_graph=off"],  # eager (the recipe's auto is the graph on a GPU)
+        "speedrun94+cuda_graph": ["tricks.cuda_graph=true"],
+    }
+    profile_variants(session.section("profile"), session, "speedrun94", variants, overrides)
+
+
+def section_muon_profile(session: Session, args, overrides: list[str]) -> None:
+    variants = {label: extra for label, extra in MUON_VARIANTS.items() if label in args.profile}
+    section = session.section("muon-profile")
+    profile_variants(section, session, "speedrun94-muon", variants, overrides)
+
+
+def profile_variants(
+    section: dict, session: Session, recipe_name: str, variants: dict, overrides: list[str]
+) -> None:
+    """torch.profiler over epoch 2 (and its evaluation) of each variant of the recipe."""
     from torch.profiler import ProfilerActivity, profile
 
-    section = session.section("profile")
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    for label, extra in {
-        "speedrun94": ["tricks.cuda_graph=off"],  # eager (the recipe's auto is the graph on a GPU)
-        "speedrun94+cuda_graph": ["tricks.cuda_graph=true"],
-    }.items():
-        recipe = load_recipe("speedrun94", [*overrides, *extra, "run.epochs=3", "run.eval_every=1"])
+    for label, extra in variants.items():
+        if session.left() < 40:
+            section["stopped"] = f"time: before {label}"
+            break
+        recipe = load_recipe(recipe_name, [*overrides, *extra, "run.epochs=3", "run.eval_every=1"])
         prof = profile(activities=activities)
         window: dict = {}
 
@@ -402,6 +424,47 @@ def section_compiled(session: Session, args, overrides: list[str]) -> None:
     )
     runs = interleaved(session, "compiled", contenders, args.rounds, args.compiled_seconds)
     section["compare"] = compare(runs, "speedrun94" if session.rehearse else "airbench94")
+    session.save()
+
+
+# speedrun94-muon with its step in a CUDA graph: eager, and under compile=default (max-autotune,
+# the recipe's auto on CUDA, records CUDA graphs of its own, which a whole-step capture excludes)
+MUON_VARIANTS = {
+    "speedrun94-muon+cuda_graph": ["tricks.compile=off", "tricks.cuda_graph=true"],
+    "speedrun94-muon+compile=default+cuda_graph": [
+        "tricks.compile=default",
+        "tricks.cuda_graph=true",
+    ],
+}
+
+
+def section_muon(session: Session, args, overrides: list[str]) -> None:
+    """airbench94_muon.py as published beside speedrun94-muon captured in a CUDA graph (eager and
+    under compile=default) and speedrun94 under compile=default with the graph (the fastest of
+    the earlier calls), interleaved; compile seconds apart (each contender's warm-up)."""
+    section = session.section("muon")
+    contenders = tricklab_contenders(overrides, MUON_VARIANTS, "speedrun94-muon")
+    contenders.update(
+        tricklab_contenders(
+            overrides,
+            {
+                "speedrun94+compile=default+cuda_graph": [
+                    "tricks.compile=default",
+                    "tricks.cuda_graph=true",
+                ]
+            },
+            "speedrun94",
+        )
+    )
+    if not session.rehearse:
+        try:
+            contenders["airbench94_muon"] = muon_contender(section)
+        except Exception as exc:  # noqa: BLE001 - the tricklab contenders still run
+            section["muon_error"] = f"{type(exc).__name__}: {exc}"
+    runs = interleaved(session, "muon", contenders, args.rounds, args.muon_seconds)
+    section["compare"] = compare(
+        runs, "airbench94_muon" if "airbench94_muon" in runs else next(iter(runs))
+    )
     session.save()
 
 
@@ -525,6 +588,8 @@ SECTIONS = {
     "compiled": section_compiled,
     "study": section_study,
     "ddp": section_ddp,
+    "muon": section_muon,
+    "muon-profile": section_muon_profile,
 }
 
 
@@ -537,6 +602,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--side-seconds", type=float, default=300)
     parser.add_argument("--compiled-seconds", type=float, default=120)
+    parser.add_argument("--muon-seconds", type=float, default=260)
+    parser.add_argument(
+        "--profile",
+        default=",".join(MUON_VARIANTS),
+        help="muon-profile: which of the muon section's speedrun94-muon variants",
+    )
     parser.add_argument("--study-seeds", type=int, default=5)
     parser.add_argument("--ddp-rounds", type=int, default=2)
     parser.add_argument("--muon", action="store_true", help="airbench94_muon beside, in side")

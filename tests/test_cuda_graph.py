@@ -8,12 +8,14 @@ import torch
 
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.schema import load_recipe
-from tricklab.training import api
+from tricklab.training import api, muon
 from tricklab.training.cudagraph import GraphedStep, lr_table
 from tricklab.training.loop import run_loop
+from tricklab.training.muon import NS_COEFFICIENTS, MuonSGD
+from tricklab.training.optim import build_optimizer
 from tricklab.training.precision import PrecisionPolicy
 from tricklab.training.resolve import cuda_graph_for_device, for_device
-from tricklab.training.schedule import lr_factor
+from tricklab.training.schedule import build_scheduler, lr_factor
 
 TINY = [
     "data.name=synthetic",
@@ -65,6 +67,88 @@ def test_the_graph_safe_step_trains_exactly_as_the_loops_own_step():
     assert int(step.counter) == 18  # ceil(2.5 x 7) steps; the counter ran on the device
 
 
+MUON = ["optim.name=muon", "optim.muon_lr=0.1", "optim.muon_momentum=0.6", "optim.muon_ns_steps=3"]
+
+
+def muon_trained(graphed: bool) -> tuple[list[torch.Tensor], list[dict], GraphedStep | None]:
+    recipe = load_recipe(None, [*TINY, *MUON])
+    torch.manual_seed(0)
+    parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
+    # Muon's SGD part fused on both sides (as on a GPU), so only where the lr is read differs
+    parts.optimizer = build_optimizer(parts.model, recipe.optim, 64, fused=True)
+    parts.scheduler = build_scheduler(parts.optimizer, recipe.schedule, parts.total_steps)
+    step = None
+    if graphed:
+        step = GraphedStep(parts, recipe.schedule, parts.total_steps, capture=False)
+        parts.graph = step
+    outcome = run_loop(parts, recipe.run)
+    return [p.detach().clone() for p in parts.model.parameters()], outcome.epochs, step
+
+
+def float64_newton_schulz(matrix, steps, eps=1e-7):
+    """muon.newton_schulz in float64: bfloat16's rounding would turn the lr's float32 rounding
+    (the device table) into differences of ~1 % within a few steps, hiding what is compared."""
+    a, b, c = NS_COEFFICIENTS
+    x = matrix.double()
+    tall = x.size(0) > x.size(1)
+    x = (x.T if tall else x) / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return (x.T if tall else x).to(matrix.dtype)
+
+
+def test_muons_graph_safe_step_trains_as_the_loops_own_step(monkeypatch):
+    """Muon's filter step takes the lr from the device table (a 0-d tensor) and its SGD part is
+    fused: the run trains as the host-lr run does, up to the float32 rounding of the lr."""
+    monkeypatch.setattr(muon, "newton_schulz", float64_newton_schulz)
+    plain, plain_rows, _ = muon_trained(graphed=False)
+    graphed, graphed_rows, step = muon_trained(graphed=True)
+    assert isinstance(step.parts.optimizer, MuonSGD) and step.parts.optimizer.fused
+    for a, b in zip(plain, graphed, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    for a, b in zip(plain_rows, graphed_rows, strict=True):
+        assert a["lr"] == pytest.approx(b["lr"], rel=1e-6)
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a["val_acc"] == b["val_acc"]
+    assert int(step.counter) == 18
+
+
+def test_a_muon_step_with_a_tensor_lr_is_the_step_with_that_number():
+    torch.manual_seed(0)
+    weights = [torch.randn(8, 4, 3, 3), torch.randn(16, 8, 3, 3), torch.randn(8)]
+    grads = [torch.randn_like(w) for w in weights]
+    after = []
+    for lr in (0.05, torch.tensor(0.05)):
+        params = [torch.nn.Parameter(w.clone()) for w in weights]
+        groups = [
+            {
+                "params": params[:2],
+                "muon": True,
+                "lr": lr,
+                "momentum": 0.6,
+                "nesterov": True,
+                "weight_decay": 0.01,
+            },
+            {"params": params[2:], "lr": lr, "momentum": 0.9, "nesterov": True},
+        ]
+        optimizer = MuonSGD(groups, lr=0.05, fused=True)
+        for _ in range(3):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            optimizer.step()
+        after.append([p.detach().clone() for p in params])
+    for a, b in zip(*after, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_the_muon_record_captures_its_step_unless_its_compile_records_graphs_of_its_own():
+    recipe = load_recipe("speedrun94-muon", ["tricks.cuda_graph=auto"])
+    assert cuda_graph_for_device(recipe, "cuda", FP16, "default") == (True, None)
+    assert cuda_graph_for_device(recipe, "cuda", FP16, "off") == (True, None)
+    assert cuda_graph_for_device(recipe, "cuda", FP16, "max-autotune") == (False, None)
+
+
 def test_the_lr_table_is_the_schedule_per_group():
     recipe = load_recipe(None, TINY)
     table = lr_table([0.5, 4.0], recipe.schedule, 10, torch.device("cpu"))
@@ -112,8 +196,8 @@ def test_on_cuda_it_runs_unless_a_grad_scaler_is_needed(setting):
 
 
 def test_auto_is_off_without_a_word_where_the_step_cannot_be_captured():
-    muon = load_recipe("speedrun94-muon", ["tricks.cuda_graph=auto"])
-    assert cuda_graph_for_device(muon, "cuda", FP16) == (False, None)
+    adamw = load_recipe(None, [*TINY, "optim.name=adamw", "tricks.cuda_graph=auto"])
+    assert cuda_graph_for_device(adamw, "cuda", FP16) == (False, None)
     ran, _, resolved = for_device(load_recipe("speedrun94"), torch.device("cpu"))
     assert resolved["cuda_graph"] is False and ran.tricks.cuda_graph == "off"
     assert not any("cuda_graph" in note for note in resolved["notes"])
@@ -134,7 +218,7 @@ def test_true_and_false_name_on_and_off(word, setting):
     "override, words",
     [
         ("optim.name=adamw", "optim.name=adamw reads its lr on the host"),
-        ("optim.name=muon", "optim.name=muon reads its lr on the host"),
+        ("optim.name=rmsprop", "optim.name=rmsprop reads its lr on the host"),
         ("optim.accumulate_steps=2", "accumulate_steps > 1"),
         ("tricks.precision=16-mixed", "GradScaler"),
     ],
@@ -149,7 +233,7 @@ def test_what_a_graph_cannot_hold_is_refused_in_one_line(override, words):
 def test_an_optimizer_without_fused_kernels_is_refused():
     recipe = load_recipe(None, TINY)
     parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
-    with pytest.raises(TrickLabError, match="needs torch's fused SGD"):
+    with pytest.raises(TrickLabError, match="needs an optimizer that reads its lr on the device"):
         GraphedStep(parts, recipe.schedule, parts.total_steps)
 
 

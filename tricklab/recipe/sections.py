@@ -271,9 +271,10 @@ class TricksConfig:
     tta: str = _f("none", "test-time augmentation", ("none", "flip", "flip-translate"))
     cuda_graph: str = _f(
         "off",
-        "capture the whole training step (lr schedule, forward, loss, backward, fused SGD) once "
-        "in a CUDA graph and replay it (training/cudagraph.py; true = on). It needs "
-        "optim.name=sgd, one micro-batch per step, no GradScaler (not 16-mixed), one process. "
+        "capture the whole training step (lr schedule, forward, loss, backward, fused SGD or "
+        "Muon) once in a CUDA graph and replay it (training/cudagraph.py; true = on). It needs "
+        "optim.name=sgd or muon, one micro-batch per step, no GradScaler (not 16-mixed), one "
+        "process. "
         "on: off with a note where no CUDA GPU runs; auto: on where it can be, else off, silently",
         ("off", "on", "auto"),
     )
@@ -298,10 +299,10 @@ class TricksConfig:
 
 def cuda_graph_refusal(recipe: Any) -> str | None:
     """Why a CUDA graph cannot hold the recipe's training step (on any device), or None."""
-    if recipe.optim.name != "sgd":
+    if recipe.optim.name not in ("sgd", "muon"):
         return (
-            f"optim.name={recipe.optim.name} reads its lr on the host; the graph needs torch's "
-            "fused SGD, which reads it on the device (optim.name=sgd)"
+            f"optim.name={recipe.optim.name} reads its lr on the host; the graph needs an "
+            "optimizer that reads it on the device (optim.name=sgd or muon)"
         )
     if recipe.optim.accumulate_steps != 1:
         return "optim.accumulate_steps > 1 is not captured (one micro-batch per step)"

@@ -5,7 +5,8 @@ host between them (launch-bound, ~44 % busy). A CUDA graph (torch.cuda.CUDAGraph
 step's kernels once and launches them all with one call. What the graph holds, per step:
 the learning rate of every optimizer group read from a device table at a device step counter
 (the schedule as a device tensor), forward, loss, backward and torch's fused SGD step (which takes
-the lr as a tensor), then the counter's increment. Outside it: copying the loader's batch into
+the lr as a tensor; or Muon's, MuonSGD, whose filter step and fused SGD take it so too), then the
+counter's increment. Outside it: copying the loader's batch into
 the graph's input buffers (the data stays on the device) and the EMA / lookahead update, which
 runs every `ema_every` steps with a step-dependent decay (two foreach kernels then).
 
@@ -26,6 +27,7 @@ import torch
 
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.schema import ScheduleConfig
+from tricklab.training.muon import MuonSGD
 from tricklab.training.schedule import lr_factor
 
 if TYPE_CHECKING:
@@ -43,6 +45,14 @@ def lr_table(
     return torch.tensor(rows, dtype=torch.float32, device=device)
 
 
+def reads_lr_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether every kernel of `optimizer`'s step takes the lr as a device tensor: torch's fused
+    SGD, or MuonSGD with its SGD part fused."""
+    if isinstance(optimizer, MuonSGD):
+        return optimizer.fused
+    return all(group.get("fused") for group in optimizer.param_groups)
+
+
 class GraphedStep:
     """`train_step` for one process with fused SGD, captured in a CUDA graph (module docstring).
 
@@ -53,8 +63,11 @@ class GraphedStep:
     def __init__(
         self, parts: Parts, schedule: ScheduleConfig, total_steps: int, capture: bool = True
     ) -> None:
-        if not all(group.get("fused") for group in parts.optimizer.param_groups):
-            raise TrickLabError("tricks.cuda_graph=true needs torch's fused SGD (optim.name=sgd)")
+        if not reads_lr_on_device(parts.optimizer):
+            raise TrickLabError(
+                "tricks.cuda_graph=true needs an optimizer that reads its lr on the device: "
+                "torch's fused SGD (optim.name=sgd) or Muon's (optim.name=muon)"
+            )
         self.parts, self.capture = parts, capture
         device = parts.device
         base = [float(g.get("initial_lr", g["lr"])) for g in parts.optimizer.param_groups]

@@ -9,8 +9,9 @@ classifier head are not hidden-layer matrices; they take plain Nesterov SGD, as 
 The filter updates run as airbench94_muon's do, with foreach kernels over all filters where it
 loops (momentum, renormalisation, weight decay, the step) and `newton_schulz` per filter, compiled
 with torch.compile when the recipe compiles (as airbench94_muon compiles it). The rest takes
-torch's SGD, fused on CUDA (airbench94_muon's `SGD(fused=True)`), foreach elsewhere.
-`torch.optim.Muon` (torch 2.9 and later), which loops over the filters eagerly, is kept as a
+torch's SGD, fused on CUDA (airbench94_muon's `SGD(fused=True)`), foreach elsewhere. A group's
+lr may be a 0-d tensor (tricks.cuda_graph reads it from a device table): every kernel then takes it
+on the device, and nothing reads it on the host. `torch.optim.Muon` (torch 2.9 and later), which loops over the filters eagerly, is kept as a
 reference backend: tests check that both take the same steps.
 """
 
@@ -117,7 +118,8 @@ class MuonSGD(torch.optim.Optimizer):
     `orthogonalize`: Newton–Schulz's steps and whether it is compiled (`NewtonSchulz`).
     `backend`: "own" (foreach kernels and `newton_schulz`, compiled when `orthogonalize` says)
     or "torch" (torch.optim.Muon, the reference). The other groups step with torch.optim.SGD,
-    fused when every parameter is on CUDA, foreach otherwise.
+    fused when every parameter is on CUDA or `fused` (the kernel that takes a tensor lr on any
+    device), foreach otherwise.
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class MuonSGD(torch.optim.Optimizer):
         orthogonalize: NewtonSchulz | None = None,
         normalize_filters: bool = True,
         backend: str = "own",
+        fused: bool = False,
     ) -> None:
         orthogonalize = orthogonalize if orthogonalize is not None else NewtonSchulz()
         ns_steps = orthogonalize.steps
@@ -155,7 +158,7 @@ class MuonSGD(torch.optim.Optimizer):
         self.newton_schulz = (
             orthogonalize.compile(newton_schulz) if orthogonalize.compile else newton_schulz
         )
-        self._sgd = self._build_sgd(lr, momentum, nesterov)
+        self._sgd = self._build_sgd(lr, momentum, nesterov, fused)
         self._torch_muon: torch.optim.Optimizer | None = None
         self._matrices: dict[Tensor, nn.Parameter] = {}
         if backend == "torch":
@@ -186,12 +189,20 @@ class MuonSGD(torch.optim.Optimizer):
     def _sgd_groups(self) -> list[dict[str, Any]]:
         return [g for g in self.param_groups if not g["muon"]]
 
-    def _build_sgd(self, lr: float, momentum: float, nesterov: bool) -> torch.optim.SGD | None:
+    @property
+    def fused(self) -> bool:
+        """True when every group's step takes its lr on the device (the own Muon step and a fused
+        SGD, or no SGD groups): what a CUDA graph of the step needs."""
+        return self._torch_muon is None and (self._sgd is None or bool(self._sgd.defaults["fused"]))
+
+    def _build_sgd(
+        self, lr: float, momentum: float, nesterov: bool, fused: bool
+    ) -> torch.optim.SGD | None:
         groups = self._sgd_groups()
         if not groups:
             return None
         on_cuda = all(p.is_cuda for g in groups for p in g["params"])
-        kernels = {"fused": True} if on_cuda else {"foreach": True}
+        kernels = {"fused": True} if on_cuda or fused else {"foreach": True}
         return torch.optim.SGD(
             [{"params": g["params"]} for g in groups],
             lr=lr,
@@ -254,14 +265,18 @@ class MuonSGD(torch.optim.Optimizer):
         updates = torch._foreach_lerp(grads, buffers, momentum) if group["nesterov"] else buffers
         weights = [matrix_view(p) for p in params]
         if wd:
-            torch._foreach_mul_(weights, 1 - lr * wd)
+            torch._foreach_mul_(weights, 1 - lr * wd)  # a 0-d tensor when lr is one
         by_factor: dict[float, tuple[list[Tensor], list[Tensor]]] = {}
         for weight, update in zip(weights, updates):
             ws, us = by_factor.setdefault(shape_lr_factor(*weight.shape), ([], []))
             ws.append(weight)
             us.append(self.newton_schulz(update, self.ns_steps))
         for factor, (ws, us) in by_factor.items():
-            torch._foreach_add_(ws, us, alpha=-lr * factor)
+            if isinstance(lr, Tensor):  # alpha is a host number: scale the updates on the device
+                steps = torch._foreach_mul([u.to(w.dtype) for w, u in zip(ws, us)], lr * -factor)
+                torch._foreach_add_(ws, steps)
+            else:
+                torch._foreach_add_(ws, us, alpha=-lr * factor)
 
     def _torch_muon_step(self) -> None:
         for group, inner in zip(self._muon_groups(), self._torch_muon.param_groups):

@@ -129,7 +129,8 @@ def build_optimizer(
         the host, a sync every step).
     compile_mode: the recipe's resolved tricks.compile; Muon compiles its Newton–Schulz step
         unless it is off.
-    fused: torch's fused kernel is required (tricks.cuda_graph: it reads the lr on the device)."""
+    fused: torch's fused kernel is required (tricks.cuda_graph: it reads the lr on the device);
+        Muon's SGD part then takes it on any device, its filter step always can."""
     lr = scaled_lr(cfg.lr, batch_size, cfg.reference_batch_size, cfg.lr_scaling)
     if cfg.name == "muon":  # the rest with cfg.momentum and cfg.nesterov, as SGD
         groups = _rescaled(muon_groups(model, cfg, lr), loss_scale)
@@ -139,6 +140,7 @@ def build_optimizer(
             momentum=cfg.momentum,
             nesterov=cfg.nesterov,
             orthogonalize=NewtonSchulz(cfg.muon_ns_steps, compile=_compiler(compile_mode, model)),
+            fused=fused,
         )
     groups = _rescaled(param_groups(model, cfg, lr), loss_scale)
     lr = lr / loss_scale
