@@ -28,6 +28,9 @@ script's, and what it measured so far is kept):
             speedrun94-muon with its step in a CUDA graph, eager and under
             tricks.compile=default, and speedrun94 under compile=default with the graph:
             compile seconds apart (each one's warm-up), then interleaved rounds.
+- pool      airbench's max-pools forward + backward alone (benchmarks/pool_kernels.py), then
+            speedrun94 as shipped and speedrun94-muon with the graph (eager), each with
+            PyTorch's max-pools and with amax pools, interleaved.
 - muon-profile  torch.profiler over epoch 2 (+ its evaluation) of the muon section's
             speedrun94-muon variants (--profile names which).
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -468,6 +472,56 @@ def section_muon(session: Session, args, overrides: list[str]) -> None:
     session.save()
 
 
+@contextlib.contextmanager
+def amax_pools():
+    """airbench's max-pools as amax (benchmarks/pool_kernels.py) while inside: the 2x2 pools and
+    the global one. Eager runs only (a compiled forward would not see the swap)."""
+    import pool_kernels
+    from torch import nn
+
+    saved = nn.MaxPool2d.forward, nn.AdaptiveMaxPool2d.forward
+    nn.MaxPool2d.forward = lambda self, x: pool_kernels.amax_pool_2x2(x)
+    nn.AdaptiveMaxPool2d.forward = lambda self, x: x.amax((2, 3), keepdim=True)
+    try:
+        yield
+    finally:
+        nn.MaxPool2d.forward, nn.AdaptiveMaxPool2d.forward = saved
+
+
+def section_pool(session: Session, args, overrides: list[str]) -> None:
+    """The pools' kernels alone (pool_kernels.measure at batch 1024 and 2000), then speedrun94 as
+    shipped and speedrun94-muon with the CUDA graph (both eager), each with PyTorch's max-pools
+    and with amax pools, interleaved."""
+    import pool_kernels
+
+    section = session.section("pool")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    for batch in (1024, 2000) if not session.rehearse else (16,):
+        section[f"kernels_{batch}"] = pool_kernels.measure(batch, device)
+        log(f"pool kernels at batch {batch}: {json.dumps(section[f'kernels_{batch}'])}")
+        session.save()
+    plain = {"speedrun94": ("speedrun94", [])}
+    plain["speedrun94-muon+cuda_graph"] = (
+        "speedrun94-muon",
+        MUON_VARIANTS["speedrun94-muon+cuda_graph"],
+    )
+    contenders = {}
+    for label, (recipe_name, extra) in plain.items():
+        contenders.update(tricklab_contenders(overrides, {label: extra}, recipe_name))
+        with amax_pools():
+            amax = tricklab_contenders(overrides, {f"{label}+amax_pool": extra}, recipe_name)
+        for name, run in amax.items():
+            contenders[name] = functools.partial(_under, amax_pools, run)
+    runs = interleaved(session, "pool", contenders, args.rounds, args.pool_seconds)
+    section["compare"] = compare(runs, "speedrun94")
+    session.save()
+
+
+def _under(context, run, seed: int) -> dict:
+    with context():
+        return run(seed)
+
+
 def timed_command(command: list[str], timeout: float) -> dict:
     start = time.perf_counter()
     try:
@@ -590,6 +644,7 @@ SECTIONS = {
     "ddp": section_ddp,
     "muon": section_muon,
     "muon-profile": section_muon_profile,
+    "pool": section_pool,
 }
 
 
@@ -603,6 +658,7 @@ def main() -> None:
     parser.add_argument("--side-seconds", type=float, default=300)
     parser.add_argument("--compiled-seconds", type=float, default=120)
     parser.add_argument("--muon-seconds", type=float, default=260)
+    parser.add_argument("--pool-seconds", type=float, default=170)
     parser.add_argument(
         "--profile",
         default=",".join(MUON_VARIANTS),
