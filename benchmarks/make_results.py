@@ -247,6 +247,8 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
         (side.get("compare"), "airbench94", ""),
         (side.get("compare_to_muon"), "airbench94_muon", ""),
         (sections.get("compiled", {}).get("compare"), "airbench94", " (compiled section)"),
+        (sections.get("muon", {}).get("compare"), "airbench94_muon", " (muon section)"),
+        (sections.get("pool", {}).get("compare"), "speedrun94", " (pool section)"),
     ]
     for rows, title, which in tables:
         if not rows:
@@ -278,29 +280,92 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
             "CUDA graph, `tricks.cuda_graph: auto`); in the side section, `speedrun94` is eager "
             "(`tricks.cuda_graph=off`).",
         ]
-    if "airbench94_muon_compile_and_warmup_seconds" in side:
+    for section in (side, sections.get("muon", {})):
+        if "airbench94_muon_compile_and_warmup_seconds" in section:
+            seconds = section["airbench94_muon_compile_and_warmup_seconds"]
+            lines += [
+                "",
+                "airbench94_muon's compile (its `torch.compile(mode='max-autotune')`) and warm-up "
+                f"run: {seconds:.0f} s, paid once, apart.",
+            ]
+    if sections.get("pool", {}).get("compare"):
         lines += [
             "",
-            "airbench94_muon's compile (its `torch.compile(mode='max-autotune')`) and warm-up "
-            f"run: {side['airbench94_muon_compile_and_warmup_seconds']:.0f} s, paid once, apart.",
+            "In the pool section, `+amax_pool` swaps all of the net's max-pools for amax while the "
+            "run lasts: the three 2x2 ones and the global one (see the kernels below).",
         ]
-    profile = {k: v for k, v in sections.get("profile", {}).items() if isinstance(v, dict)}
-    if profile:
+    lines += pool_kernels_table(sections.get("pool", {}))
+    for name in ("profile", "muon-profile"):
+        lines += profile_rows(sections.get(name, {}))
+    lines += study_rows(sections.get("study", {}))
+    ddp = sections.get("ddp", {}).get("runs")
+    if ddp:
         lines += [
             "",
-            "torch.profiler over epoch 2 and its evaluation:",
+            "`tricklab train speedrun94`, one process against torchrun (one GPU: one rank):",
             "",
-            "| run | window s | CUDA kernels | kernel s | GPU busy | largest kernel |",
-            "|---|---:|---:|---:|---:|---|",
+            "| run | status | record s | train s | wall s (process) |",
+            "|---|---|---:|---:|---:|",
         ]
-        for name, r in profile.items():
-            top = r["top_kernels"][0] if r.get("top_kernels") else None
-            largest = f"`{top[0][:48]}` {top[2]:.1f} ms" if top else "-"
+        for r in ddp:
             lines.append(
-                f"| {name} | {r['window_seconds']:.3f} | {r['cuda_kernels']:,} | "
-                f"{r['kernel_seconds']:.3f} | {r['gpu_busy']:.0%} | {largest} |"
+                f"| {r['label']} | {r.get('status')} | {_f(r.get('record_seconds'), '.3f')} | "
+                f"{_f(r.get('train_seconds'), '.3f')} | {r['wall_seconds']:.1f} |"
             )
-    study = sections.get("study", {})
+    return lines
+
+
+def profile_rows(section: dict[str, Any]) -> list[str]:
+    """A profile section (torch.profiler over epoch 2 and its evaluation) as a table."""
+    profile = {k: v for k, v in section.items() if isinstance(v, dict)}
+    if not profile:
+        return []
+    lines = [
+        "",
+        "torch.profiler over epoch 2 and its evaluation:",
+        "",
+        "| run | window s | CUDA kernels | kernel s | GPU busy | largest kernel |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, r in profile.items():
+        top = r["top_kernels"][0] if r.get("top_kernels") else None
+        largest = f"`{top[0][:48]}` {top[2]:.1f} ms" if top else "-"
+        lines.append(
+            f"| {name} | {r['window_seconds']:.3f} | {r['cuda_kernels']:,} | "
+            f"{r['kernel_seconds']:.3f} | {r['gpu_busy']:.0%} | {largest} |"
+        )
+    return lines
+
+
+def pool_kernels_table(section: dict[str, Any]) -> list[str]:
+    """The pool section's kernels (benchmarks/pool_kernels.py): microseconds per forward +
+    backward, captured in a CUDA graph, per shape and variant."""
+    blocks = [v for k, v in section.items() if k.startswith("kernels_")]
+    if not blocks:
+        return []
+    lines = [
+        "",
+        "airbench's pools alone, fp16 channels-last, forward + backward replayed from a CUDA "
+        "graph (`benchmarks/pool_kernels.py`), microseconds (median of 5 blocks of 50):",
+        "",
+        "| batch | map | PyTorch's kernel | amax | NCHW round trip |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for block in blocks:
+        for shape, row in block["microseconds"].items():
+            first = row.get("max_pool2d", row.get("global_adaptive"))
+            amax = row.get("amax", row.get("global_amax"))
+            nchw = row.get("nchw")
+            lines.append(
+                f"| {block['batch']} | {shape} | {first['us']:.0f} | {amax['us']:.0f} | "
+                f"{'-' if nchw is None else format(nchw['us'], '.0f')} |"
+            )
+    return lines
+
+
+def study_rows(study: dict[str, Any]) -> list[str]:
+    """The study section: a whole ablate's wall time against its runs' records, and the loop."""
+    lines: list[str] = []
     if "tricklab_ablate" in study:
         a, loop = study["tricklab_ablate"], study.get("airbench_train94_loop", {})
         phases = a.get("phases")
@@ -327,20 +392,6 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
             )
         if phases:
             lines += study_phases_table(a["wall_seconds"], phases)
-    ddp = sections.get("ddp", {}).get("runs")
-    if ddp:
-        lines += [
-            "",
-            "`tricklab train speedrun94`, one process against torchrun (one GPU: one rank):",
-            "",
-            "| run | status | record s | train s | wall s (process) |",
-            "|---|---|---:|---:|---:|",
-        ]
-        for r in ddp:
-            lines.append(
-                f"| {r['label']} | {r.get('status')} | {_f(r.get('record_seconds'), '.3f')} | "
-                f"{_f(r.get('train_seconds'), '.3f')} | {r['wall_seconds']:.1f} |"
-            )
     return lines
 
 
@@ -455,6 +506,11 @@ def headline() -> str:
             ]
             if compiled:
                 lines += fastest_compiled_row(compiled[-1], folder.name[:10])
+            muon = [
+                d for _, d in kinds["gpu_session"] if d["sections"].get("muon", {}).get("compare")
+            ]
+            if muon:
+                lines += muon_row(muon[-1], folder.name[:10])
             notes.append(
                 "GPU rows: `benchmarks/gpu_session.py`, each contender run as many times (the runs "
                 "column), interleaved round by round in one process on the same images, a JPEG q75 copy of CIFAR-10 on "
@@ -522,6 +578,28 @@ def fastest_compiled_row(data: dict[str, Any], date: str) -> list[str]:
     what = (
         "tricklab speedrun94 `tricks.compile=default` + CUDA graph (its compile apart; against "
         f"that call's airbench94, {reference['seconds_mean']:.2f} s)"
+    )
+    return [
+        f"| {device}, {date} | {what} | {r['n']} | {pct(r['accuracy_mean'])} ± "
+        f"{pct(r['accuracy_std'])} | {r['seconds_mean']:.2f} record | "
+        f"**{r['ratio_of_means']:.2f}×** |"
+    ]
+
+
+MUON_FASTEST = "speedrun94-muon+compile=default+cuda_graph"
+
+
+def muon_row(data: dict[str, Any], date: str) -> list[str]:
+    """The muon section's compiled-and-graphed speedrun94-muon against its call's airbench94_muon."""
+    rows = data["sections"]["muon"]["compare"]
+    if MUON_FASTEST not in rows or "airbench94_muon" not in rows:
+        return []
+    r, reference = rows[MUON_FASTEST], rows["airbench94_muon"]
+    device = data["env"]["device"].removeprefix("NVIDIA ")
+    what = (
+        "tricklab speedrun94-muon `tricks.compile=default` + CUDA graph (its compile apart), "
+        f"against that call's **airbench94_muon** ({reference['seconds_mean']:.2f} s, its "
+        "max-autotune compile apart)"
     )
     return [
         f"| {device}, {date} | {what} | {r['n']} | {pct(r['accuracy_mean'])} ± "

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from tricklab.models.airbench import resolve_widths
+from tricklab.models.airbench import GlobalMaxPool, resolve_widths
 
 RESNET9_WIDTHS = (64, 128, 256, 512)
 # Page's ResNet-9 multiplies its logits by 0.125 (a fixed temperature for the cross-entropy).
@@ -57,7 +57,7 @@ class ResNet9(nn.Module):
             nn.MaxPool2d(2),
             Residual(nn.Sequential(conv_bn_relu(c3, c3), conv_bn_relu(c3, c3))),
         )
-        self.pool = nn.AdaptiveMaxPool2d(1)
+        self.pool = GlobalMaxPool()
         self.head = nn.Linear(c3, num_classes, bias=False)
         self.logit_scale = RESNET9_LOGIT_SCALE
 
