@@ -255,3 +255,10 @@ def test_compile_modes_that_record_their_own_graphs_turn_it_off(mode):
     auto = load_recipe("speedrun94")
     assert cuda_graph_for_device(auto, "cuda", FP16, mode) == (False, None)
     assert cuda_graph_for_device(auto, "cuda", FP16, "default") == (True, None)
+
+
+def test_max_autotunes_kernels_without_its_graphs_go_inside_the_capture():
+    recipe = load_recipe("speedrun94", ["tricks.compile=max-autotune-no-cudagraphs"])
+    assert recipe.tricks.compile == "max-autotune-no-cudagraphs"
+    graph, note = cuda_graph_for_device(recipe, "cuda", FP16, recipe.tricks.compile)
+    assert (graph, note) == (True, None)

@@ -242,8 +242,10 @@ class TricksConfig:
     compile: str = _f(
         "off",
         "torch.compile mode, compiled in warm-up steps timed apart; auto: max-autotune on CUDA "
-        "(as the records compiled), off elsewhere (a CPU does not gain)",
-        ("off", "auto", "default", "reduce-overhead", "max-autotune"),
+        "(as the records compiled), off elsewhere (a CPU does not gain); "
+        "max-autotune-no-cudagraphs: max-autotune's kernels without its CUDA graphs, so that "
+        "tricks.cuda_graph can capture them (as it captures default's)",
+        ("off", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     )
     matmul_precision: str = _f(
         "highest", "torch.set_float32_matmul_precision", ("highest", "high", "medium")
