@@ -25,8 +25,9 @@ script's, and what it measured so far is kept):
 - ddp       `tricklab train speedrun94` plain, with --nproc 1 (torchrun, NCCL), and with
             --nproc 1 tricks.sync_batchnorm=true (the SyncBatchNorm path), in turn.
 - muon      airbench94_muon.py as published (compiled and warmed up as in side) beside
-            speedrun94-muon with its step in a CUDA graph, eager and under
-            tricks.compile=default, and speedrun94 under compile=default with the graph:
+            speedrun94-muon with its step in a CUDA graph (--muon-variants: eager and under
+            tricks.compile=default unless named), and speedrun94 under compile=default with
+            the graph:
             compile seconds apart (each one's warm-up), then interleaved rounds.
 - pool      airbench's max-pools forward + backward alone (benchmarks/pool_kernels.py), then
             speedrun94 as shipped and speedrun94-muon with the graph (eager), each with
@@ -345,7 +346,7 @@ def section_profile(session: Session, args, overrides: list[str]) -> None:
 
 
 def section_muon_profile(session: Session, args, overrides: list[str]) -> None:
-    variants = {label: extra for label, extra in MUON_VARIANTS.items() if label in args.profile}
+    variants = {label: MUON_VARIANTS[label] for label in args.profile.split(",")}
     section = session.section("muon-profile")
     profile_variants(section, session, "speedrun94-muon", variants, overrides)
 
@@ -439,7 +440,12 @@ MUON_VARIANTS = {
         "tricks.compile=default",
         "tricks.cuda_graph=true",
     ],
+    "speedrun94-muon+compile=max-autotune-no-cudagraphs+cuda_graph": [
+        "tricks.compile=max-autotune-no-cudagraphs",
+        "tricks.cuda_graph=true",
+    ],
 }
+MUON_MEASURED = ["speedrun94-muon+cuda_graph", "speedrun94-muon+compile=default+cuda_graph"]
 
 
 def section_muon(session: Session, args, overrides: list[str]) -> None:
@@ -447,7 +453,8 @@ def section_muon(session: Session, args, overrides: list[str]) -> None:
     under compile=default) and speedrun94 under compile=default with the graph (the fastest of
     the earlier calls), interleaved; compile seconds apart (each contender's warm-up)."""
     section = session.section("muon")
-    contenders = tricklab_contenders(overrides, MUON_VARIANTS, "speedrun94-muon")
+    variants = {label: MUON_VARIANTS[label] for label in args.muon_variants.split(",")}
+    contenders = tricklab_contenders(overrides, variants, "speedrun94-muon")
     contenders.update(
         tricklab_contenders(
             overrides,
@@ -660,9 +667,14 @@ def main() -> None:
     parser.add_argument("--muon-seconds", type=float, default=260)
     parser.add_argument("--pool-seconds", type=float, default=170)
     parser.add_argument(
+        "--muon-variants",
+        default=",".join(MUON_MEASURED),
+        help=f"muon: which speedrun94-muon variants, comma-separated, of {', '.join(MUON_VARIANTS)}",
+    )
+    parser.add_argument(
         "--profile",
-        default=",".join(MUON_VARIANTS),
-        help="muon-profile: which of the muon section's speedrun94-muon variants",
+        default=",".join(MUON_MEASURED),
+        help="muon-profile: which speedrun94-muon variants (as --muon-variants)",
     )
     parser.add_argument("--study-seeds", type=int, default=5)
     parser.add_argument("--ddp-rounds", type=int, default=2)
@@ -673,6 +685,11 @@ def main() -> None:
     )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    for label in [*args.muon_variants.split(","), *args.profile.split(",")]:
+        if label not in MUON_VARIANTS:
+            parser.error(
+                f"no speedrun94-muon variant {label!r}; the variants: {list(MUON_VARIANTS)}"
+            )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     Path(args.work).mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,7 @@ class MuonSGD(torch.optim.Optimizer):
 
     One optimizer, so one lr schedule, one GradScaler and one state_dict cover every parameter.
     Group keys: lr, momentum, nesterov, weight_decay and muon. For Muon groups:
-    - with `normalize_filters`, each weight is first rescaled to Frobenius norm sqrt(rows), as
+    - each weight is first rescaled to Frobenius norm sqrt(rows), as
       airbench94_muon does: the filters feed BatchNorm, so their scale does not change the function,
       and fixing it keeps the relative step size equal to the lr;
     - momentum is an EMA (torch.optim.Muon's form; the orthogonalisation removes its scale);
@@ -131,7 +131,6 @@ class MuonSGD(torch.optim.Optimizer):
         nesterov: bool = False,
         weight_decay: float = 0.0,
         orthogonalize: NewtonSchulz | None = None,
-        normalize_filters: bool = True,
         backend: str = "own",
         fused: bool = False,
     ) -> None:
@@ -153,7 +152,6 @@ class MuonSGD(torch.optim.Optimizer):
             if group["muon"] and any(p.ndim < 2 for p in group["params"]):
                 raise ValueError("Muon groups hold matrices and conv filters only (ndim >= 2)")
         self.ns_steps = ns_steps
-        self.normalize_filters = normalize_filters
         # airbench94_muon compiles its Newton–Schulz function with torch.compile's defaults.
         self.newton_schulz = (
             orthogonalize.compile(newton_schulz) if orthogonalize.compile else newton_schulz
@@ -240,7 +238,7 @@ class MuonSGD(torch.optim.Optimizer):
 
     def _normalize(self, params: list[Tensor]) -> None:
         """Each filter rescaled to Frobenius norm sqrt(rows), in a few foreach kernels."""
-        if not self.normalize_filters or not params:
+        if not params:
             return
         scales = torch._foreach_norm(params)
         torch._foreach_clamp_min_(scales, NS_EPS)
