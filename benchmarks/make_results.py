@@ -518,7 +518,9 @@ def headline() -> str:
                 "records (whitening fit + epochs + final TTA evaluation). speedrun94 as shipped "
                 "captures its step in a CUDA graph on a CUDA GPU (`tricks.cuda_graph: auto`); the "
                 "eager row is the same recipe with `tricks.cuda_graph=off`; the compiled row comes "
-                "from a later call of the same script, its rounds interleaved with airbench94's."
+                "from a later call of the same script, its rounds interleaved with airbench94's, "
+                "and the speedrun94-muon row from a later one still, its ratio against that "
+                "call's airbench94_muon."
             )
             break
         if kinds["side_by_side"]:
