@@ -568,41 +568,43 @@ def gpu_session_headline_rows(data: dict[str, Any], date: str) -> list[str]:
 
 
 FASTEST = "speedrun94+compile=default+cuda_graph"
+MUON_FASTEST = "speedrun94-muon+compile=default+cuda_graph"
 
 
 def fastest_compiled_row(data: dict[str, Any], date: str) -> list[str]:
     """The compiled section's compiled-and-graphed speedrun94, against its own call's airbench94."""
-    rows = data["sections"]["compiled"]["compare"]
-    if FASTEST not in rows or "airbench94" not in rows:
-        return []
-    r, reference = rows[FASTEST], rows["airbench94"]
-    device = data["env"]["device"].removeprefix("NVIDIA ")
-    what = (
+    return compared_row(
+        data,
+        date,
+        ("compiled", FASTEST, "airbench94"),
         "tricklab speedrun94 `tricks.compile=default` + CUDA graph (its compile apart; against "
-        f"that call's airbench94, {reference['seconds_mean']:.2f} s)"
+        "that call's airbench94, {seconds:.2f} s)",
     )
-    return [
-        f"| {device}, {date} | {what} | {r['n']} | {pct(r['accuracy_mean'])} ± "
-        f"{pct(r['accuracy_std'])} | {r['seconds_mean']:.2f} record | "
-        f"**{r['ratio_of_means']:.2f}×** |"
-    ]
-
-
-MUON_FASTEST = "speedrun94-muon+compile=default+cuda_graph"
 
 
 def muon_row(data: dict[str, Any], date: str) -> list[str]:
     """The muon section's compiled-and-graphed speedrun94-muon against its call's airbench94_muon."""
-    rows = data["sections"]["muon"]["compare"]
-    if MUON_FASTEST not in rows or "airbench94_muon" not in rows:
-        return []
-    r, reference = rows[MUON_FASTEST], rows["airbench94_muon"]
-    device = data["env"]["device"].removeprefix("NVIDIA ")
-    what = (
+    return compared_row(
+        data,
+        date,
+        ("muon", MUON_FASTEST, "airbench94_muon"),
         "tricklab speedrun94-muon `tricks.compile=default` + CUDA graph (its compile apart), "
-        f"against that call's **airbench94_muon** ({reference['seconds_mean']:.2f} s, its "
-        "max-autotune compile apart)"
+        "against that call's **airbench94_muon** ({seconds:.2f} s, its max-autotune compile apart)",
     )
+
+
+def compared_row(
+    data: dict[str, Any], date: str, which: tuple[str, str, str], what: str
+) -> list[str]:
+    """One headline row: `which` = (section, contender, reference) of a gpu_session's compare,
+    the contender's ratio to the reference; `what` names it ({seconds}: the reference's mean)."""
+    section, name, reference = which
+    rows = data["sections"][section]["compare"]
+    if name not in rows or reference not in rows:
+        return []
+    r = rows[name]
+    device = data["env"]["device"].removeprefix("NVIDIA ")
+    what = what.format(seconds=rows[reference]["seconds_mean"])
     return [
         f"| {device}, {date} | {what} | {r['n']} | {pct(r['accuracy_mean'])} ± "
         f"{pct(r['accuracy_std'])} | {r['seconds_mean']:.2f} record | "

@@ -11,7 +11,7 @@ from tricklab.recipe.schema import load_recipe
 from tricklab.training import api, muon
 from tricklab.training.cudagraph import GraphedStep, lr_table
 from tricklab.training.loop import run_loop
-from tricklab.training.muon import NS_COEFFICIENTS, MuonSGD
+from tricklab.training.muon import MuonSGD, newton_schulz
 from tricklab.training.optim import build_optimizer
 from tricklab.training.precision import PrecisionPolicy
 from tricklab.training.resolve import cuda_graph_for_device, for_device
@@ -42,10 +42,16 @@ TINY = [
 ]
 
 
-def trained(graphed: bool) -> tuple[list[torch.Tensor], list[dict], GraphedStep | None]:
-    recipe = load_recipe(None, [*TINY, "optim.fused=true"])
+def trained(
+    graphed: bool, overrides: tuple[str, ...] = ("optim.fused=true",)
+) -> tuple[list[torch.Tensor], list[dict], GraphedStep | None]:
+    recipe = load_recipe(None, [*TINY, *overrides])
     torch.manual_seed(0)
     parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
+    if recipe.optim.name == "muon":
+        # Muon's SGD part fused on both sides (as on a GPU), so only where the lr is read differs
+        parts.optimizer = build_optimizer(parts.model, recipe.optim, 64, fused=True)
+        parts.scheduler = build_scheduler(parts.optimizer, recipe.schedule, parts.total_steps)
     step = None
     if graphed:
         step = GraphedStep(parts, recipe.schedule, parts.total_steps, capture=False)
@@ -67,43 +73,21 @@ def test_the_graph_safe_step_trains_exactly_as_the_loops_own_step():
     assert int(step.counter) == 18  # ceil(2.5 x 7) steps; the counter ran on the device
 
 
-MUON = ["optim.name=muon", "optim.muon_lr=0.1", "optim.muon_momentum=0.6", "optim.muon_ns_steps=3"]
+MUON = ("optim.name=muon", "optim.muon_lr=0.1", "optim.muon_momentum=0.6", "optim.muon_ns_steps=3")
 
 
-def muon_trained(graphed: bool) -> tuple[list[torch.Tensor], list[dict], GraphedStep | None]:
-    recipe = load_recipe(None, [*TINY, *MUON])
-    torch.manual_seed(0)
-    parts, _ = api.prepare(recipe, api.load_data(recipe), torch.device("cpu"))
-    # Muon's SGD part fused on both sides (as on a GPU), so only where the lr is read differs
-    parts.optimizer = build_optimizer(parts.model, recipe.optim, 64, fused=True)
-    parts.scheduler = build_scheduler(parts.optimizer, recipe.schedule, parts.total_steps)
-    step = None
-    if graphed:
-        step = GraphedStep(parts, recipe.schedule, parts.total_steps, capture=False)
-        parts.graph = step
-    outcome = run_loop(parts, recipe.run)
-    return [p.detach().clone() for p in parts.model.parameters()], outcome.epochs, step
-
-
-def float64_newton_schulz(matrix, steps, eps=1e-7):
+def float64_newton_schulz(matrix, steps):
     """muon.newton_schulz in float64: bfloat16's rounding would turn the lr's float32 rounding
     (the device table) into differences of ~1 % within a few steps, hiding what is compared."""
-    a, b, c = NS_COEFFICIENTS
-    x = matrix.double()
-    tall = x.size(0) > x.size(1)
-    x = (x.T if tall else x) / x.norm().clamp(min=eps)
-    for _ in range(steps):
-        gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-    return (x.T if tall else x).to(matrix.dtype)
+    return newton_schulz(matrix, steps, dtype=torch.float64).to(matrix.dtype)
 
 
 def test_muons_graph_safe_step_trains_as_the_loops_own_step(monkeypatch):
     """Muon's filter step takes the lr from the device table (a 0-d tensor) and its SGD part is
     fused: the run trains as the host-lr run does, up to the float32 rounding of the lr."""
     monkeypatch.setattr(muon, "newton_schulz", float64_newton_schulz)
-    plain, plain_rows, _ = muon_trained(graphed=False)
-    graphed, graphed_rows, step = muon_trained(graphed=True)
+    plain, plain_rows, _ = trained(graphed=False, overrides=MUON)
+    graphed, graphed_rows, step = trained(graphed=True, overrides=MUON)
     assert isinstance(step.parts.optimizer, MuonSGD) and step.parts.optimizer.fused
     for a, b in zip(plain, graphed, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -48,18 +48,21 @@ def has_torch_muon() -> bool:
     return hasattr(torch.optim, "Muon")
 
 
-def newton_schulz(matrix: Tensor, steps: int = NS_STEPS, eps: float = NS_EPS) -> Tensor:
+def newton_schulz(
+    matrix: Tensor, steps: int = NS_STEPS, eps: float = NS_EPS, dtype: torch.dtype = torch.bfloat16
+) -> Tensor:
     """Approximately orthogonalise a 2-D matrix: for G = U S Vᵀ, return about U Vᵀ.
 
     The matrix is scaled to Frobenius norm 1 (so every singular value is at most 1), then the quintic
     X ← aX + (bA + cA²)X with A = XXᵀ pushes each singular value towards 1. The coefficients favour
     speed over exact convergence: after 5 steps the singular values lie roughly in [0.7, 1.2] rather
-    than at 1, which Jordan found trains as well. Computed in bfloat16, like torch.optim.Muon.
+    than at 1, which Jordan found trains as well. Computed in bfloat16, like torch.optim.Muon
+    (`dtype`; the tests use float64 to compare other parts of a step exactly).
     """
     if matrix.ndim != 2:
         raise ValueError(f"newton_schulz needs a 2-D matrix, got shape {tuple(matrix.shape)}")
     a, b, c = NS_COEFFICIENTS
-    x = matrix.bfloat16()
+    x = matrix.to(dtype)
     tall = x.size(0) > x.size(1)
     if tall:  # iterate on the smaller Gram matrix
         x = x.T
