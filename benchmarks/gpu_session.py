@@ -27,11 +27,13 @@ script's, and what it measured so far is kept):
 - muon      airbench94_muon.py as published (compiled and warmed up as in side) beside
             speedrun94-muon with its step in a CUDA graph (--muon-variants: eager and under
             tricks.compile=default unless named), and speedrun94 under compile=default with
-            the graph:
+            the graph (--no-muon-speedrun94 leaves it out):
             compile seconds apart (each one's warm-up), then interleaved rounds.
 - pool      airbench's max-pools forward + backward alone (benchmarks/pool_kernels.py), then
             speedrun94 as shipped and speedrun94-muon with the graph (eager), each with
             PyTorch's max-pools and with amax pools, interleaved.
+- globalpool  airbench94, speedrun94 as shipped (its global pool an amax, GlobalMaxPool) and
+            speedrun94 with PyTorch's adaptive global max-pool back (eager), interleaved.
 - muon-profile  torch.profiler over epoch 2 (+ its evaluation) of the muon section's
             speedrun94-muon variants (--profile names which).
 
@@ -455,18 +457,19 @@ def section_muon(session: Session, args, overrides: list[str]) -> None:
     section = session.section("muon")
     variants = {label: MUON_VARIANTS[label] for label in args.muon_variants.split(",")}
     contenders = tricklab_contenders(overrides, variants, "speedrun94-muon")
-    contenders.update(
-        tricklab_contenders(
-            overrides,
-            {
-                "speedrun94+compile=default+cuda_graph": [
-                    "tricks.compile=default",
-                    "tricks.cuda_graph=true",
-                ]
-            },
-            "speedrun94",
+    if args.muon_speedrun94:
+        contenders.update(
+            tricklab_contenders(
+                overrides,
+                {
+                    "speedrun94+compile=default+cuda_graph": [
+                        "tricks.compile=default",
+                        "tricks.cuda_graph=true",
+                    ]
+                },
+                "speedrun94",
+            )
         )
-    )
     if not session.rehearse:
         try:
             contenders["airbench94_muon"] = muon_contender(section)
@@ -521,6 +524,38 @@ def section_pool(session: Session, args, overrides: list[str]) -> None:
             contenders[name] = functools.partial(_under, amax_pools, run)
     runs = interleaved(session, "pool", contenders, args.rounds, args.pool_seconds)
     section["compare"] = compare(runs, "speedrun94")
+    session.save()
+
+
+@contextlib.contextmanager
+def adaptive_global_pool():
+    """tricklab's GlobalMaxPool (amax) back to PyTorch's adaptive max-pool while inside: the net
+    before 2026-11-26. Eager runs only (a compiled forward would not see the swap)."""
+    from torch.nn import functional as F
+
+    from tricklab.models.airbench import GlobalMaxPool
+
+    saved = GlobalMaxPool.forward
+    GlobalMaxPool.forward = lambda self, x: F.adaptive_max_pool2d(x, 1)
+    try:
+        yield
+    finally:
+        GlobalMaxPool.forward = saved
+
+
+def section_globalpool(session: Session, args, overrides: list[str]) -> None:
+    """airbench94 beside speedrun94 as shipped (its global pool an amax, GlobalMaxPool) and
+    speedrun94 with PyTorch's adaptive global max-pool instead, interleaved: goal 1 on the
+    shipped net, and the global pool's effect on whole runs."""
+    section = session.section("globalpool")
+    contenders = {} if session.rehearse else {"airbench94": airbench94_contender()}
+    contenders.update(tricklab_contenders(overrides, {"speedrun94": []}, "speedrun94"))
+    with adaptive_global_pool():
+        adaptive = tricklab_contenders(overrides, {"speedrun94+adaptive_pool": []}, "speedrun94")
+    for name, run in adaptive.items():
+        contenders[name] = functools.partial(_under, adaptive_global_pool, run)
+    runs = interleaved(session, "globalpool", contenders, args.rounds, args.globalpool_seconds)
+    section["compare"] = compare(runs, "speedrun94" if session.rehearse else "airbench94")
     session.save()
 
 
@@ -652,6 +687,7 @@ SECTIONS = {
     "muon": section_muon,
     "muon-profile": section_muon_profile,
     "pool": section_pool,
+    "globalpool": section_globalpool,
 }
 
 
@@ -666,6 +702,13 @@ def main() -> None:
     parser.add_argument("--compiled-seconds", type=float, default=120)
     parser.add_argument("--muon-seconds", type=float, default=260)
     parser.add_argument("--pool-seconds", type=float, default=170)
+    parser.add_argument("--globalpool-seconds", type=float, default=170)
+    parser.add_argument(
+        "--muon-speedrun94",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="muon: speedrun94 compiled and graphed beside (--no-muon-speedrun94 leaves it out)",
+    )
     parser.add_argument(
         "--muon-variants",
         default=",".join(MUON_MEASURED),
