@@ -360,3 +360,21 @@ def test_the_global_max_pool_is_the_adaptive_max_pool(memory_format):
         isinstance(m.pool, GlobalMaxPool)
         for m in (airbench(num_classes=10), resnet9(num_classes=10))
     )
+
+
+def test_the_global_max_pool_compiled_in_float16_keeps_a_finite_gradient():
+    """Compiled, float16, after conv -> max-pool -> GELU as in the net: inductor recomputes the
+    GELU in the backward at a higher precision, so an amax pool's mask (input == maximum) came out
+    empty and every gradient below the pool NaN (speedrun94 compiled diverged at step 2, 2026-11-26).
+    Compiled, GlobalMaxPool is the adaptive pool: the gradients are eager's."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 16, 3, padding=1, bias=False).half().to(memory_format=torch.channels_last)
+    net = nn.Sequential(conv, nn.MaxPool2d(2), nn.GELU(), GlobalMaxPool(), nn.Flatten())
+    x = torch.randn(32, 16, 6, 6).half().to(memory_format=torch.channels_last)
+    grads = []
+    for forward in (net, torch.compile(net)):
+        conv.zero_grad()
+        forward(x).float().sum().backward()
+        grads.append(conv.weight.grad.clone())
+    assert torch.isfinite(grads[1]).all()
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-2, atol=1e-2)

@@ -108,9 +108,16 @@ class GlobalMaxPool(nn.Module):
     channels-last (its backward scatters with atomics): on an H200, fp16, forward + backward
     captured in a CUDA graph, 354 -> 49 us at batch 1024 and 678 -> 78 us at batch 2000 on the
     net's 256x3x3 map (benchmarks/pool_kernels.py, 2026-11-26). Where several positions tie for
-    the maximum, amax splits the gradient between them; the adaptive pool gives it to one."""
+    the maximum, amax splits the gradient between them; the adaptive pool gives it to one.
+
+    Under torch.compile it is the adaptive pool: inductor may recompute the pool's input in the
+    backward at a higher precision than the float16 it stored, so amax's gradient mask (input ==
+    maximum) can come out empty and the gradient NaN (seen on an H200 and on a CPU, torch 2.11 and
+    2.14, 2026-11-26); the adaptive pool's gradient follows its argmax and needs no comparison."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():
+            return F.adaptive_max_pool2d(x, 1)
         return x.amax(dim=(2, 3), keepdim=True)
 
 
