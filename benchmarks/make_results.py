@@ -244,13 +244,24 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
     ]
     side = sections.get("side", {})
     tables = [
-        (side.get("compare"), "airbench94", ""),
-        (side.get("compare_to_muon"), "airbench94_muon", ""),
-        (sections.get("compiled", {}).get("compare"), "airbench94", " (compiled section)"),
-        (sections.get("muon", {}).get("compare"), "airbench94_muon", " (muon section)"),
-        (sections.get("pool", {}).get("compare"), "speedrun94", " (pool section)"),
+        (side, side.get("compare"), "airbench94", ""),
+        (side, side.get("compare_to_muon"), "airbench94_muon", ""),
+        *(
+            (
+                sections.get(name, {}),
+                sections.get(name, {}).get("compare"),
+                title,
+                f" ({name} section)",
+            )
+            for name, title in (
+                ("compiled", "airbench94"),
+                ("globalpool", "airbench94"),
+                ("muon", "airbench94_muon"),
+                ("pool", "speedrun94"),
+            )
+        ),
     ]
-    for rows, title, which in tables:
+    for section, rows, title, which in tables:
         if not rows:
             continue
         lines += [
@@ -263,6 +274,10 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name, r in rows.items():
+            if not r["n"]:
+                errors = [run["error"] for run in section["runs"][name] if "error" in run]
+                lines.append(f"| {name} | 0 | no run completed: {errors[0] if errors else '-'} |")
+                continue
             ci = r.get("accuracy_diff_pp_ci95")
             lines.append(
                 f"| {name} | {r['n']} | {pct(r['accuracy_mean'])} ± {pct(r['accuracy_std'] or 0)} "
@@ -288,6 +303,14 @@ def gpu_session_tables(stem: str, data: dict[str, Any]) -> list[str]:
                 "airbench94_muon's compile (its `torch.compile(mode='max-autotune')`) and warm-up "
                 f"run: {seconds:.0f} s, paid once, apart.",
             ]
+    if sections.get("globalpool", {}).get("compare"):
+        lines += [
+            "",
+            "In the globalpool section, `speedrun94` is the recipe as shipped (its global pool an "
+            "amax, `GlobalMaxPool`; on a GPU its step in a CUDA graph) and `+adaptive_pool` puts "
+            "PyTorch's adaptive global max-pool back while the run lasts (the net before "
+            "2026-11-26).",
+        ]
     if sections.get("pool", {}).get("compare"):
         lines += [
             "",
@@ -499,28 +522,21 @@ def headline() -> str:
         ]
         if sessions:
             lines += gpu_session_headline_rows(sessions[0], folder.name[:10])
-            compiled = [
-                d
-                for _, d in kinds["gpu_session"]
-                if d["sections"].get("compiled", {}).get("compare")
-            ]
-            if compiled:
-                lines += fastest_compiled_row(compiled[-1], folder.name[:10])
-            muon = [
-                d for _, d in kinds["gpu_session"] if d["sections"].get("muon", {}).get("compare")
-            ]
-            if muon:
-                lines += muon_row(muon[-1], folder.name[:10])
+            for row in (shipped_row, fastest_compiled_row, muon_row):
+                # the newest call where the row's contender completed its runs
+                lines += next(
+                    filter(None, (row(d, folder.name[:10]) for _, d in kinds["gpu_session"][::-1])),
+                    [],
+                )
             notes.append(
                 "GPU rows: `benchmarks/gpu_session.py`, each contender run as many times (the runs "
                 "column), interleaved round by round in one process on the same images, a JPEG q75 copy of CIFAR-10 on "
                 "which airbench too reaches 90.6 %, not 94 %; record seconds as airbench times its "
                 "records (whitening fit + epochs + final TTA evaluation). speedrun94 as shipped "
                 "captures its step in a CUDA graph on a CUDA GPU (`tricks.cuda_graph: auto`); the "
-                "eager row is the same recipe with `tricks.cuda_graph=off`; the compiled row comes "
-                "from a later call of the same script, its rounds interleaved with airbench94's, "
-                "and the speedrun94-muon row from a later one still, its ratio against that "
-                "call's airbench94_muon."
+                "eager row is the same recipe with `tricks.cuda_graph=off`; the rows with a "
+                'ratio against "that call\'s" reference come from later calls of the same script, '
+                "each interleaved with its reference in that call."
             )
             break
         if kinds["side_by_side"]:
@@ -571,6 +587,18 @@ FASTEST = "speedrun94+compile=default+cuda_graph"
 MUON_FASTEST = "speedrun94-muon+compile=default+cuda_graph"
 
 
+def shipped_row(data: dict[str, Any], date: str) -> list[str]:
+    """The globalpool section's speedrun94 as shipped (GlobalMaxPool), against its call's
+    airbench94."""
+    return compared_row(
+        data,
+        date,
+        ("globalpool", "speedrun94", "airbench94"),
+        "tricklab speedrun94 as shipped, its global pool an amax (`GlobalMaxPool`), CUDA graph "
+        "(against that call's airbench94, {seconds:.2f} s)",
+    )
+
+
 def fastest_compiled_row(data: dict[str, Any], date: str) -> list[str]:
     """The compiled section's compiled-and-graphed speedrun94, against its own call's airbench94."""
     return compared_row(
@@ -599,8 +627,8 @@ def compared_row(
     """One headline row: `which` = (section, contender, reference) of a gpu_session's compare,
     the contender's ratio to the reference; `what` names it ({seconds}: the reference's mean)."""
     section, name, reference = which
-    rows = data["sections"][section]["compare"]
-    if name not in rows or reference not in rows:
+    rows = data["sections"].get(section, {}).get("compare", {})
+    if not rows.get(name, {}).get("n") or reference not in rows:
         return []
     r = rows[name]
     device = data["env"]["device"].removeprefix("NVIDIA ")
