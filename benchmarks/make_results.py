@@ -371,14 +371,15 @@ def pool_kernels_table(section: dict[str, Any]) -> list[str]:
         "airbench's pools alone, fp16 channels-last, forward + backward replayed from a CUDA "
         "graph (`benchmarks/pool_kernels.py`), microseconds (median of 5 blocks of 50):",
         "",
-        "| batch | map | PyTorch's kernel | amax | NCHW round trip |",
+        "| batch | map | PyTorch's kernel | amax | NCHW round trip (2x2) / max with indices "
+        "(global) |",
         "|---:|---|---:|---:|---:|",
     ]
     for block in blocks:
         for shape, row in block["microseconds"].items():
             first = row.get("max_pool2d", row.get("global_adaptive"))
             amax = row.get("amax", row.get("global_amax"))
-            nchw = row.get("nchw")
+            nchw = row.get("nchw", row.get("global_indices"))
             lines.append(
                 f"| {block['batch']} | {shape} | {first['us']:.0f} | {amax['us']:.0f} | "
                 f"{'-' if nchw is None else format(nchw['us'], '.0f')} |"

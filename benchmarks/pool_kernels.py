@@ -10,7 +10,11 @@ channels_last (what speedrun94 runs on a GPU), forward and backward together:
 - amax             the 2x2 windows as two split dimensions of the NHWC tensor, reduced by amax
                    (same values; on ties amax's backward splits the gradient, max-pool's picks one);
 - nchw             x made NCHW-contiguous, pooled, and made channels-last again;
-- global_adaptive  F.adaptive_max_pool2d(x, 1) (the net's final pool) / global_amax x.amax((2, 3)).
+- global_adaptive  F.adaptive_max_pool2d(x, 1) (PyTorch's; GlobalMaxPool under torch.compile) /
+                   global_amax x.amax((2, 3)) (GlobalMaxPool eager) / global_indices the map
+                   flattened and max'ed with its indices (a backward that follows the argmax, as
+                   the adaptive pool's, without its atomics: a candidate for GlobalMaxPool compiled,
+                   where amax's backward came out NaN).
 
 On a GPU each forward + backward is captured in a CUDA graph and replayed (the kernels' own time,
 as inside tricks.cuda_graph's step), timed with CUDA events: the median of 5 blocks of 50 replays.
@@ -50,6 +54,7 @@ VARIANTS = {
 GLOBAL = {
     "global_adaptive": lambda x: F.adaptive_max_pool2d(x, 1),
     "global_amax": lambda x: x.amax((2, 3), keepdim=True),
+    "global_indices": lambda x: x.flatten(2).max(dim=2).values[..., None, None],
 }
 
 

@@ -28,3 +28,11 @@ def test_the_amax_pool_keeps_channels_last_and_max_pools_gradient_without_ties()
     assert torch.equal(ours, theirs)
     grad = torch.randn_like(theirs)
     assert torch.equal(*(torch.autograd.grad(y, x, grad)[0] for y in (ours, theirs)))
+
+
+def test_the_global_pool_with_indices_is_the_adaptive_pool_in_values_and_gradient():
+    x = torch.randn(4, 8, 3, 3).to(memory_format=torch.channels_last).requires_grad_()
+    ours, theirs = pool_kernels.GLOBAL["global_indices"](x), F.adaptive_max_pool2d(x, 1)
+    assert torch.equal(ours, theirs)
+    grad = torch.randn_like(theirs)
+    assert torch.equal(*(torch.autograd.grad(y, x, grad)[0] for y in (ours, theirs)))
