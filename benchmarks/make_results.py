@@ -523,12 +523,11 @@ def headline() -> str:
         ]
         if sessions:
             lines += gpu_session_headline_rows(sessions[0], folder.name[:10])
-            for row in (shipped_row, fastest_compiled_row, muon_row):
+            for which, what in COMPARED_ROWS:
                 # the newest call where the row's contender completed its runs
-                lines += next(
-                    filter(None, (row(d, folder.name[:10]) for _, d in kinds["gpu_session"][::-1])),
-                    [],
-                )
+                calls = kinds["gpu_session"][::-1]
+                rows = (compared_row(d, folder.name[:10], which, what) for _, d in calls)
+                lines += next(filter(None, rows), [])
             notes.append(
                 "GPU rows: `benchmarks/gpu_session.py`, each contender run as many times (the runs "
                 "column), interleaved round by round in one process on the same images, a JPEG q75 copy of CIFAR-10 on "
@@ -584,42 +583,25 @@ def gpu_session_headline_rows(data: dict[str, Any], date: str) -> list[str]:
     return rows
 
 
-FASTEST = "speedrun94+compile=default+cuda_graph"
-MUON_FASTEST = "speedrun94-muon+compile=default+cuda_graph"
-
-
-def shipped_row(data: dict[str, Any], date: str) -> list[str]:
-    """The globalpool section's speedrun94 as shipped (GlobalMaxPool), against its call's
-    airbench94."""
-    return compared_row(
-        data,
-        date,
+# The headline's rows against "that call's" reference: (section, contender, reference) of a
+# gpu_session's compare, and the row's words ({seconds}: the reference's mean record seconds).
+COMPARED_ROWS = [
+    (
         ("globalpool", "speedrun94", "airbench94"),
         "tricklab speedrun94 as shipped, its global pool an amax (`GlobalMaxPool`), CUDA graph "
         "(against that call's airbench94, {seconds:.2f} s)",
-    )
-
-
-def fastest_compiled_row(data: dict[str, Any], date: str) -> list[str]:
-    """The compiled section's compiled-and-graphed speedrun94, against its own call's airbench94."""
-    return compared_row(
-        data,
-        date,
-        ("compiled", FASTEST, "airbench94"),
+    ),
+    (
+        ("compiled", "speedrun94+compile=default+cuda_graph", "airbench94"),
         "tricklab speedrun94 `tricks.compile=default` + CUDA graph (its compile apart; against "
         "that call's airbench94, {seconds:.2f} s)",
-    )
-
-
-def muon_row(data: dict[str, Any], date: str) -> list[str]:
-    """The muon section's compiled-and-graphed speedrun94-muon against its call's airbench94_muon."""
-    return compared_row(
-        data,
-        date,
-        ("muon", MUON_FASTEST, "airbench94_muon"),
+    ),
+    (
+        ("muon", "speedrun94-muon+compile=default+cuda_graph", "airbench94_muon"),
         "tricklab speedrun94-muon `tricks.compile=default` + CUDA graph (its compile apart), "
         "against that call's **airbench94_muon** ({seconds:.2f} s, its max-autotune compile apart)",
-    )
+    ),
+]
 
 
 def compared_row(

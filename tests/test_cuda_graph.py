@@ -60,15 +60,25 @@ def trained(
     return [p.detach().clone() for p in parts.model.parameters()], outcome.epochs, step
 
 
-def test_the_graph_safe_step_trains_exactly_as_the_loops_own_step():
-    plain, plain_rows, _ = trained(graphed=False)
-    graphed, graphed_rows, step = trained(graphed=True)
+def assert_trained_alike(
+    overrides: tuple[str, ...] = ("optim.fused=true",), tolerance: float = 1e-6
+):
+    """Trained by the loop's own step and by the graph-safe one: the same parameters (to
+    `tolerance`), lr, train loss and val accuracy epoch by epoch. Returns the graphed run's rows
+    and step."""
+    plain, plain_rows, _ = trained(graphed=False, overrides=overrides)
+    graphed, graphed_rows, step = trained(graphed=True, overrides=overrides)
     for a, b in zip(plain, graphed, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
     for a, b in zip(plain_rows, graphed_rows, strict=True):
         assert a["lr"] == pytest.approx(b["lr"], rel=1e-6)
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
         assert a["val_acc"] == b["val_acc"]
+    return graphed_rows, step
+
+
+def test_the_graph_safe_step_trains_exactly_as_the_loops_own_step():
+    graphed_rows, step = assert_trained_alike()
     assert isinstance(graphed_rows[0]["lr"], float)
     assert int(step.counter) == 18  # ceil(2.5 x 7) steps; the counter ran on the device
 
@@ -86,15 +96,8 @@ def test_muons_graph_safe_step_trains_as_the_loops_own_step(monkeypatch):
     """Muon's filter step takes the lr from the device table (a 0-d tensor) and its SGD part is
     fused: the run trains as the host-lr run does, up to the float32 rounding of the lr."""
     monkeypatch.setattr(muon, "newton_schulz", float64_newton_schulz)
-    plain, plain_rows, _ = trained(graphed=False, overrides=MUON)
-    graphed, graphed_rows, step = trained(graphed=True, overrides=MUON)
+    _, step = assert_trained_alike(MUON, tolerance=1e-4)
     assert isinstance(step.parts.optimizer, MuonSGD) and step.parts.optimizer.fused
-    for a, b in zip(plain, graphed, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    for a, b in zip(plain_rows, graphed_rows, strict=True):
-        assert a["lr"] == pytest.approx(b["lr"], rel=1e-6)
-        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
-        assert a["val_acc"] == b["val_acc"]
     assert int(step.counter) == 18
 
 
