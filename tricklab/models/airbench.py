@@ -44,6 +44,15 @@ def dirac_init_(conv: nn.Conv2d) -> nn.Conv2d:
     return conv
 
 
+def _patch_columns(images: Tensor) -> Tensor:
+    """Every 2×2 patch of N×C×H×W `images` as a column, each ordered (channel, row, col) as the
+    conv weight and F.unfold order it: a (C·4) × (N·(H-1)·(W-1)) matrix. Built from four shifted
+    views, the same numbers as F.unfold's, which is 3-10x slower on a CPU in float64."""
+    n, c, h, w = images.shape
+    shifted = [images[:, :, i : h - 1 + i, j : w - 1 + j] for i in (0, 1) for j in (0, 1)]
+    return torch.stack(shifted, dim=2).reshape(n, c * 4, -1).transpose(0, 1).reshape(c * 4, -1)
+
+
 class PatchWhitening(nn.Conv2d):
     """A 2×2 conv (no padding) whose frozen filters whiten the 2×2 patches of the training images.
 
@@ -75,17 +84,16 @@ class PatchWhitening(nn.Conv2d):
             raise TrickLabError(
                 f"whitening needs images shaped N×{self.in_channels}×H×W, got {tuple(images.shape)}"
             )
+        if images.shape[0] == 0 or min(images.shape[2:]) < 2:
+            raise TrickLabError("whitening needs at least one image of at least 2×2 pixels")
         patch_dim = self.in_channels * 4
         outer = torch.zeros(patch_dim, patch_dim, dtype=torch.float64, device=images.device)
         count = 0
         # Chunked so a few thousand images never materialise all their patches in float64 at once.
         for chunk in images.split(chunk_size):
-            # unfold orders each patch as (channel, row, col), the same layout as the conv weight.
-            patches = F.unfold(chunk.double(), kernel_size=2).transpose(1, 2).reshape(-1, patch_dim)
-            outer += patches.T @ patches
-            count += patches.shape[0]
-        if count == 0:
-            raise TrickLabError("whitening needs images of at least 2×2 pixels")
+            columns = _patch_columns(chunk.double())
+            outer += columns @ columns.T
+            count += columns.shape[1]
         eigenvalues, eigenvectors = torch.linalg.eigh(outer / count)  # ascending
         eigenvalues, eigenvectors = eigenvalues.flip(0), eigenvectors.flip(1)
         filters = eigenvectors.T / torch.sqrt(eigenvalues.clamp_min(0) + self.eps)[:, None]
