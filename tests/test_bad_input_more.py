@@ -7,6 +7,7 @@ import pytest
 import torch
 from tiny_recipe import TINY_SYNTHETIC
 
+import tricklab
 from tricklab.cli.main import main
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.experiments.space import parse_space
@@ -377,3 +378,24 @@ def test_bad_cutout_that_zeroes_the_whole_image_is_refused(tmp_path, capsys, cut
 
 def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
     assert main(["train", *TINY, "aug.cutout=30", "--json", "--out", str(tmp_path / "r")]) == 0
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: load_recipe("speedrun94", "run.epochs=1"), "a list of 'key=value' strings"),
+        (lambda: load_recipe("speedrun94", [1]), "a 'key=value' string, got 1"),
+        (lambda: tricklab.train("speedrun94"), "train takes a Recipe"),
+        (lambda: tricklab.train(None), "train takes a Recipe"),
+        (lambda: tricklab.train(load_recipe(None), out_dir=5), "out_dir is a folder path"),
+    ],
+)
+def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
+    tmp_path, monkeypatch, call, message
+):
+    """A lone override string was read letter by letter ("override 'r' is not of the form
+    key=value"), a recipe name given to train was an AttributeError from deep inside."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=message):
+        call()
+    assert list(tmp_path.iterdir()) == []

@@ -102,6 +102,12 @@ class Recipe:
     def override(self, assignments: typing.Iterable[str], source: str = "override") -> Recipe:
         """A new recipe with `dotted.key=value` assignments applied (values read as YAML);
         `source` names where they came from in errors (a sweep's space)."""
+        if isinstance(assignments, (str, bytes)):  # a lone string would be read letter by letter
+            raise TypeError(f"overrides are a list of 'key=value' strings, got {assignments!r}")
+        assignments = list(assignments)
+        for assignment in assignments:
+            if not isinstance(assignment, str):
+                raise TypeError(f"an override is a 'key=value' string, got {assignment!r}")
         data = self.to_dict()
         for assignment in assignments:
             key, sep, text = assignment.partition("=")

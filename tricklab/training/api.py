@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 import time
 import traceback
 import warnings
@@ -162,6 +163,12 @@ def train(
     raises TrickLabError naming the disk, with the files this run wrote removed, so the same call
     runs again once there is space."""
     wall_start = time.perf_counter()
+    if not isinstance(recipe, Recipe):
+        raise TypeError(
+            f"train takes a Recipe (tricklab.load_recipe(name, overrides)), got {recipe!r:.80}"
+        )
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"out_dir is a folder path (str or Path), got {out_dir!r:.80}")
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
