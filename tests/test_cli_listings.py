@@ -6,8 +6,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
+from tricklab.cli.common import make_console
 from tricklab.cli.main import main
 from tricklab.recipe.schema import field_table
 
@@ -82,3 +84,20 @@ def test_models_refuses_a_model_whose_weights_do_not_fit_before_building_it(monk
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "does not fit in memory" in err, err
     assert "0.7 M parameters" in err and "make the model narrower" in err
+
+
+@pytest.mark.parametrize("columns", ["0", "5"])
+def test_a_terminal_width_of_almost_nothing_still_prints_the_listing(columns):
+    """rich prints nothing at all at COLUMNS=0 (a finished `train` said nothing) and a letter
+    per line at 5: below 20 columns the output is laid out at 80."""
+    env = {**os.environ, "COLUMNS": columns}
+    done = subprocess.run(
+        [sys.executable, "-m", "tricklab", "recipes"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "speedrun94" in done.stdout and max(map(len, done.stdout.splitlines())) > 40
+
+
+def test_a_narrow_but_real_terminal_keeps_its_width(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "30")
+    assert make_console().width == 30

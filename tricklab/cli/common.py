@@ -30,15 +30,24 @@ STORAGE_HELP = (  # --storage of ablate, sweep, results
     "'tricklab[postgres]'). Default: sqlite in the experiment folder"
 )
 
+NARROWEST = 20  # columns: rich prints nothing at all at COLUMNS=0, and only letters at 5
+
+
+def make_console(**options: object) -> Console:
+    """A rich Console, at 80 columns where the terminal or $COLUMNS gives fewer than 20."""
+    made = Console(**options)
+    return made if made.width >= NARROWEST else Console(**{**options, "width": 80})
+
+
 # Markup off: class names, paths, keys and error texts print as they are ("list[int]" included).
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+console = make_console(markup=False)
+err_console = make_console(stderr=True, markup=False)
 
 
 def wide_console(stderr: bool = False) -> Console:
     """A console without markup; when not a terminal (a log, a pipe), wide enough not to wrap
     tables."""
-    made = Console(stderr=stderr, soft_wrap=True, markup=False)  # config ids print as they are
+    made = make_console(stderr=stderr, soft_wrap=True, markup=False)  # config ids as they are
     if made.is_terminal:
         return made
     return Console(stderr=stderr, soft_wrap=True, markup=False, width=200)

@@ -37,9 +37,14 @@ def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
-    from tricklab.cli.common import INTERRUPTED_EXIT_CODE, check_not_empty, echo, quiet_optuna
+    from tricklab.cli.common import (
+        INTERRUPTED_EXIT_CODE,
+        check_not_empty,
+        echo,
+        make_console,
+        quiet_optuna,
+    )
     from tricklab.core.progress import ProgressDisplay
     from tricklab.training.setup import resolve_device
 
@@ -48,7 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(Path(args.out))  # before torch's start-up, not after it
     check_seeds(args.seeds)  # before the plan is printed
-    err = Console(stderr=True, markup=False, highlight=False)
+    err = make_console(stderr=True, markup=False, highlight=False)
     if not args.quiet:
         err.print(describe_plan(plan, args.seeds, resolve_device("auto").type))
 
@@ -69,7 +74,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
-    out = Console(markup=False, highlight=False, soft_wrap=True)
+    out = make_console(markup=False, highlight=False, soft_wrap=True)
     echo(out, f"report: {result.report.html_path}  (and {result.report.md_path.name})")
     out.print(f"took {result.wall_seconds:.0f} s on {result.device}")
     out.print()

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tricklab.cli.common import check_not_empty, echo, err_console, quiet_optuna
+from tricklab.cli.common import check_not_empty, echo, err_console, make_console, quiet_optuna
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import json_safe
 from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
@@ -90,7 +90,7 @@ def json_line(data: Any) -> str:
 
 def output_console() -> Console:
     """stdout as rich sees it: a terminal's width, or $COLUMNS, else 200 columns for a pipe."""
-    made = Console(markup=False)
+    made = make_console(markup=False)
     if made.is_terminal or os.environ.get("COLUMNS", "").isdigit():
         return made
     return Console(markup=False, width=200)
