@@ -197,6 +197,55 @@ def test_yaml_file_reads_off_as_the_choice_not_a_boolean(tmp_path):
     assert recipe.tricks.compile == "off" and recipe.tricks.channels_last is True
 
 
+@pytest.mark.parametrize(
+    "override, key, expected",
+    [
+        ("run.seed=017", "run.seed", 17),  # YAML 1.1: octal 15
+        ("run.seed=0o17", "run.seed", 15),
+        ("data.cache_dir=10:00", "data.cache_dir", "10:00"),  # YAML 1.1: base 60, '600'
+        ("data.dir=1:2", "data.dir", "1:2"),
+        ("data.dir=017", "data.dir", "017"),  # a text field keeps a number as typed
+        ("data.dir=1e3", "data.dir", "1e3"),
+        ("data.dir=2026-01-01", "data.dir", "2026-01-01"),  # YAML 1.1: a date, refused
+        ("run.wandb_project=12:30", "run.wandb_project", "12:30"),
+        ("data.dir=a#b", "data.dir", "a#b"),
+        ("data.dir='a #b'", "data.dir", "a #b"),
+    ],
+)
+def test_overrides_are_read_as_yaml_1_2_and_text_fields_keep_what_was_typed(
+    override, key, expected
+):
+    """PyYAML reads YAML 1.1: `10:00` was 600 (the decoded-data cache went to ./600), `017`
+    octal 15, `2026-01-01` a date."""
+    value = load_recipe(None, [override]).get(key)
+    assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "override", ["run.time_budget_seconds=1:30", "optim.lr=1_0", "run.epochs=1:30"]
+)
+def test_yaml_1_1_number_forms_are_not_numbers(override):
+    with pytest.raises(TrickLabError, match="is not valid; expected"):
+        load_recipe(None, [override])
+
+
+@pytest.mark.parametrize("override", ["data.dir=a #b", "model.widths=[8, 16, 16] # wide"])
+def test_an_override_holding_a_yaml_comment_is_refused_not_cut(override):
+    with pytest.raises(TrickLabError, match="would be read as a YAML comment and dropped"):
+        load_recipe(None, [override])
+
+
+def test_a_recipe_file_reads_yaml_1_2_numbers(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "run:\n  seed: 017  # a comment in a file is a comment\nmodel:\n  name: 12:30\n"
+    )
+    with pytest.raises(TrickLabError, match="unknown model '12:30'|12:30"):
+        load_recipe(str(path)).model.name
+    path.write_text("run:\n  seed: 017  # a comment in a file is a comment\n")
+    assert load_recipe(str(path)).run.seed == 17
+
+
 def test_misspelt_section_in_a_file_names_the_section(tmp_path):
     (tmp_path / "r.yaml").write_text("optimizer:\n  lr: 0.1\n")
     with pytest.raises(

@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from tricklab.core.errors import TrickLabError
-from tricklab.recipe.schema import Recipe, all_keys
-from tricklab.recipe.yamlio import read_yaml
+from tricklab.recipe.load import takes_text
+from tricklab.recipe.schema import SECTIONS, Recipe, all_keys
+from tricklab.recipe.yamlio import read_value
 
 BASELINE = "baseline"
 SAMPLERS = ("grid", "random", "tpe")
@@ -296,7 +297,7 @@ def _read_value(baseline: Any, key: str, value: Any) -> Any:
     try:
         if key not in all_keys():
             raise LookupError(key)
-        field = read_yaml(text) if text.strip() else None
+        field = read_value(text, takes_text(SECTIONS[section], name)) if text.strip() else None
         return Recipe.from_dict({section: {name: field}}, source="override").get(key)
     except Exception:  # the override below raises the error as the recipe words it
         return baseline.override([f"{key}={text}"]).get(key)

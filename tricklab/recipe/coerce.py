@@ -91,8 +91,10 @@ def _as_type(base: Any, value: Any) -> Any:
     if base is int:
         return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
     if base is float:
-        # YAML 1.1 reads 1e-3 (no dot) as a string; an int of 400 digits overflows a float
+        # a quoted number is text; an int of 400 digits overflows a float
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return _BAD
+        if isinstance(value, str) and "_" in value:  # Python's float() takes 1_0 as 10.0
             return _BAD
         try:
             value = float(value)

@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import types
 import typing
 from importlib import resources
 from pathlib import Path
@@ -115,6 +116,14 @@ def coerce_field(section_cls: type, section: str, name: str, value: Any, source:
         return coerce(f"{section}.{name}", value, spec, tp)
     except TrickLabError as exc:
         raise TrickLabError(f"{source}: {exc}") from None
+
+
+def takes_text(section_cls: type, name: str) -> bool:
+    """Whether field `name` of a recipe section holds text (str, or str | None)."""
+    tp = _type_hints(section_cls)[name]
+    return tp is str or (
+        typing.get_origin(tp) in (typing.Union, types.UnionType) and str in typing.get_args(tp)
+    )
 
 
 @functools.cache

@@ -21,7 +21,7 @@ import yaml
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.coerce import shown, type_name
 from tricklab.recipe.load import builtin_recipes as builtin_recipes  # re-exported
-from tricklab.recipe.load import check_key, check_section, coerce_field, read_recipe
+from tricklab.recipe.load import check_key, check_section, coerce_field, read_recipe, takes_text
 from tricklab.recipe.sections import (  # noqa: F401 (the sections and their bounds: public here)
     LOGGER_NAMES,
     MAX_BATCH,
@@ -38,7 +38,7 @@ from tricklab.recipe.sections import (  # noqa: F401 (the sections and their bou
     TricksConfig,
     check_logger_names,
 )
-from tricklab.recipe.yamlio import read_yaml
+from tricklab.recipe.yamlio import read_value
 
 
 @dataclass
@@ -116,7 +116,8 @@ class Recipe:
             key = key.strip()
             section, name = _split_key(key, source)
             try:
-                data[section][name] = read_yaml(text) if text.strip() else None
+                text_field = takes_text(SECTIONS[section], name)
+                data[section][name] = read_value(text, text_field) if text.strip() else None
             except yaml.YAMLError:
                 raise TrickLabError(
                     f"{source}: {key}={shown(text)} is not valid YAML (quote strings that "

@@ -8,7 +8,11 @@ line before it can cost time or memory:
 - no aliases (`*name`): nested aliases are how 300 bytes expand to a billion values
   ("billion laughs"), and a recipe has nothing it needs to share;
 - mapping keys are scalars (names, numbers), each given once;
-- booleans are YAML 1.2's true/false only, so `tricks.compile: off` names the choice "off".
+- booleans, numbers and dates are YAML 1.2's (its core schema): true/false only, so
+  `tricks.compile: off` names the choice "off"; `017` is 17, `0o17` 15, `1e-3` a number, while
+  YAML 1.1's base-60 `1:30` (90), `1_000` and `2026-01-01` (a date) are text.
+A command-line value (`key=VALUE`, `read_value`) is also refused when it holds a comment, and a
+field that takes text gets a number as it was typed.
 """
 
 from __future__ import annotations
@@ -29,6 +33,17 @@ MAX_YAML_DEPTH = 32
 MAX_YAML_NODES = 10_000
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_YAML12 = {  # the core schema's forms, each with the first characters it can start with
+    _BOOL_TAG: (r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    _INT_TAG: (r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    _FLOAT_TAG: (
+        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        "-+0123456789.",
+    ),
+}
 
 
 class _RecipeLoader(yaml.SafeLoader):
@@ -70,14 +85,25 @@ class _RecipeLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """YAML 1.2's: `017` is seventeen (1.1 read it as octal 15), `0o17` is octal."""
+        text = self.construct_scalar(node)
+        base = {"0o": 8, "0x": 16}.get(text[:2], 10)
+        return int(text[2:] if base != 10 else text, base)
+
 
 _RecipeLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML12]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    if first is not None
 }
-_RecipeLoader.add_implicit_resolver(
-    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
+_RecipeLoader.yaml_implicit_resolvers = {  # no 1.1 timestamp: a date is text, as in YAML 1.2
+    first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
+    for first, resolvers in _RecipeLoader.yaml_implicit_resolvers.items()
+}
+for _tag, (_pattern, _firsts) in _YAML12.items():  # int before float: `17` is an int
+    _RecipeLoader.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern})$"), list(_firsts))
+_RecipeLoader.add_constructor(_INT_TAG, _RecipeLoader.construct_yaml_int)
 
 
 def read_yaml(text: str) -> Any:
@@ -88,6 +114,33 @@ def read_yaml(text: str) -> Any:
     if len(text) > MAX_YAML_BYTES:
         raise TrickLabError(f"larger than {MAX_YAML_BYTES:,} bytes")
     return yaml.load(text, Loader=_RecipeLoader)
+
+
+def read_value(text: str, takes_text: bool = False) -> Any:
+    """A command-line value (`key=VALUE`), read as a recipe file's values are, except that a
+    comment is refused (the shell passed `data.dir=a #b` whole: '#b' would have been dropped)
+    and, for a field that `takes_text`, a number keeps its spelling (`data.dir=017`, not '17')."""
+    if _comment_at(text) is not None:
+        raise TrickLabError(
+            f"{text[_comment_at(text) :].strip()!r} would be read as a YAML comment and dropped; "
+            "quote the value to keep it"
+        )
+    value = read_yaml(text)
+    if takes_text and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return text.strip()
+    return value
+
+
+def _comment_at(text: str) -> int | None:
+    """Where a YAML comment starts in `text`, if it holds one (text that is no YAML: None)."""
+    try:
+        tokens = list(yaml.scan(text, Loader=_RecipeLoader))
+    except yaml.YAMLError:
+        return None  # read_yaml says what is wrong
+    ends = (yaml.BlockEndToken, yaml.StreamEndToken)  # at the text's end, past any comment
+    end = max((t.end_mark.index for t in tokens if not isinstance(t, ends)), default=0)
+    rest = text[end:]
+    return end + rest.index("#") if "#" in rest else None
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:
