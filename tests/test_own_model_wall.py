@@ -142,6 +142,28 @@ def on_the_meta_device(num_classes):
 
     with torch.device("meta"):
         return Net(num_classes)
+
+
+def meta_by_default(num_classes):
+    import torch
+
+    torch.set_default_device("meta")  # and left so: every later tensor would have no storage
+    return Net(num_classes)
+
+
+def changes_the_process(num_classes):
+    import os
+
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)  # the run's backward failed with a traceback
+    torch.set_default_dtype(torch.float64)
+    torch.use_deterministic_algorithms(True)
+    torch.autograd.set_detect_anomaly(True)
+    torch.set_float32_matmul_precision("medium")
+    os.umask(0o777)  # every file the run wrote after it: mode 000
+    return Net(num_classes).float()
 """
 
 
@@ -171,6 +193,8 @@ def walled(tmp_path, monkeypatch):
         ("no_gradient", "scores do not depend on the model's trainable parameters"),
         ("float64_weights", "its factory returned torch.float64 weights"),
         ("on_the_meta_device", "its factory returned a model on the meta device"),
+        # fourth hostile round: set as the default device, meta outlived the factory
+        ("meta_by_default", "its factory returned a model on the meta device"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(
@@ -257,3 +281,40 @@ def test_the_wall_puts_back_the_recursion_limit_and_the_stop_handlers():
         for number, handler in previous.items():
             signal.signal(number, handler)
         sys.setrecursionlimit(limit)
+
+
+def _process_settings() -> tuple:
+    import os
+
+    import torch
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return (
+        torch.get_num_threads(),
+        torch.is_grad_enabled(),
+        torch.get_default_dtype(),
+        str(torch.get_default_device()),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_anomaly_enabled(),
+        torch.get_float32_matmul_precision(),
+        mask,
+    )
+
+
+def test_what_a_factory_changes_of_the_process_is_put_back_and_the_run_records_what_ran(
+    walled, tmp_path, capsys
+):
+    """Fourth hostile round: a factory's torch.set_num_threads(1) trained on 1 thread while
+    result.json said 2; set_grad_enabled(False) failed every run of an ablation with a traceback
+    and exit 0; os.umask(0o777) made every file the run wrote unreadable."""
+    before = _process_settings()
+    out = tmp_path / "run"
+    assert (
+        main(["train", *TINY, f"model.name={walled}:changes_the_process", "--out", str(out)]) == 0
+    )
+    assert _process_settings() == before
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "complete"
+    assert result["hardware"]["torch_threads"] == before[0]
+    assert all(path.stat().st_mode & 0o600 == 0o600 for path in out.iterdir())

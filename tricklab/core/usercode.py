@@ -19,7 +19,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.stopping import Interrupted, handler_installed
@@ -73,18 +74,63 @@ def _notice_after(seconds: float, what: str) -> Iterator[None]:
         timer.cancel()
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _default_device() -> object:
+    """The device torch.set_default_device set (None: none set). Not get_default_device(): inside
+    `with torch.device("meta")` (the memory estimate's build) that says "meta" either way."""
+    import torch
+
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    return getattr(context, "device", None)
+
+
+def _process_settings() -> list[tuple[Callable[[], object], Callable[[Any], object]]]:
+    """Process-wide settings user code could change under a run: how each is read and set."""
+    import torch
+
+    return [
+        (torch.get_num_threads, torch.set_num_threads),  # recorded as the run's threads
+        (torch.is_grad_enabled, torch.set_grad_enabled),  # off: the run's backward fails
+        (torch.get_default_dtype, torch.set_default_dtype),
+        (_default_device, torch.set_default_device),  # "meta": every tensor without storage
+        (
+            lambda: (
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            ),
+            lambda on: torch.use_deterministic_algorithms(on[0], warn_only=on[1]),
+        ),
+        (
+            lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+            lambda on: torch.autograd.set_detect_anomaly(*on),
+        ),
+        (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        (_umask, os.umask),  # 0o777: every file the run writes after it unreadable
+    ]
+
+
 @contextlib.contextmanager
 def _same_process(what: str) -> Iterator[None]:
-    """Put back what the code changed of the process: the recursion limit and the Ctrl-C and
-    SIGTERM handlers (tricklab's own stop them), silently; the working folder (os.chdir), then
-    say so: --out and data.dir are relative to it, and a run folder would be made elsewhere."""
+    """Put back what the code changed of the process: the recursion limit, the Ctrl-C and
+    SIGTERM handlers (tricklab's own stop them) and the settings of `_process_settings`, silently;
+    the working folder (os.chdir), then say so: --out and data.dir are relative to it, and a run
+    folder would be made elsewhere."""
     saved, limit = os.getcwd(), sys.getrecursionlimit()
     main = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    settings = [(read, write, read()) for read, write in _process_settings()]
     try:
         yield
     finally:
         sys.setrecursionlimit(limit)
+        for read, write, value in settings:
+            if read() != value:
+                write(value)
         for number, handler in handlers.items():
             if handler is not None and signal.getsignal(number) is not handler:
                 signal.signal(number, handler)
