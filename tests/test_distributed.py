@@ -77,6 +77,13 @@ def dying_net(num_classes: int, in_channels: int) -> nn.Module:
     return DiesOnRank1(num_classes, in_channels)
 
 
+def refused_on_rank_1(num_classes: int, in_channels: int) -> nn.Module:
+    """conv_net, except on rank 1, whose factory raises (a model that fails on one device)."""
+    if os.environ.get("RANK") == "1":
+        raise ValueError("no such layer on this rank")
+    return conv_net(num_classes, in_channels)
+
+
 def trained(overrides: list[str], device: str = "cpu") -> dict:
     """Train as `train()` sets up (prepare, then the DDP wrap) through the loop's own
     train_epoch; the per-step losses of the global batch (mean over ranks), the final weights
@@ -349,6 +356,23 @@ def test_a_rank_killed_under_nproc_leaves_a_failed_result_and_the_folder_reruns(
     again = tricklab(*args, timeout=300)  # DIE unset: the same command, now it trains
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "result.json").read_text())["status"] == "complete"
+
+
+def test_an_error_met_by_one_rank_alone_is_said_and_recorded_failed_not_interrupted(tmp_path):
+    """Fourth hostile round: rank 1's TrickLabError was said by nobody (rank 0 alone prints),
+    and rank 0, stopped by torchrun, recorded the run `interrupted` by a Ctrl-C, with exit 2."""
+    out = tmp_path / "run"
+    args = ["train", *BASE, "model.name=test_distributed:refused_on_rank_1", "--nproc", "2"]
+    run = tricklab(*args, "--out", str(out), "--quiet", timeout=300)
+    assert run.returncode == 2
+    said = "rank 1 refused: model test_distributed:refused_on_rank_1: its factory raised ValueError"
+    assert (
+        run.stderr.strip().splitlines()[-1].startswith(f"error: data-parallel run failed: {said}")
+    )
+    if (out / "result.json").exists():  # rank 0 had started the run when torchrun stopped it
+        result = json.loads((out / "result.json").read_text())
+        assert result["status"] == "failed" and result["error"].startswith(said)
+        assert "Ctrl-C" not in result["error"]
 
 
 def test_a_user_error_under_nproc_is_one_line_without_torchruns_noise(tmp_path):

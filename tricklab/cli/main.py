@@ -37,7 +37,7 @@ from tricklab.cli.common import (
     say_notices,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, leave_rank_error
 from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         except TrickLabError as exc:
             if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
                 print_error(str(exc))
+            else:  # ...or the launcher for it, where only this rank met the error
+                leave_rank_error(str(exc))
             return 2
         except OSError as exc:  # a full disk met where no file of ours was written (a storage)
             if not is_disk_full(exc):

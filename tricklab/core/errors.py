@@ -3,3 +3,31 @@
 
 class TrickLabError(Exception):
     """A user mistake: the CLI prints its message as one line on stderr and exits with code 2."""
+
+
+# Under `--nproc`, rank 0 alone prints a TrickLabError; another rank leaves its line in a file of
+# this folder (named by the launcher) for the launcher to say, when rank 0 did not meet the same.
+RANK_ERRORS_ENV = "TRICKLAB_RANK_ERRORS"
+
+
+def leave_rank_error(message: str) -> None:
+    """A launched rank's (RANK > 0) one-line error, left for `distributed.launch`; best effort."""
+    import os
+    from pathlib import Path
+
+    folder, rank = os.environ.get(RANK_ERRORS_ENV), os.environ.get("RANK", "0")
+    if folder and rank.isdigit():
+        try:
+            Path(folder, f"rank-{rank}").write_text(message[:2000])
+        except OSError:
+            pass  # the launcher then says the rank failed, without its reason
+
+
+def rank_error(folder: str, rank: int) -> str | None:
+    """What rank `rank` left with `leave_rank_error`, if anything."""
+    from pathlib import Path
+
+    try:
+        return Path(folder, f"rank-{rank}").read_text()[:2000].strip() or None
+    except OSError:
+        return None

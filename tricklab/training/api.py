@@ -412,8 +412,11 @@ def record_failed_rank(out: Path, recipe: Recipe, world_size: int, reason: str) 
                 pass  # unreadable: replaced by the failure
             if result.status not in (Status.INTERRUPTED, Status.FAILED):
                 return  # the run ended as it records (complete, diverged, oom)
+        if result.status == Status.INTERRUPTED:  # torchrun stopped it: no Ctrl-C of the user's
+            result.error = f"{reason}; torchrun stopped the other ranks"
+        else:
+            result.error = reason if not result.error else f"{reason}; {result.error}"
         result.status, result.world_size = Status.FAILED, world_size
-        result.error = reason if not result.error else f"{reason}; {result.error}"
         write_json_atomic(previous, result.to_dict())
     finally:
         claim.release()

@@ -16,6 +16,8 @@ import dataclasses
 import datetime
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -25,7 +27,7 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import RANK_ERRORS_ENV, TrickLabError, rank_error
 from tricklab.training.backend import compiled
 
 
@@ -285,12 +287,18 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, str | None]:
     levels = [(logger, logger.level) for logger in quiet]
     for logger in quiet:
         logger.setLevel(logging.CRITICAL)
+    errors = tempfile.mkdtemp(prefix="tricklab-ranks-")
+    os.environ[RANK_ERRORS_ENV] = errors
     try:
         torchrun.run(args)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
-        if failure.exitcode == 2:  # bad input: the rank said so in one line
-            return 2, None
+        if failure.exitcode == 2:  # bad input: rank 0 said so in one line, unless only this rank
+            said = rank_error(errors, rank)  # met it (a model that fails on one rank alone)
+            zero = exc.failures.get(0)
+            if rank == 0 or said is None or (zero is not None and zero.exitcode == 2):
+                return 2, None
+            return 2, f"rank {rank} refused: {said}"
         how = (
             f"was killed by {failure.signal_name()}"
             if failure.exitcode < 0
@@ -302,4 +310,6 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, str | None]:
     finally:
         for logger, level in levels:
             logger.setLevel(level)
+        os.environ.pop(RANK_ERRORS_ENV, None)
+        shutil.rmtree(errors, ignore_errors=True)
     return 0, None
