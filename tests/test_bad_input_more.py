@@ -130,16 +130,20 @@ def test_report_of_a_minimal_run_folder_is_written(tmp_path, capsys):
         ({"epochs": [1]}, None, "an epoch row is 1, not an object"),
         ({"epochs": [{"val_acc": "x"}]}, None, "an epoch row's 'val_acc' is \"x\""),
         ({"train_seconds": 1e308}, None, "'train_seconds' is 1e+308, more than any run records"),
-        ({"params": -1e300}, None, "'params' is -1e+300, more than any run records"),
+        ({"params": -1e300}, None, "'params' is -1e+300, below 0"),
         ({"epochs": [{"val_loss": 1e300}]}, None, "'val_loss' is 1e+300, more than any run"),
         ({}, "not json\n", "metrics.jsonl line 1 is not valid JSON"),
         ({}, '{"epoch": 1}\n[2]\n', "an epoch row is [2], not an object"),
+        # fourth hostile round: an OverflowError traceback, and "-500" images/s drawn
+        ({"train_seconds": 5e-324}, None, "'train_seconds' is 5e-324, less than any run records"),
+        ({"images_per_second": -500.0}, None, "'images_per_second' is -500.0, below 0"),
+        ({"epochs": [{"images_per_second": -5.0}]}, None, "'images_per_second' is -5.0, below 0"),
     ],
     ids=[
         "no-status", "recipe-text", "recipe-section", "seed-text", "accuracy-text",
         "seconds-bool", "hardware-text", "epoch-number", "epoch-value", "seconds-huge",
         "params-huge", "epoch-value-huge", "metrics-garbage",
-        "metrics-row-list",
+        "metrics-row-list", "seconds-denormal", "throughput-negative", "epoch-throughput-negative",
     ],
 )  # fmt: skip
 def test_report_of_a_damaged_or_foreign_run_folder_is_one_line(

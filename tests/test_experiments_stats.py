@@ -484,3 +484,12 @@ def test_a_busy_machine_leaves_too_few_runs_as_it_is():
     rows = config_stats(records("baseline", [0.9, 0.91], [10.0, 11.0]) + records("t", [0.9], [9.0]))
     hold_time_verdicts(rows, Busy(True, "the 1-minute load average was 6.00 on 2 cores"))
     assert rows[1].time_verdict == "too few runs"
+
+
+def test_a_geometric_interval_wider_than_a_float_reads_as_unbounded_not_an_overflow():
+    """Fourth hostile round: 1e-300 s beside 1e9 s overflowed math.exp (a traceback)."""
+    from tricklab.measure.intervals import geometric_interval, speedup_interval
+
+    mean, low, high = geometric_interval([1e-300, 1e9, 5.0])
+    assert 0 < mean < high == float("inf") and low >= 0
+    assert speedup_interval([1e-300, 1e9, 3.0], [1.0, 2.0, 3.0])[2] == float("inf")

@@ -24,6 +24,9 @@ from tricklab.core.status import Status
 # that sums, squares and exponentials of them stay finite in the statistics.
 MAX_MAGNITUDE = 1e18
 MAX_SECONDS = 1e9
+MIN_SECONDS = 1e-9  # a time above 0 s is at least what perf_counter resolves (0 is a phase not run)
+# Counts and rates no run records below 0 (a report drew "-500" images/s).
+NONNEGATIVE_FIELDS = ("images_per_second", "params", "forward_macs")
 # Cores, threads, processes: more than any machine has; a load average above it is no reading.
 MAX_COUNT = 1_000_000
 STATUS_WORDS = frozenset(s.value for s in Status)
@@ -72,7 +75,8 @@ def quoted(value: Any) -> str:
 
 def number_problem(name: str, value: Any) -> str | None:
     """What makes `value` no reading of the field `name` (a number): a fraction outside 0..1 (a
-    target accuracy of 0 too), seconds or bytes below 0, seconds above MAX_SECONDS, anything above
+    target accuracy of 0 too), seconds, bytes, counts or rates below 0, seconds between 0 and
+    MIN_SECONDS or above MAX_SECONDS, anything above
     MAX_MAGNITUDE or not finite (a loss may be: NaN where a run diverged); None when it is one.
     `name` is as the message gives it."""
     field = name.rpartition(".")[2]
@@ -84,8 +88,10 @@ def number_problem(name: str, value: Any) -> str | None:
         return f"'{name}' is {value!r:.40}, not a target accuracy: a fraction above 0, at most 1"
     if field in FRACTION_FIELDS and not 0 <= value <= 1:
         return f"'{name}' is {value!r:.40}, not a fraction from 0 to 1"
-    if field.endswith(("_seconds", "_bytes")) and value < 0:
+    if (field.endswith(("_seconds", "_bytes")) or field in NONNEGATIVE_FIELDS) and value < 0:
         return f"'{name}' is {value!r:.40}, below 0"
+    if field.endswith("_seconds") and 0 < value < MIN_SECONDS:  # 5e-324 overflowed an interval
+        return f"'{name}' is {value!r:.40}, less than any run records ({MIN_SECONDS:g} s)"
     limit = MAX_SECONDS if field.endswith("_seconds") else MAX_MAGNITUDE
     if abs(value) > limit:
         return f"'{name}' is {value!r:.40}, more than any run records ({limit:g})"

@@ -66,6 +66,13 @@ def mean_interval(
     return (mean, std, *_clip(float(low), float(high), bounds))
 
 
+def _exp(log_value: float | None) -> float | None:
+    """e^value; past e^709 a float overflows: an interval that wide reads as unbounded (inf)."""
+    if log_value is None:
+        return None
+    return math.exp(log_value) if log_value < 709 else math.inf
+
+
 def geometric_interval(
     seconds: Sequence[float], confidence: float = CONFIDENCE
 ) -> tuple[float | None, float | None, float | None]:
@@ -75,8 +82,7 @@ def geometric_interval(
     if not len(seconds) or min(seconds) <= 0:
         return None, None, None
     mean, _, low, high = mean_interval(np.log(seconds), confidence)
-    exp = lambda v: None if v is None else math.exp(v)  # noqa: E731
-    return exp(mean), exp(low), exp(high)
+    return _exp(mean), _exp(low), _exp(high)
 
 
 def welch(
@@ -111,5 +117,4 @@ def speedup_interval(
     if min(min(reference_seconds), min(seconds)) <= 0:
         return None, None, None, None
     diff, low, high, p = welch(np.log(reference_seconds), np.log(seconds), confidence)
-    exp = lambda v: None if v is None else math.exp(v)  # noqa: E731
-    return exp(diff), exp(low), exp(high), p
+    return _exp(diff), _exp(low), _exp(high), p
