@@ -170,10 +170,14 @@ def test_report_of_a_damaged_or_foreign_run_folder_is_one_line(
             {"runs": [{"status": "complete", "seed": 0, "accuracy": 0.9, "train_seconds": 1e308}]},
             "'train_seconds' is 1e+308, more than any run records",
         ),
+        (  # fourth hostile round: counted as two runs, with an interval from one
+            {"runs": [{"status": "complete", "seed": 3, "accuracy": 0.9}] * 2},
+            "runs[1]: seed 3 is listed twice",
+        ),
     ],
     ids=[
         "runs-numbers", "runs-object", "seed-text", "no-seed", "recipe-list", "target-text",
-        "seconds-huge",
+        "seconds-huge", "seed-twice",
     ],
 )  # fmt: skip
 def test_report_of_a_damaged_speedrun_summary_is_one_line(tmp_path, capsys, summary, message):

@@ -58,10 +58,14 @@ def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any
     runs = summary.get("runs")
     if problem is None and runs is not None and not isinstance(runs, list):
         problem = "'runs' is not a list"
+    seeds = set()  # a seed listed twice would count one run twice (an interval from fewer)
     for number, run in enumerate((runs or []) if problem is None else []):
         problem = record_problem(run, needs_status=True)
         if problem is None and not isinstance(run.get("seed"), int):
             problem = "a run has no whole-number 'seed'"
+        if problem is None and run["seed"] in seeds:
+            problem = f"seed {run['seed']} is listed twice"
+        seeds.add(None if problem else run["seed"])
         if problem:
             problem = f"runs[{number}]: {problem}"
             break
