@@ -75,6 +75,23 @@ def test_the_csv_file_option_still_writes_the_rows(study, capsys, tmp_path):
     assert len(list(csv.DictReader((tmp_path / "rows.csv").open()))) == 4
 
 
+@pytest.mark.parametrize(
+    "victim, text",
+    [("result.json", '{"status": "complete"}'), ("study.db.claim-lock", ""), ("notes.txt", "x")],
+)
+def test_the_csv_file_option_never_replaces_a_file_it_did_not_write(
+    study, capsys, tmp_path, victim, text
+):
+    """Fourth hostile round: --csv pointed at a run's result.json replaced it (the run lost);
+    at the study's lock file (empty) it swapped the inode live workers lock."""
+    path = tmp_path / victim
+    path.write_text(text)
+    inode = path.stat().st_ino
+    code = main(["results", "rep", "--out", str(study[1]), "--csv", str(path)])
+    assert code == 2 and "holds a file of another kind" in capsys.readouterr().err
+    assert path.read_text() == text and path.stat().st_ino == inode
+
+
 def test_per_seed_gives_one_row_per_run_and_one_column_per_varied_key(study, capsys):
     runs = as_json(capsys, study, "--per-seed")["runs"]
     assert len(runs) == 8 and runs[0]["config_id"] == "baseline"

@@ -318,24 +318,18 @@ def check_output_file(path: Path, option: str, holds: bytes) -> Path:
     check_file_name(path, option)
     if not str(path).strip() or path.is_dir():
         raise TrickLabError(f"{option} needs a file name, got {shown(str(path))}")
-    check_replaceable(path, option)
-    if path.is_file() and path.stat().st_size:
-        with open(path, "rb") as handle:
-            if holds not in handle.read(2**20):
-                raise TrickLabError(
-                    f"{option} {shown(path)} holds a file of another kind that it would replace; "
-                    "give a new file, or one it wrote before"
-                )
+    check_replaceable(path, option, holds)
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
         problem = "does not exist" if not path.parent.is_dir() else "is not writable"
         raise TrickLabError(f"cannot write {option} {shown(path)}: its folder {problem}")
     return path
 
 
-def check_replaceable(path: Path, option: str) -> None:
+def check_replaceable(path: Path, option: str, holds: bytes | None = None) -> None:
     """TrickLabError for a path a file written there (atomic_write: a rename) must not replace:
-    not a plain file (a device such as /dev/null, a link, a folder), or a file that holds no text
-    (a study's own database named by mistake)."""
+    not a plain file (a device such as /dev/null, a link, a folder), a file that holds no text
+    (a study's own database named by mistake), or, given `holds`, a file without those bytes in
+    its first MiB: not one the option wrote (a run's result.json, an empty lock file)."""
     if not os.path.lexists(path):
         return
     if path.is_symlink() or not path.is_file():
@@ -355,3 +349,10 @@ def check_replaceable(path: Path, option: str) -> None:
             f"{option} {shown(path)} holds something other than text (a database?) that it would "
             "replace; give a new file"
         )
+    if holds is not None:  # an empty file too: a lock file is one (a rename swaps its inode)
+        with open(path, "rb") as handle:
+            if holds not in handle.read(2**20):
+                raise TrickLabError(
+                    f"{option} {shown(path)} holds a file of another kind that it would replace; "
+                    "give a new file, or one it wrote before"
+                )
