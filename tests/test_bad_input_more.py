@@ -407,3 +407,51 @@ def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
     with pytest.raises(TypeError, match=message):
         call()
     assert list(tmp_path.iterdir()) == []
+
+
+def _as_a_user_without_root_rights() -> list[str]:
+    """The command prefix under which chmod 000 denies this process (root ignores it)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv: a folder's mode denies nothing")
+    drop = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "{run}", "--out", "{locked}/report"],
+        ["report", "{locked}/run", "--out", "{tmp}/report"],
+        ["results", "--out", "{locked}/exp"],
+        ["report", "--profile", "{locked}/profile.json", "--out", "{tmp}/report2"],
+    ],
+    ids=["report-out", "report-source", "results-out", "report-profile"],
+)
+def test_a_path_the_user_may_not_enter_is_one_line(tmp_path, args):
+    """Fourth hostile round: PermissionError tracebacks (exit 1) in report, results and the
+    profile reader for a folder of mode 000, where `train --out` said it in one line."""
+    import subprocess
+    import sys
+
+    folder = run_folder(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "run").mkdir()
+    locked.chmod(0)
+    try:
+        words = [a.format(run=folder, locked=locked, tmp=tmp_path) for a in args]
+        prefix = _as_a_user_without_root_rights()
+        done = subprocess.run(
+            [*prefix, sys.executable, "-m", "tricklab", *words], capture_output=True, text=True
+        )
+    finally:
+        locked.chmod(0o755)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "ermission denied" in lines[0]
+    assert not (tmp_path / "report").exists() and not (tmp_path / "report2").exists()

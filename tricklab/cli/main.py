@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
                 leave_rank_error(str(exc))
             return 2
         except OSError as exc:  # a full disk met where no file of ours was written (a storage)
+            if isinstance(exc, PermissionError) and exc.filename:  # a folder the user may not
+                print_error(f"cannot use the path {exc.filename}: {exc.strerror}")  # enter
+                return 2
             if not is_disk_full(exc):
                 raise
             print_error(str(disk_full_error(exc)))
