@@ -12,6 +12,7 @@ from tricklab.cli.main import main
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.experiments.space import parse_space
 from tricklab.recipe.schema import load_recipe
+from tricklab.report.build import write_report
 from tricklab.training import preflight
 from tricklab.training.preflight import micro_batch_sizes
 
@@ -396,6 +397,12 @@ def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
         (lambda: tricklab.train("speedrun94"), "train takes a Recipe"),
         (lambda: tricklab.train(None), "train takes a Recipe"),
         (lambda: tricklab.train(load_recipe(None), out_dir=5), "out_dir is a folder path"),
+        # fourth hostile round: read letter by letter ("no study 's'"), or deep tracebacks
+        (lambda: write_report("sr1", "out"), "sources takes list or tuple, got str"),
+        (lambda: write_report(["sr1"], None), "out_dir takes str or PathLike"),
+        (lambda: write_report(["x"], "out", storage=5), "storage takes str or None"),
+        (lambda: write_report([], "out", profiles="p.json"), "profiles takes list or tuple"),
+        (lambda: tricklab.experiments.results(None), "study takes str, got NoneType"),
     ],
 )
 def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
@@ -455,3 +462,7 @@ def test_a_path_the_user_may_not_enter_is_one_line(tmp_path, args):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "ermission denied" in lines[0]
     assert not (tmp_path / "report").exists() and not (tmp_path / "report2").exists()
+
+
+def test_load_recipe_takes_none_for_no_overrides():
+    assert load_recipe("speedrun94", None) == load_recipe("speedrun94")

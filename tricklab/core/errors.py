@@ -5,6 +5,23 @@ class TrickLabError(Exception):
     """A user mistake: the CLI prints its message as one line on stderr and exits with code 2."""
 
 
+def expect_type(value: object, kinds: type | tuple[type, ...], what: str) -> None:
+    """TypeError naming `what` and what it takes, for a Python caller's argument of the wrong
+    type (a lone string where a list of them is wanted is one: it would be read letter by
+    letter)."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds):
+        names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+        raise TypeError(f"{what} takes {names}, got {type(value).__name__} {value!r:.60}")
+
+
+def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> None:
+    """`expect_type` for a list or tuple whose every item is of `kinds`."""
+    expect_type(value, (list, tuple), what)
+    for item in value:  # type: ignore[union-attr]
+        expect_type(item, kinds, f"each of {what}")
+
+
 # Under `--nproc`, rank 0 alone prints a TrickLabError; another rank leaves its line in a file of
 # this folder (named by the launcher) for the launcher to say, when rank 0 did not meet the same.
 RANK_ERRORS_ENV = "TRICKLAB_RANK_ERRORS"

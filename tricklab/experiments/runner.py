@@ -10,6 +10,7 @@ under the study folder (rundirs.py); `study_runs` lists them.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.stopping import StopRequest, stop_on_signals
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
@@ -391,6 +392,9 @@ def study_results(
     target: float | None = None,
 ) -> tuple[dict[str, Any], list[ConfigStats]]:
     """(meta, rows): meta names the study, storage, kind, reference and confidence."""
+    expect_type(study, str, "study")
+    expect_type(storage, (str, type(None)), "storage")
+    expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
     url = storage_url(storage, experiment_dir(study, out_dir))
     opened = load_study(open_storage(url, must_exist=True), study)
     kind = opened.user_attrs.get("kind", "sweep")

@@ -167,7 +167,7 @@ def field_table() -> list[dict[str, Any]]:
 
 
 def load_recipe(
-    name_or_path: str | Path | None = None, overrides: typing.Iterable[str] = ()
+    name_or_path: str | Path | None = None, overrides: typing.Iterable[str] | None = ()
 ) -> Recipe:
     """Defaults (None), a built-in recipe by name, or a YAML file; then `key=value` overrides."""
     if name_or_path is None:
@@ -175,7 +175,7 @@ def load_recipe(
     else:
         data, source = read_recipe(str(name_or_path))
         recipe = Recipe.from_dict({} if data is None else data, source=source)
-    return recipe.override(overrides)
+    return recipe.override(() if overrides is None else overrides)
 
 
 def _split_key(key: str, source: str) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
 from tricklab.core.paths import claim_folder, first_missing, remove_empty_dirs
 from tricklab.report.collect import Source, load_sources
 
@@ -98,6 +98,10 @@ def write_report(
     that cannot be read and for an `out_dir` that is a file or already holds a report."""
     from tricklab.report.profiles import load_profiles
 
+    expect_list_of(sources, (str, os.PathLike), "sources")
+    expect_type(out_dir, (str, os.PathLike), "out_dir")
+    expect_type(storage, (str, type(None)), "storage")
+    expect_list_of(profiles, (str, os.PathLike), "profiles")
     out = Path(out_dir)
     check_out_dir(out)
     saved = load_profiles(profiles)
