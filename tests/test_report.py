@@ -454,3 +454,14 @@ def test_a_sources_hardware_is_counted_once_however_often_the_report_asks(monkey
     for _ in records:
         assert source.hardware == cpu and source.fingerprints == 1
     assert len(calls) == len(records)
+
+
+def test_a_training_curve_of_very_many_epochs_is_drawn_from_a_bounded_number_of_points():
+    """Fourth hostile round: a metrics.jsonl of 700,000 rows (inside its size cap) drew a 220 MB
+    SVG and a 492 MB report folder; a line keeps the first and last epochs and evenly spaced ones."""
+    from tricklab.report.figures import MAX_CURVE_POINTS, _curve
+
+    rows = [{"epoch": e, "val_acc": 0.5, "train_seconds": float(e)} for e in range(1, 20_001)]
+    epochs, seconds, mean, std = _curve([{"epochs": rows}], "val_acc")
+    assert len(epochs) == MAX_CURVE_POINTS and epochs[0] == 1 and epochs[-1] == 20_000
+    assert list(seconds) == list(epochs) and len(mean) == len(std) == MAX_CURVE_POINTS

@@ -189,6 +189,9 @@ def _effect_point(
 # ---------------------------------------------------------------- 3. training curves
 
 
+MAX_CURVE_POINTS = 500  # per line: far more than a figure 8 inches wide can tell apart
+
+
 def _curve(runs: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, ...] | None:
     """(epoch, mean seconds, mean, std) per epoch over the runs that evaluated it."""
     by_epoch: dict[int, list[tuple[float, float]]] = {}
@@ -201,6 +204,9 @@ def _curve(runs: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, ...] | 
     if not by_epoch:
         return None
     epochs = sorted(by_epoch)
+    if len(epochs) > MAX_CURVE_POINTS:  # 700,000 rows drew a 220 MB SVG; a line shows no more
+        picks = np.unique(np.linspace(0, len(epochs) - 1, MAX_CURVE_POINTS).round().astype(int))
+        epochs = [epochs[i] for i in picks]
     values = [np.array([v for v, _ in by_epoch[e]]) for e in epochs]
     return (
         np.array(epochs, dtype=float),
