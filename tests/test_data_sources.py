@@ -361,6 +361,19 @@ def test_imagefolder_archive_with_an_extra_top_folder_is_refused_naming_it(tmp_p
     assert cache_files(tmp_path / "cache") == []
 
 
+def test_imagefolder_archive_holding_an_image_twice_is_refused_naming_it(tmp_path):
+    """Fourth hostile round: a member appended again (tar -r) was counted as a second image."""
+    make_tree(tmp_path / "tree", per_split={"train": 1})
+    (tmp_path / "data").mkdir()
+    with tarfile.open(tmp_path / "data" / "train.tar", "w") as tar:
+        tar.add(tmp_path / "tree" / "train", arcname="train")
+        tar.add(tmp_path / "tree" / "train" / "cat" / "0000.png", arcname="train/cat/0000.png")
+    with pytest.raises(
+        TrickLabError, match=r"train/cat/0000\.png \(in train\.tar\) is in the archive twice"
+    ):
+        load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+
+
 def test_imagefolder_without_test_holds_out_a_stratified_val_fraction(tmp_path):
     make_tree(tmp_path / "data", per_split={"train": 10})
     ds = load_dataset(

@@ -103,7 +103,7 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
     are not images are skipped unread, and an image's bytes are read only within the limits."""
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
     with_own_images: set[str] = set()  # top folders holding an image directly, not only deeper
-    skipped = []
+    skipped, seen = [], set()
     budget = limits.available_memory_bytes()
     held = 0  # image bytes read so far
     with open(archive, "rb") as raw:  # an unreadable file is named by load_dataset
@@ -133,6 +133,9 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
                         raise _outside_class_folder(display, split)
                     if len(parts) == 2:
                         with_own_images.add(parts[0])
+                    if tuple(parts) in seen:  # tar appends: one image counted twice otherwise
+                        raise TrickLabError(f"{display} is in the archive twice")
+                    seen.add(tuple(parts))
                     _check_file_size(member.size, display)
                     held += member.size
                     if budget is not None and held > budget:
