@@ -123,3 +123,24 @@ def test_cli_bad_dataset_is_one_line_and_exit_2(words, message, capsys):
     assert main(["profile", "loader", *words, *NO_DATA_NAME]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_batch_larger_than_the_split_is_timed_as_the_batch_it_is():
+    # 8 train images at --batch-size 1000: one batch of 8, whose time was scaled by 1000 / 8
+    recipe = tricklab.load_recipe(None, [*TINY_SYNTHETIC, "data.train_size=8"])
+    result = profile_loader(recipe, LoaderGrid(["device"]), batch_size=1000, repeats=1)
+    (config,) = result["configs"]
+    assert config["batches_per_epoch"] == 1 and config["images_per_measurement"] == 8
+    ms_per_image = 1e3 / config["images_per_second"]
+    assert config["ms_per_batch"]["median_ms"] == pytest.approx(8 * ms_per_image)
+    assert any("the 8 train images make batches of 8, not 1,000" in n for n in result["notes"])
+
+
+def test_the_step_fraction_compares_a_loaded_batch_with_a_step_on_as_many_images():
+    recipe = tricklab.load_recipe(None, [*TINY_SYNTHETIC, "data.train_size=8"])
+    result = profile_loader(recipe, LoaderGrid(["device"]), batch_size=1000, with_step=True)
+    (config,) = result["configs"]
+    step = result["step"]
+    assert step["batch_size"] == 8
+    load = 8 / config["images_per_second"]
+    assert config["step_fraction"] == pytest.approx(load / (load + step["seconds"]))

@@ -260,3 +260,59 @@ def test_an_own_model_whose_training_step_fails_is_one_line(tmp_path, monkeypatc
     assert main([*args, "--repeats", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "its training step raised TypeError" in err[0], err
+
+
+def test_a_peak_below_what_the_device_did_is_refused_not_shown_as_an_mfu_above_100():
+    # --peak-tflops 1e-6 on a CPU: an MFU of some 30,000 %, written and shown as measured
+    with pytest.raises(TrickLabError, match=r"above the peak of 1e-06 TFLOP/s \(--peak-tflops\)"):
+        profile_models(["airbench"], ProfileGrid([2]), peak_tflops_override=1e-6, **TINY)
+
+
+ALLOCATOR = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 25719496704 bytes. Error code 12 (Cannot allocate memory)"
+)
+OUT_OF_MEMORY = {
+    "the CPU allocator": (RuntimeError(ALLOCATOR), "(asked for 24.0 GiB)"),
+    "CUDA": (
+        torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 24.00 GiB"),
+        "(CUDA out of memory. Tried to allocate 24.00 GiB)",
+    ),
+    "Python": (MemoryError(), "does not fit in memory;"),
+}
+
+
+@pytest.mark.parametrize("error, said", OUT_OF_MEMORY.values(), ids=OUT_OF_MEMORY.keys())
+def test_a_model_that_does_not_fit_in_memory_is_one_line_and_exit_2(
+    error, said, monkeypatch, capsys
+):
+    # was a traceback, exit 1: airbench at data.image_size=1024 asked the CPU allocator for 25 GB
+    def out_of_memory(*args):
+        raise error
+
+    monkeypatch.setattr(profile_model, "_build_base", out_of_memory)
+    args = ["profile", "model", "airbench", "data.image_size=16", "--batch-sizes", "2,4"]
+    assert main([*args, "--device", "cpu", "--repeats", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err
+    assert err.startswith("error: airbench at batch 4 on 16×16 images does not fit in memory")
+    assert err.rstrip().endswith("lower data.image_size, --batch-sizes or model.width")
+
+
+def test_a_data_dependent_init_of_large_images_takes_few_of_them(monkeypatch):
+    # 512 random images of 1024×1024 for airbench's whitening asked for 25 GB; the timings do not
+    # depend on the values, so it takes the pixels of 512 images of 32×32
+    asked = []
+
+    class Whitened(nn.Module):
+        def init_from_data(self, images):
+            asked.append(tuple(images.shape))
+
+    def randn(*shape, generator=None):
+        return torch.empty(shape, device="meta")  # no memory, whatever the shape
+
+    monkeypatch.setattr(profile_model, "build_model", lambda *args, **kwargs: Whitened())
+    monkeypatch.setattr(profile_model.torch, "randn", randn)
+    for side in (32, 1024):
+        profile_model._build_base("airbench", ModelBuild(image_size=side))
+    assert asked == [(512, 3, 32, 32), (1, 3, 1024, 1024)]

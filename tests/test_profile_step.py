@@ -20,6 +20,7 @@ from tricklab.profile.step import (
     profile_step,
     step_components,
     strip_batchnorm_and_activations,
+    top_operators,
 )
 
 # EMA every 2 steps and flip TTA, so that every variant and the TTA evaluation run.
@@ -217,3 +218,68 @@ def test_a_trace_written_before_is_replaced(tmp_path):
     recipe = tricklab.load_recipe(None, TINY_STEP)
     profile_step(recipe, repeats=2, trace=trace)
     assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_a_part_of_forward_backward_never_takes_more_than_the_whole_step():
+    # noise can make the bare copy seem slower than the full step: its share was 300 %
+    samples = samples_ms(
+        full=[10.0, 10.0, 10.0],
+        no_loading=[10.0, 10.0, 10.0],
+        forward_backward=[10.0, 10.0, 10.0],
+        forward=[10.0, 10.0, 10.0],
+        forward_backward_bare=[30.0, 30.0, 30.0],
+    )
+    components, inside = step_components(samples)
+    assert sum(c["share"] for c in components) == pytest.approx(1)
+    assert [c["share"] for c in inside] == [0.0, 1.0]
+
+
+class _Event:
+    def __init__(self, key: str, self_us: float) -> None:
+        self.key, self.count, self.self_cpu_time_total = key, 2, self_us
+
+
+class _Profile:
+    def key_averages(self):
+        return [_Event("aten::conv", 300.0), _Event("aten::add", 100.0), _Event("aten::x", -200.0)]
+
+
+def test_operator_shares_are_fractions_of_the_self_time_above_0():
+    # torch.profiler gives a self time below 0 now and then: shares were 150 % and -100 %
+    rows = top_operators(_Profile(), torch.device("cpu"), count=3, steps=2)
+    assert [round(o["self_share"], 6) for o in rows] == [0.75, 0.25, 0.0]
+    assert rows[0]["self_cpu_ms_per_step"] == pytest.approx(0.15)
+
+
+ALLOCATOR = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 25719496704 bytes. Error code 12 (Cannot allocate memory)"
+)
+
+
+def test_a_step_that_does_not_fit_in_memory_is_one_line_and_exit_2(monkeypatch, capsys):
+    # was a traceback (data.image_size=1024: the whitening init asked for 25 GB), exit 1
+    from tricklab.training import setup
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError(ALLOCATOR)
+
+    monkeypatch.setattr(setup, "prepare", out_of_memory)
+    before = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
+    assert main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: the recipe's step at batch 64"), err
+    assert "on 16×16 images does not fit in memory (asked for 24.0 GiB)" in err
+    assert "lower data.image_size, loader.batch_size" in err
+    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
+
+
+def test_another_runtime_error_of_the_step_is_not_taken_for_memory(monkeypatch):
+    from tricklab.training import setup
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(setup, "prepare", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        profile_step(tricklab.load_recipe(None, TINY_SYNTHETIC), repeats=2)

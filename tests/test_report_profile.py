@@ -287,3 +287,77 @@ def test_write_report_refuses_a_bad_profile_before_writing(tmp_path):
     with pytest.raises(TrickLabError, match="no 'train_step_ms'"):
         write_report([], tmp_path / "r", profiles=[bad])
     assert not (tmp_path / "r").exists()
+
+
+# Numbers of the right type, each in its range, that no profile holds (fourth hostile round: shown
+# as "5000.0 %", "±-20497837%", "[100, 0.632]"): one line naming the file and the field.
+def _set(profile, path, value):
+    holder = profile
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value(holder) if callable(value) else value
+
+
+IMPOSSIBLE = {
+    "a share of 50": ("step", ("components", 0, "share"), 50, "components[0].share is 50"),
+    "a share of -50": ("step", ("components", 0, "share"), -50, "components[0].share is -50"),
+    "shares adding up to 1.8": (
+        "step", ("components",), lambda h: [{**c, "share": 0.9} for c in h["components"]],
+        "the shares in components add up to",
+    ),
+    "an interval low above its high": (
+        "step", ("components", 1, "ci_low_ms"), lambda c: c["ci_high_ms"] + 100,
+        "components[1].ci_low_ms is",
+    ),
+    "a self share of -50": (
+        "step", ("top_operators", 0, "self_share"), -50, "top_operators[0].self_share is -50"
+    ),
+    "no image evaluated": ("step", ("evaluation", "images"), 0, "evaluation.images is 0"),
+    "an MFU of 500 %": ("model", ("results", 0, "mfu"), 5.0, "results[0].mfu is 5.0"),
+    "a first quartile above the median": (
+        "model", ("results", 0, "forward_ms", "q1_ms"), 1e6, "results[0].forward_ms.q1_ms is"
+    ),
+    "a third quartile below the median": (
+        "model", ("results", 0, "train_step_ms", "q3_ms"), 0.0,
+        "results[0].train_step_ms.q3_ms is",
+    ),
+    "no image a second": (
+        "model", ("results", 0, "train_images_per_second"), 0,
+        "results[0].train_images_per_second is 0",
+    ),
+    "a loader of 0 images/s": (
+        "loader", ("configs", 0, "images_per_second"), 0, "configs[0].images_per_second is 0"
+    ),
+    "a loading fraction of the step above 1": (
+        "loader", ("configs", 0, "step_fraction"), 1.5, "configs[0].step_fraction is 1.5"
+    ),
+    "a loader quartile above the median": (
+        "loader", ("configs", 0, "ms_per_batch", "q1_ms"), 1e6, "configs[0].ms_per_batch.q1_ms is"
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind, path, value, field", IMPOSSIBLE.values(), ids=IMPOSSIBLE.keys())
+def test_a_profile_with_an_impossible_number_is_one_line_naming_the_file_and_field(
+    kind, path, value, field, saved, tmp_path, capsys
+):
+    profile = data(saved, kind)
+    _set(profile, path, value)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(profile))
+    assert main(["report", "--profile", str(bad), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error:"), err
+    assert str(bad) in err and field in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_difference_whose_interval_lies_below_0_is_shown(saved, tmp_path):
+    # a component is the difference of two timings: noise can put all of its interval below 0
+    profile = data(saved, "step")
+    component = profile["components"][0]
+    component.update(ms_raw=-3.0, ms=0.0, ci_low_ms=-5.0, ci_high_ms=-1.0, within_noise=False)
+    good = tmp_path / "step.json"
+    good.write_text(json.dumps(profile))
+    md = write_report([], tmp_path / "r", profiles=[good]).md_path.read_text()
+    assert "[-5, -1]" in md and "clipped from -3" in md

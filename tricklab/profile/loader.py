@@ -31,6 +31,7 @@ from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.timing import Contender, interleave, summary_ms
+from tricklab.profile.limits import out_of_memory_as_error
 from tricklab.recipe.schema import LoaderConfig, Recipe
 
 DEFAULT_REPEATS = 3
@@ -53,7 +54,7 @@ class _Measurement:
 
     def __init__(self, loader, batches: int, device: torch.device) -> None:
         self.loader, self.batches, self.device = loader, batches, device
-        self.images = 0
+        self.images = 0  # in the `batches` taken: fewer than batches x batch size in a short split
 
     def __call__(self) -> None:
         taken = images = 0
@@ -148,18 +149,68 @@ def profile_loader(
 
     `batch_size` overrides the recipe's loader.batch_size (for the step too); `batches` is the
     batches per measurement (default: one epoch)."""
-    from tricklab.data.augment import channel_stats
-    from tricklab.training.setup import LoaderInputs, build_loaders, load_data, resolve_device
+    from tricklab.training.setup import load_data, resolve_device
 
     grid = grid if grid is not None else LoaderGrid()
-    kinds, num_workers, pin_memory = grid.kinds, grid.num_workers, grid.pin_memory
-    check_options(kinds, num_workers, pin_memory, batch_size, batches, repeats)
+    check_options(grid.kinds, grid.num_workers, grid.pin_memory, batch_size, batches, repeats)
     if batch_size is not None:
         recipe = recipe.override([f"loader.batch_size={batch_size}"])
     device = resolve_device(recipe.run.device)
-    dataset = load_data(recipe)
+    size = recipe.data.image_size
+    subject = f"a batch of {recipe.loader.batch_size}" + (
+        f" of {size}×{size} images" if size else ""
+    )
+    with out_of_memory_as_error(subject, "lower --batch-size or data.image_size"):
+        dataset = load_data(recipe)
+        configs, notes = _measure_configs(recipe, dataset, device, grid, batches, repeats)
+    train_images = len(dataset.train.labels)
+    if train_images < recipe.loader.batch_size:
+        notes.append(
+            f"the {train_images:,} train images make batches of {train_images:,}, not "
+            f"{recipe.loader.batch_size:,}: ms/batch is per batch taken"
+        )
+    step = None
+    if with_step:
+        from tricklab.profile.step import device_step_seconds
+
+        seconds, step_batch = device_step_seconds(recipe, max(repeats, 3), recipe_name)
+        step = {"seconds": seconds, "batch_size": step_batch}
+        for config in configs:  # per image: the step's batch and a loaded one may differ in size
+            load = 1 / config["images_per_second"]
+            config["step_fraction"] = load / (load + seconds / step_batch)
+        notes.append(OVERLAP_NOTE)
+    return {
+        "kind": "loader",
+        "recipe": recipe_name,
+        "dataset": recipe.data.name,
+        "device": str(device),
+        "hardware": hardware_fingerprint(device),
+        "train_images": train_images,
+        "image_shape": list(dataset.image_shape),
+        "batch_size": recipe.loader.batch_size,
+        "batches_per_measurement": batches,
+        "repeats": repeats,
+        "augment": dataclasses.asdict(recipe.aug),
+        "configs": configs,
+        "step": step,
+        "notes": notes,
+    }
+
+
+def _measure_configs(
+    recipe: Recipe,
+    dataset,
+    device: torch.device,
+    grid: LoaderGrid,
+    batches: int | None,
+    repeats: int,
+) -> tuple[list[dict], list[str]]:
+    """(each configuration of `grid` with its images/s and ms per batch taken, notes)."""
+    from tricklab.data.augment import channel_stats
+    from tricklab.training.setup import LoaderInputs, build_loaders
+
     mean, std = channel_stats(dataset.train.images)
-    configs = configurations(kinds, num_workers, pin_memory)
+    configs = configurations(grid.kinds, grid.num_workers, grid.pin_memory)
     notes, contenders, measurements = [], [], []
     for index, config in enumerate(configs):
         start = time.perf_counter()
@@ -180,36 +231,9 @@ def profile_loader(
         config["images_per_measurement"] = measurement.images
         config["images_per_second"] = statistics.median(rates)
         config["images_per_second_all"] = rates
-        config["ms_per_batch"] = summary_ms(
-            [s * recipe.loader.batch_size / measurement.images for s in samples[str(index)]]
-        )
+        # Per batch taken: one of 8 images is not timed as if it held the batch size's 1000.
+        config["ms_per_batch"] = summary_ms([s / measurement.batches for s in samples[str(index)]])
     base = configs[0]["images_per_second"]
     for config in configs:
         config["vs_first"] = config["images_per_second"] / base
-    del contenders, measurements, loader
-    step = None
-    if with_step:
-        from tricklab.profile.step import device_step_seconds
-
-        seconds, step_batch = device_step_seconds(recipe, max(repeats, 3))
-        step = {"seconds": seconds, "batch_size": step_batch}
-        for config in configs:
-            load = config["ms_per_batch"]["median_ms"] / 1e3
-            config["step_fraction"] = load / (load + seconds)
-        notes.append(OVERLAP_NOTE)
-    return {
-        "kind": "loader",
-        "recipe": recipe_name,
-        "dataset": recipe.data.name,
-        "device": str(device),
-        "hardware": hardware_fingerprint(device),
-        "train_images": len(dataset.train.labels),
-        "image_shape": list(dataset.image_shape),
-        "batch_size": recipe.loader.batch_size,
-        "batches_per_measurement": batches,
-        "repeats": repeats,
-        "augment": dataclasses.asdict(recipe.aug),
-        "configs": configs,
-        "step": step,
-        "notes": notes,
-    }
+    return configs, notes  # the loaders and their workers go with this frame

@@ -31,6 +31,11 @@ from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
 from tricklab.models import build_model, get_model_info, is_own_model
+from tricklab.profile.limits import (
+    check_precision_runs,
+    is_out_of_memory,
+    out_of_memory_as_error,
+)
 from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
 from tricklab.training import precision as precision_lib
 from tricklab.training.backend import compiled
@@ -51,6 +56,7 @@ WARMUP_CALLS = 2
 MIN_SAMPLE_SECONDS = 0.05  # a timed sample repeats a short call until it lasts this long
 MAX_CALLS_PER_SAMPLE = 200
 INIT_IMAGES = 512  # random images for a data-dependent init (airbench's whitening): speed only
+INIT_PIXELS = INIT_IMAGES * 32 * 32  # fewer larger ones: 512 of 1024×1024 asked for 25 GB
 
 
 def _choices(name: str) -> tuple[str, ...]:
@@ -144,28 +150,6 @@ def check_options(
     check_peak(peak)
 
 
-def check_precision_runs(precision: str, device: torch.device) -> None:
-    """Raise TrickLabError if `device` cannot train a conv-BN-ReLU-linear net in `precision`."""
-    policy = precision_lib.precision_policy(precision, device.type)
-    bf16 = policy.autocast_dtype == torch.bfloat16
-    if device.type == "cuda" and bf16 and not torch.cuda.is_bf16_supported():
-        raise TrickLabError(f"precision {precision} cannot run on {torch.cuda.get_device_name()}")
-    net = nn.Sequential(
-        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2)
-    ).to(device)
-    policy.prepare_model(net)
-    images = torch.randn(2, 3, 8, 8, device=device, dtype=policy.compute_dtype)
-    try:
-        with policy.autocast():
-            loss = net(images).float().sum()
-        loss.backward()
-    except (RuntimeError, NotImplementedError, TypeError) as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TrickLabError(
-            f"precision {precision} cannot run on this {device.type} device: {first_line}"
-        ) from None
-
-
 class _Setup:
     """One model copy made ready for one combination: its forward and its train step."""
 
@@ -186,9 +170,8 @@ class _Setup:
             .contiguous(memory_format=memory_format)
         )
         num_classes = self._num_classes(shape, device)
-        self.labels = torch.randint(0, num_classes, (combo.batch_size,), generator=generator).to(
-            device
-        )
+        labels = torch.randint(0, num_classes, (combo.batch_size,), generator=generator)
+        self.labels = labels.to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
         self.scaler = self.policy.grad_scaler()
         self.loss_fn = nn.CrossEntropyLoss()
@@ -215,10 +198,7 @@ class _Setup:
         self.scaler.update()
 
     def forward_only(self) -> None:
-        with (
-            torch.inference_mode(),
-            self.policy.autocast(),
-        ):
+        with torch.inference_mode(), self.policy.autocast():
             self.forward(self.images)
 
 
@@ -234,11 +214,9 @@ def _build_base(name: str, build: ModelBuild) -> nn.Module:
     )
     init = getattr(model, "init_from_data", None)
     if init is not None:  # the timings do not depend on the values, only NaN-free weights matter
-        init(
-            torch.randn(
-                INIT_IMAGES, 3, image_size, image_size, generator=torch.Generator().manual_seed(0)
-            )
-        )
+        count = min(INIT_IMAGES, max(1, INIT_PIXELS // image_size**2))
+        generator = torch.Generator().manual_seed(0)
+        init(torch.randn(count, 3, image_size, image_size, generator=generator))
     return model
 
 
@@ -317,6 +295,20 @@ def profile_models(
     for precision in grid.precisions:
         check_precision_runs(precision, torch_device)
     check_memory(models, grid, build, torch_device)
+    side = f"{build.image_size}×{build.image_size}"
+    subject = f"{', '.join(models)} at batch {max(grid.batch_sizes)} on {side} images"
+    with out_of_memory_as_error(subject, "lower data.image_size, --batch-sizes or model.width"):
+        return _measure(models, grid, build, torch_device, repeats, peak_tflops_override)
+
+
+def _measure(
+    models: Sequence[str],
+    grid: ProfileGrid,
+    build: ModelBuild,
+    torch_device: torch.device,
+    repeats: int,
+    peak_tflops_override: float | None,
+) -> dict:
     image_size, precisions = build.image_size, grid.precisions
     shape = (3, image_size, image_size)
     combos = grid.combinations(torch_device.type)  # auto: the device's mode
@@ -345,6 +337,8 @@ def profile_models(
                 f"{image_size} images: {str(exc).splitlines()[0]}"
             ) from None
         except RuntimeError as exc:
+            if is_out_of_memory(exc):
+                raise  # said by out_of_memory_as_error, below
             if setup.combo.compile != "off":
                 first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
                 raise TrickLabError(
@@ -379,10 +373,8 @@ def profile_models(
     for index, (name, flops, setup) in enumerate(setups):
         combo = setup.combo
         macs = flops // 2
-        forward, train = (
-            summary_ms(samples[f"{index}/forward"]),
-            summary_ms(samples[f"{index}/train"]),
-        )
+        forward = summary_ms(samples[f"{index}/forward"])
+        train = summary_ms(samples[f"{index}/train"])
         forward_ips = combo.batch_size / (forward["median_ms"] / 1e3)
         train_ips = combo.batch_size / (train["median_ms"] / 1e3)
         batch_gmacs = macs * combo.batch_size / 1e9
@@ -407,6 +399,7 @@ def profile_models(
                 },
             }
         )
+    _check_below_peak(results, peaks)
     return {
         "kind": "model",
         "device": str(torch_device),
@@ -432,3 +425,15 @@ def _peak(
     compute = precision_lib.precision_policy(precision, "cuda").compute_dtype
     found = peak_tflops(torch.cuda.get_device_name(device), compute)
     return found if found is not None else (None, None)
+
+
+def _check_below_peak(results: list[dict], peaks: dict) -> None:
+    """An MFU above 100 % cannot be: the peak it is measured against is too low."""
+    for r in results:
+        if r["mfu"] is not None and r["mfu"] > 1:
+            peak, source = peaks[r["precision"]]
+            raise TrickLabError(
+                f"{r['model']} trained at {r['train_tflops']:.3g} TFLOP/s, above the peak of "
+                f"{peak:g} TFLOP/s ({source}), an MFU of {100 * r['mfu']:,.0f} %; give the "
+                "device's peak (--peak-tflops)"
+            )

@@ -48,6 +48,7 @@ from tricklab.measure.timing import (
     summary_ms,
     timed_call,
 )
+from tricklab.profile.limits import recipe_does_not_fit
 from tricklab.recipe.schema import Recipe
 
 DEFAULT_REPEATS = 10
@@ -293,8 +294,8 @@ def step_components(samples: dict[str, list[float]]) -> tuple[list[dict], list[d
     inside = []
     if "forward_backward_bare" in samples:
         inside = [_component(n, samples, hi, lo) for n, hi, lo in INSIDE]
-        for c in inside:
-            c["share"] = c["ms"] / total if total > 0 else 0.0
+        for c in inside:  # noise can make the bare copy seem slower than the whole step
+            c["share"] = min(c["ms"] / total, 1.0) if total > 0 else 0.0
     return components, inside
 
 
@@ -312,7 +313,7 @@ def top_operators(prof, device: torch.device, count: int, steps: int) -> list[di
         return float(getattr(e, name, 0))
 
     key = self_device_us if on_device else (lambda e: float(e.self_cpu_time_total))
-    total = sum(key(e) for e in events) or 1.0
+    total = sum(max(key(e), 0.0) for e in events) or 1.0  # a self time is below 0 now and then
     rows = []
     for e in sorted(events, key=key, reverse=True)[:count]:
         rows.append(
@@ -321,7 +322,7 @@ def top_operators(prof, device: torch.device, count: int, steps: int) -> list[di
                 "calls_per_step": e.count / steps,
                 "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / steps,
                 "self_device_ms_per_step": self_device_us(e) / 1e3 / steps if on_device else None,
-                "self_share": key(e) / total,
+                "self_share": max(key(e), 0.0) / total,
             }
         )
     return rows
@@ -376,7 +377,7 @@ def profile_step(
             f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"
         )
     trace_path = _check_trace_path(trace)
-    with StepBench(recipe) as bench:
+    with recipe_does_not_fit(recipe, recipe_name), StepBench(recipe) as bench:
         compile_seconds = bench.compile_seconds + bench.make_bare()
         names = ["full", "no_loading", "forward_backward", "forward", "forward_backward_bare"]
         if bench.parts.ema is not None:
@@ -433,9 +434,9 @@ def _time_evaluation(bench: StepBench, tta: str) -> dict:
     return out
 
 
-def device_step_seconds(recipe: Recipe, repeats: int) -> tuple[float, int]:
+def device_step_seconds(recipe: Recipe, repeats: int, name: str | None = None) -> tuple[float, int]:
     """(median seconds of the recipe's step on a batch already on the device, batch size): the
     no_loading variant, for the loader profile's 'fraction of the step loading would cost'."""
-    with StepBench(recipe) as bench:
+    with recipe_does_not_fit(recipe, name), StepBench(recipe) as bench:
         samples, _ = bench.time_variants(["no_loading"], repeats)
         return summary_ms(samples["no_loading"])["median_ms"] / 1e3, int(bench.images.shape[0])

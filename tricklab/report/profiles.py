@@ -4,8 +4,9 @@ table from tricklab.profile.tables, as the terminal's), with the device, torch v
 date it records.
 
 A file is checked and its tables built when it is loaded, before anything is written: a file that
-cannot be read, is not JSON, is not a profile output, or holds a field the tables read with a value
-of the wrong type (SCHEMA) is one TrickLabError naming it.
+cannot be read, is not JSON, is not a profile output, holds a field the tables read with a value
+of the wrong type or out of its range (SCHEMA), or numbers that cannot be together (`impossible`:
+quartiles out of order, an interval upside down) is one TrickLabError naming it and the field.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ HARDWARE = {
 }  # fmt: skip
 COMMON = {"device": "text", "hardware": HARDWARE, "repeats": "count", "date?": "text"}
 COMPONENT = {
-    "name": "text", "ms?": "ms", "ms_raw?": "ms_diff", "share?": "rate",
+    "name": "text", "ms?": "ms", "ms_raw?": "ms_diff", "share?": "fraction",
     "ci_low_ms?": "ms_diff", "ci_high_ms?": "ms_diff", "measured_as?": "text",
     "within_noise?": "switch",
 }  # fmt: skip
@@ -60,7 +61,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "results": [
             {"model": "text", "batch_size": "count", "precision": SETTING, "compile": SETTING,
              "channels_last": SETTING, "forward_ms": TIMING, "train_step_ms": TIMING,
-             "train_images_per_second": "rate", "train_tflops?": "rate", "mfu?": "rate",
+             "train_images_per_second": "positive", "train_tflops?": "rate", "mfu?": "fraction",
              "forward_ms_per_gmac?": "ms", "train_ms_per_gmac?": "ms",
              "compile_seconds?": "seconds"},
         ],
@@ -70,11 +71,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "components": [COMPONENT], "inside_forward_backward?": [COMPONENT],
         "top_operators?": [  # the profiler's self times: below 0 now and then
             {"name": "text", "calls_per_step?": "rate", "self_cpu_ms_per_step?": "ms_diff",
-             "self_device_ms_per_step?": "ms_diff", "self_share?": "number"},
+             "self_device_ms_per_step?": "ms_diff", "self_share?": "fraction"},
         ],
         "profiled_steps?": "count", "replaced_modules?": {"*": "whole"},
         "components_sum_ms?": "ms", "compile_seconds?": "seconds",
-        "evaluation?": {"seconds?": "seconds", "images": "whole", "tta?": "text",
+        "evaluation?": {"seconds?": "seconds", "images": "count", "tta?": "text",
                         "tta_seconds?": "seconds"},
     },
     "loader": {
@@ -83,9 +84,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "batches_per_measurement?": "count", "augment?": {"*?": "text|number|switch"},
         "configs": [
             {"kind": "text", "num_workers?": "whole", "pin_memory?": "switch",
-             "images_per_second": "rate", "vs_first?": "rate",
-             "ms_per_batch?": {"median_ms?": "ms"}, "setup_seconds?": "seconds",
-             "step_fraction?": "rate"},
+             "images_per_second": "positive", "vs_first?": "positive",
+             "ms_per_batch?": {"median_ms?": "ms", "q1_ms?": "ms", "q3_ms?": "ms"},
+             "setup_seconds?": "seconds", "step_fraction?": "fraction"},
         ],
         "step?": {"seconds": "seconds", "batch_size": "count"}, "notes?": ["text"],
     },
@@ -104,6 +105,11 @@ LEAVES = {
     "switch": (lambda v: isinstance(v, bool), "switch"),
     "number": (_within(-MAX_MAGNITUDE, MAX_MAGNITUDE), f"a number within ±{MAX_MAGNITUDE:g}"),
     "rate": (_within(0, MAX_MAGNITUDE), f"a number from 0 to {MAX_MAGNITUDE:g}"),
+    "positive": (
+        lambda v: is_number(v) and 0 < v <= MAX_MAGNITUDE,
+        f"a number above 0, up to {MAX_MAGNITUDE:g}",
+    ),
+    "fraction": (_within(0, 1), "a fraction from 0 to 1"),
     "count": (_within(1, MAX_MAGNITUDE, whole=True), "a whole number above 0"),
     "whole": (_within(0, MAX_MAGNITUDE, whole=True), "a whole number from 0"),
     "ms": (_within(0, MAX_MS), f"milliseconds from 0 to {MAX_MS:g}"),
@@ -180,7 +186,7 @@ def load_profile(path: Path) -> Profile:
         raise TrickLabError(
             f"{path} is not whole `tricklab profile {kind} --json` output: no {', '.join(missing)}"
         )
-    wrong = misfit(data, SCHEMA[kind]) or (_model_misfit(data) if kind == "model" else None)
+    wrong = misfit(data, SCHEMA[kind]) or impossible(kind, data)
     if wrong:
         raise TrickLabError(f"{path} is not whole `tricklab profile {kind} --json` output: {wrong}")
     profile = Profile(path, kind, data)
@@ -223,6 +229,60 @@ def misfit(value: Any, spec: Any, where: str = "") -> str | None:
     return None
 
 
+def impossible(kind: str, data: dict[str, Any]) -> str | None:
+    """What a profile that fits SCHEMA says that cannot be, field by field in range but not
+    together: quartiles out of order, an interval whose low end is above its high end, shares
+    adding up to more than the whole; for a model profile, no model, an image shape other than
+    channels × height × width, a result of a model it does not list."""
+    wrong = {"model": _model_misfit, "step": _step_misfit}.get(kind, lambda _: None)(data)
+    return wrong or next(
+        (w for at, t in _timings(kind, data) if (w := _quartiles_misfit(at, t))), None
+    )
+
+
+def _timings(kind: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(where, timing) of each median with its quartiles that a profile holds."""
+    if kind == "model":
+        return [
+            (f"results[{i}].{key}", row.get(key) or {})
+            for i, row in enumerate(data["results"])
+            for key in ("forward_ms", "train_step_ms")
+        ]
+    if kind == "loader":
+        return [
+            (f"configs[{i}].ms_per_batch", c.get("ms_per_batch") or {})
+            for i, c in enumerate(data["configs"])
+        ]
+    return []
+
+
+def _quartiles_misfit(where: str, timing: dict[str, Any]) -> str | None:
+    """q1 <= median <= q3, where they are given."""
+    q1, median, q3 = (timing.get(k) for k in ("q1_ms", "median_ms", "q3_ms"))
+    if q1 is not None and median is not None and q1 > median:
+        return _wrong(f"{where}.q1_ms", q1, f"at most the median, {num(median)}")
+    if q3 is not None and median is not None and q3 < median:
+        return _wrong(f"{where}.q3_ms", q3, f"at least the median, {num(median)}")
+    if q1 is not None and q3 is not None and q1 > q3:
+        return _wrong(f"{where}.q1_ms", q1, f"at most q3_ms, {num(q3)}")
+    return None
+
+
+def _step_misfit(data: dict[str, Any]) -> str | None:
+    """Each interval's low end at most its high end; each list's shares adding up to at most 1
+    (they are of the sum of the clipped components)."""
+    for key in ("components", "inside_forward_backward"):
+        rows = data.get(key) or []
+        for i, c in enumerate(rows):
+            low, high = c.get("ci_low_ms"), c.get("ci_high_ms")
+            if low is not None and high is not None and low > high:
+                return _wrong(f"{key}[{i}].ci_low_ms", low, f"at most ci_high_ms, {num(high)}")
+        total = sum(c.get("share") or 0 for c in rows)
+        if total > 1 + 1e-6:
+            return f"the shares in {key} add up to {total:.4g}, not at most 1 (the whole step)"
+    return None
+
+
 def _model_misfit(data: dict[str, Any]) -> str | None:
     """What a model profile that fits SCHEMA says that cannot be: no model, an image shape other
     than channels × height × width, a result of a model it does not list."""
@@ -230,9 +290,9 @@ def _model_misfit(data: dict[str, Any]) -> str | None:
         return "models is [], not a list of the models profiled"
     if len(data["image_shape"]) != 3:
         return _wrong("image_shape", data["image_shape"], "channels, height and width")
-    names = {m["name"] for m in data["models"]}
+    names = {m.get("name") for m in data["models"]}
     for i, row in enumerate(data["results"]):
-        if row["model"] not in names:
+        if row.get("model") not in names:
             return _wrong(f"results[{i}].model", row["model"], "a model in models")
     return None
 
