@@ -425,3 +425,142 @@ def test_any_file_is_left_alone_or_replaceable_by_a_csv_never_an_exception(tmp_p
     except TrickLabError as exc:
         assert "\n" not in str(exc)
     assert path.read_bytes() == content
+
+
+# ---------------------------------------------------------------- rows Optuna cannot parse
+# (fourth hostile round: one damaged row of a study.db was a traceback, exit 1, in `results`,
+# its listing and `report`, and in a writer resuming the study)
+
+
+def study_with_rows(path: Path) -> str:
+    """`study_with_trial`'s study with a second trial as a sweep leaves it: a categorical
+    parameter, an intermediate value and a system attr (rows of every table Optuna parses)."""
+    url = study_with_trial(path, GOOD_ATTRS)
+    study = optuna.load_study(study_name="s", storage=url)
+    trial = study.ask()
+    trial.suggest_categorical("optim.lr", [0.05, 0.1])
+    trial.report(0.4, 1)
+    trial.storage.set_trial_system_attr(trial._trial_id, "fixed_params", {"optim.lr": 0.05})
+    attrs = {**GOOD_ATTRS, "config_id": "optim.lr=0.05", "unit": "optim.lr=0.05/seed-0"}
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 0.5)
+    return url
+
+
+def deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+DAMAGED_ROWS = {
+    "trial-state": ("UPDATE trials SET state = 'BOGUS' WHERE number = 0", "'BOGUS'"),
+    "trial-date": ("UPDATE trials SET datetime_start = 'not a date'", "not a date"),
+    "trial-attr-json": ("UPDATE trial_user_attributes SET value_json = '{garbage' "
+                        "WHERE key = 'config_id'", "JSONDecodeError"),
+    "system-attr-json": ("UPDATE trial_system_attributes SET value_json = '{garbage'",
+                         "JSONDecodeError"),
+    "value-type": ("UPDATE trial_values SET value_type = 'BOGUS'", "'BOGUS'"),
+    "value-type-contradicts-value": ("UPDATE trial_values SET value_type = 'INF_POS'",
+                                     "AssertionError"),
+    "intermediate-type": ("UPDATE trial_intermediate_values SET intermediate_value_type = "
+                          "'BOGUS'", "'BOGUS'"),
+    "distribution-json": ("UPDATE trial_params SET distribution_json = '{garbage'",
+                          "JSONDecodeError"),
+    "distribution-out-of-range": (
+        "UPDATE trial_params SET distribution_json = '{\"name\": \"IntDistribution\", "
+        "\"attributes\": {\"low\": 5, \"high\": 1, \"step\": 1, \"log\": false}}'", "low <= high"),
+    "distribution-no-low": ("UPDATE trial_params SET distribution_json = '{\"type\": \"int\"}'",
+                            "KeyError"),
+    "distribution-a-list": ("UPDATE trial_params SET distribution_json = '[1]'", "TypeError"),
+    "choice-past-the-end": ("UPDATE trial_params SET param_value = 7", "IndexError"),
+    "study-attr-json": ("UPDATE study_user_attributes SET value_json = '{garbage' "
+                        "WHERE key = 'kind'", "JSONDecodeError"),
+    "study-direction": ("UPDATE study_directions SET direction = 'BOGUS'", "'BOGUS'"),
+    "attr-too-deep-to-copy": (f"UPDATE trial_user_attributes SET value_json = '{deep(900)}' "
+                              "WHERE key = 'unit'", "nested deeper than 64"),
+    "attr-too-deep-to-parse": (f"UPDATE trial_user_attributes SET value_json = '{deep(99_999)}' "
+                               "WHERE key = 'unit'", "RecursionError"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("sql,says", DAMAGED_ROWS.values(), ids=list(DAMAGED_ROWS))
+def test_a_row_optuna_cannot_parse_is_one_line_in_every_reader_and_nothing_is_written(
+    tmp_path, capsys, sql, says
+):
+    url = study_with_rows(tmp_path / "study.db")
+    assert main(["results", "s", "--storage", url, "--runs"]) == 0  # whole, it reads
+    with sqlite3.connect(tmp_path / "study.db") as connection:
+        assert connection.execute(sql).rowcount >= 1
+    capsys.readouterr()
+    before = files_in(tmp_path)
+    for args in (["results"], ["results", "s"], ["results", "s", "--runs"], ["results", "s",
+                 "--json"], ["report", "s", "--out", str(tmp_path / "rep")]):  # fmt: skip
+        assert main([*args, "--storage", url]) == 2, args
+        line = one_error_line(capsys)
+        assert f"storage {url} holds a damaged row" in line and says in line, line
+    for args in (["results", "--out", str(tmp_path)], ["results", "s", "--out", str(tmp_path)],
+                 ["report", str(tmp_path), "--out", str(tmp_path / "rep")]):  # fmt: skip
+        assert main(args) == 2, args  # the default study.db of an --out folder, and report DIR
+        assert "holds a damaged row" in one_error_line(capsys)
+    assert files_in(tmp_path) == before
+
+
+def test_optunas_own_answers_and_a_wrong_call_are_not_taken_for_a_damaged_row(tmp_path):
+    from tricklab.experiments.contents import RowCheckedStorage
+
+    storage = open_storage(study_with_rows(tmp_path / "study.db"))
+    with pytest.raises(KeyError):  # no such study: load_study lists those there are
+        optuna.load_study(study_name="nope", storage=storage)
+    with pytest.raises(KeyError):
+        storage.get_trial(999)
+    backend = storage._backend
+    assert isinstance(backend, RowCheckedStorage)
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        backend.get_trial()
+
+
+@pytest.mark.parametrize("key,in_run", [("run_dir", False), ("run_dir", True)])
+def test_a_run_folder_that_is_no_text_is_one_line(tmp_path, capsys, key, in_run):
+    # was: `results --runs` showed {'a': 1} as the run folder and --json gave the object
+    folder = {key: {"a": 1}}
+    attrs = {**GOOD_ATTRS, "runs": [{**GOOD_RUN, **folder}]} if in_run else {**GOOD_ATTRS, **folder}
+    url = study_with_trial(tmp_path / "s.db", attrs)
+    says = "runs: run_dir of type dict, not str or null" if in_run else "run_dir of type dict"
+    check_refused_in_one_line(url, tmp_path, says, capsys)
+    runs = [{**GOOD_RUN, "run_dir": None}]  # as a reused run stores it
+    url = study_with_trial(tmp_path / "t.db", {**GOOD_ATTRS, "run_dir": "/x", "runs": runs})
+    assert main(["results", "s", "--storage", url, "--runs"]) == 0
+
+
+TINY_ABLATION = ["ablate", "--baseline", "data.name=synthetic", "data.train_size=64",
+                 "data.test_size=32", "data.image_size=16", "model.name=airbench",
+                 "model.widths=[4,8,8]", "run.epochs=1", "loader.batch_size=32",
+                 "run.device=cpu", "--vary", "optim.lr=0.05", "--seeds", "1", "--study", "abl",
+                 "--quiet"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_ablation(tmp_path_factory) -> Path:
+    """The folder of a finished ablation: 2 configurations, 1 seed each."""
+    folder = tmp_path_factory.mktemp("ablation") / "abl"
+    assert main([*TINY_ABLATION, "--out", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["trial-state", "trial-attr-json"])
+def test_a_writer_resuming_a_study_with_a_damaged_row_says_so_in_one_line(
+    tiny_ablation, tmp_path, capsys, damage
+):
+    import shutil
+
+    folder = tmp_path / "abl"
+    shutil.copytree(tiny_ablation, folder)
+    with sqlite3.connect(folder / "study.db") as connection:
+        connection.execute(DAMAGED_ROWS[damage][0])
+    before = (folder / "study.db").read_bytes()
+    capsys.readouterr()
+    assert main([*TINY_ABLATION, "--out", str(folder)]) == 2  # resuming: reads every trial
+    assert "holds a damaged row" in one_error_line(capsys)
+    assert main(["results", "abl", "--out", str(folder)]) == 2
+    assert "holds a damaged row" in one_error_line(capsys)
+    assert (folder / "study.db").read_bytes() == before

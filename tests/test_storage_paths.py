@@ -69,3 +69,21 @@ def test_a_journal_storage_without_a_path_is_refused_in_one_line(spec, capsys):
     assert main(["results", "--storage", spec]) == 2
     err = capsys.readouterr().err
     assert err == "error: --storage journal: names no file; give journal:PATH\n"
+
+
+@pytest.mark.parametrize("query", ["?mode=ro", "?", "#part", "?mode=ro&uri=true"])
+def test_an_sqlite_url_with_a_query_or_fragment_is_refused_in_one_line(tmp_path, query, capsys):
+    # was: SQLAlchemy's two-line SAWarning, mode=ro ignored, the study written, and the claim lock
+    # named x.db?mode=ro.claim-lock, which a worker given sqlite:///x.db does not take
+    url = f"sqlite:///{tmp_path}/x.db{query}"
+    ablate = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--seeds", "1",
+              "--storage", url, "--out", str(tmp_path / "e")]  # fmt: skip
+    for args in (["results", "--storage", url], ["results", "s", "--storage", url],
+                 [*ablate, "--dry-run"], ablate):  # fmt: skip
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"error: --storage {url}: an SQLite URL takes no query string or fragment; give the "
+            f"path alone: sqlite:///{tmp_path}/x.db\n"
+        )
+    assert list(tmp_path.iterdir()) == []

@@ -119,6 +119,7 @@ TRIAL_ATTRS = {
     "overrides": (list,),
     "runs": (list,),
     "status": (str, NONE),
+    "run_dir": (str,),  # the run's folder, named before it starts (workers.py)
 }
 RUN_FIELDS = {
     "seed": (int,),
@@ -131,6 +132,7 @@ RUN_FIELDS = {
     "time_to_target_seconds": (*NUMBER, NONE),
     "target_accuracy": (*NUMBER, NONE),
     "reused_from_trial": (int,),
+    "run_dir": (str, NONE),  # null in a reused run whose first try kept no folder
 }
 
 

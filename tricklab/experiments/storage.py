@@ -8,17 +8,20 @@ One Optuna study per experiment. `--storage` takes
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
 Messages, summaries and records show a URL's password as `***` (`shown_url`, urls.py). In-memory
-SQLite (`sqlite://`) is refused: it would store nothing to resume. A file storage's path must be a
-file or nothing (never a folder, a pipe or a device). A journal file that exists must start with an
-Optuna journal record, so no other file is ever appended to; a last line a writer never finished
-is set aside before the next append (journal.py). A reader opens only a whole Optuna database
-(every table Optuna would make, its version rows written), so Optuna writes nothing into it, and
-refuses a storage holding what tricklab cannot show (a study name that is no text).
+SQLite (`sqlite://`) is refused: it would store nothing to resume; so is an SQLite URL with a query
+(`?mode=ro`: SQLAlchemy ignores it). A file storage's path must be a file or nothing (never a
+folder, a pipe or a device). A journal file that exists must start with an Optuna journal record,
+so no other file is ever appended to; a last line a writer never finished is set aside before the
+next append (journal.py). A reader opens only a whole Optuna database (every table Optuna would
+make, its version rows written), so Optuna writes nothing into it, and refuses a storage holding
+what tricklab cannot show (a study name that is no text). A database row Optuna cannot parse is
+one line for readers and writers alike (contents.py).
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
-FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why); one
-without a `status` was left RUNNING by a worker that died and was failed later: `interrupted`. `skipped` marks a trial that a worker claimed and gave up at once because
-its unit was already taken (claims.py: the claim protocol; this module only opens stores).
+FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why);
+one without a `status` was left RUNNING by a worker that died and was failed later: `interrupted`.
+`skipped` marks a trial that a worker claimed and gave up at once because its unit was already
+taken (claims.py: the claim protocol; this module only opens stores).
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import not_a_file
-from tricklab.core.safeio import check_depth, parse_json, shown
+from tricklab.core.safeio import parse_json
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
+from tricklab.experiments.contents import RowCheckedStorage, check_contents, one_line
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
@@ -85,7 +89,15 @@ def _check_database_url(url: str) -> None:
         parsed = make_url(url)
         parsed.get_dialect()
     except Exception as exc:  # ArgumentError (unparsable), NoSuchModuleError (unknown kind)
-        raise _cannot_open(url, _one_line(exc)) from None
+        raise _cannot_open(url, one_line(exc)) from None
+    alone = url.partition("?")[0].partition("#")[0]
+    if parsed.get_backend_name() == "sqlite" and alone != url:
+        # SQLAlchemy warns of ?mode=ro and ignores it; the claim lock beside the file
+        # (claims.claim_lock) would be named after the URL, not the file: two workers not excluded
+        raise TrickLabError(
+            f"--storage {shown_url(url)}: an SQLite URL takes no query string or fragment; "
+            f"give the path alone: {alone}"
+        )
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise TrickLabError(
             f"--storage {shown_url(url)} is an in-memory database: nothing would be stored or "
@@ -98,17 +110,11 @@ def _cannot_open(url: str, why: str) -> TrickLabError:
     return TrickLabError(without_password(f"cannot open storage {url}: {why}", url))
 
 
-def _one_line(exc: BaseException) -> str:
-    """An exception as one line: SQLAlchemy adds the SQL and a web link on lines of their own."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-
-
 def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
     """An Optuna storage for a URL from `storage_url`. With `must_exist` (every reader: `results`,
     `report`) it never creates a file or a table: a file or database without Optuna's whole
     schema (an empty study.db, a table dropped) is one TrickLabError line, as Optuna would write
-    the rest into it; so is one holding what tricklab cannot show (`_check_contents`)."""
+    the rest into it; so is one holding what tricklab cannot show (`contents.check_contents`)."""
     if url.startswith("journal:"):
         path = _file_path(url, "journal:")
         if must_exist and not path.is_file():
@@ -118,9 +124,9 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             storage = optuna.storages.JournalStorage(journal_backend(path))
         except Exception as exc:
-            raise TrickLabError(f"cannot read journal {path}: {_one_line(exc)}") from None
+            raise TrickLabError(f"cannot read journal {path}: {one_line(exc)}") from None
         if must_exist:  # held in memory: its trials are checked too
-            _check_contents(storage, f"journal {path}", trials=True)
+            check_contents(storage, f"journal {path}", trials=True)
         return storage
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
@@ -137,18 +143,18 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         _check_whole_schema(shown_url(url), *_server_schema(url))
     for attempt in range(SCHEMA_RETRIES):
         try:
-            storage = optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs))
+            storage = optuna.storages.get_storage(RowCheckedStorage(url, **kwargs))
         except ImportError as exc:
             raise _driver_missing(url, exc) from None
         except Exception as exc:  # SQLAlchemy raises many kinds for a bad URL or a lost server
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if attempt + 1 == SCHEMA_RETRIES or not racing:
-                raise _cannot_open(url, _one_line(exc)) from None
+                raise _cannot_open(url, one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
             continue
         if must_exist:  # its studies only: reading every trial here would double the queries
-            _check_contents(storage, shown_url(url), trials=False)
+            check_contents(storage, shown_url(url), trials=False)
         return storage
     raise AssertionError("unreachable")
 
@@ -173,44 +179,6 @@ def _check_whole_schema(where: str, tables: list[str], rows: Callable[[str], int
             f"{where} holds only part of an Optuna database (no {', '.join(missing)}), and a "
             "reader adds nothing: give another --storage (a writer, ablate or sweep, adds it)"
         )
-
-
-def _check_contents(storage: optuna.storages.BaseStorage, where: str, *, trials: bool) -> None:
-    """TrickLabError naming `where` for what Optuna stores without looking and tricklab cannot
-    show: a study name that is no text, attrs that are no mapping of names or nest deeper than
-    any JSON tricklab reads, and (`trials`) values and intermediate values that are no numbers."""
-    try:
-        problem = _contents_problem(storage, trials)
-    except Exception as exc:  # Optuna failing on what it stored
-        problem = _one_line(exc)
-    if problem is not None:
-        raise TrickLabError(f"{where} is not a storage tricklab can read: {shown(problem)}")
-
-
-def _contents_problem(storage: optuna.storages.BaseStorage, trials: bool) -> str | None:
-    for study in storage.get_all_studies():
-        if not isinstance(study.study_name, str):
-            return f"a study's name is {type(study.study_name).__name__}, not text"
-        held = [(f"study {study.study_name!r}", [study.user_attrs, study.system_attrs], None, {})]
-        for t in storage.get_all_trials(study._study_id, deepcopy=False) if trials else []:
-            where = f"study {study.study_name!r}, trial {t.number}"
-            held.append((where, [t.user_attrs, t.system_attrs], t.values, t.intermediate_values))
-        for where, attrs, values, steps in held:
-            if not all(isinstance(a, dict) and all(isinstance(k, str) for k in a) for a in attrs):
-                return f"{where}: its attrs are no mapping of names"
-            if values is not None and not (isinstance(values, list) and _numbers(values)):
-                return f"{where}: its values are no list of numbers"
-            if not (isinstance(steps, dict) and _numbers([*steps.values(), *steps])):
-                return f"{where}: its intermediate values are no numbers by step"
-            try:
-                check_depth(attrs)
-            except ValueError as exc:
-                return f"{where}: an attr is {exc}"
-    return None
-
-
-def _numbers(items: list[Any]) -> bool:
-    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in items)
 
 
 def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
@@ -274,7 +242,7 @@ def _server_schema(url: str) -> tuple[list[str], Callable[[str], int]]:
     except ImportError as exc:
         raise _driver_missing(url, exc) from None
     except Exception as exc:
-        raise _cannot_open(url, _one_line(exc)) from None
+        raise _cannot_open(url, one_line(exc)) from None
     return tables, lambda table: rows.get(table) or 0
 
 
