@@ -564,3 +564,21 @@ def test_a_writer_resuming_a_study_with_a_damaged_row_says_so_in_one_line(
     assert main(["results", "abl", "--out", str(folder)]) == 2
     assert "holds a damaged row" in one_error_line(capsys)
     assert (folder / "study.db").read_bytes() == before
+
+
+def test_a_writer_resuming_a_study_whose_attr_has_the_wrong_type_says_so_in_one_line(
+    tiny_ablation, tmp_path, capsys
+):
+    """Fourth hostile round: readers refused a trial's `unit` stored as a list, a resuming
+    worker ended in `TypeError: unhashable type: 'list'`."""
+    import shutil
+
+    folder = tmp_path / "abl"
+    shutil.copytree(tiny_ablation, folder)
+    with sqlite3.connect(folder / "study.db") as connection:
+        connection.execute("update trial_user_attributes set value_json='[1]' where key='unit'")
+    before = (folder / "study.db").read_bytes()
+    capsys.readouterr()
+    assert main([*TINY_ABLATION, "--out", str(folder)]) == 2
+    assert "trial 0 holds unit of type list, not str" in one_error_line(capsys)
+    assert (folder / "study.db").read_bytes() == before

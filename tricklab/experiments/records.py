@@ -136,6 +136,16 @@ RUN_FIELDS = {
 }
 
 
+def checked_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials; TrickLabError naming the first whose attributes tricklab reads have
+    the wrong type (`collect_runs` checks each as it reads; an ablation or sweep resuming a study,
+    before it counts what is done: a `unit` stored as a list was a TypeError there)."""
+    trials = study.get_trials(deepcopy=False)
+    for trial in trials:
+        _check_trial(study.study_name, trial)
+    return trials
+
+
 def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
     """TrickLabError naming the trial when an attribute tricklab reads has the wrong type."""
     attrs = trial.user_attrs

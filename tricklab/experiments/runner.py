@@ -39,6 +39,7 @@ from tricklab.experiments.plan import (
     default_study_name,
     plan_units,
 )
+from tricklab.experiments.records import checked_trials
 from tricklab.experiments.rundirs import RUN_DIR_ATTR, study_dir
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats, planned_runs
@@ -239,7 +240,7 @@ def ablate(
         sampler=optuna.samplers.RandomSampler(),
     )
     keys = [u.key for u in units]
-    done_before = done_count(final_statuses(opened.get_trials(deepcopy=False)), keys)
+    done_before = done_count(final_statuses(checked_trials(opened)), keys)
     provenance = start_record()
     with _stop_request(stop) as stop, _sharing_data(train_fn):
         worker = Worker(
@@ -257,7 +258,7 @@ def ablate(
         ran = run_units(
             worker, units, params=lambda unit: params[unit.config.config_id], space=space
         )
-    counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)), keys)
+    counts = status_counts(final_statuses(checked_trials(opened)), keys)
     return _summary(opened, "ablation", url, len(units), ran, done_before, counts, provenance)
 
 
@@ -356,18 +357,18 @@ def sweep(
             values = {config.config_id: v for config, v in points}
             units = plan_units([config for config, _ in points], seeds)
             keys = [u.key for u in units]
-            done_before = done_count(final_statuses(opened.get_trials(deepcopy=False)), keys)
+            done_before = done_count(final_statuses(checked_trials(opened)), keys)
             ran = run_units(
                 worker,
                 units,
                 params=lambda unit: values[unit.config.config_id],
                 space=space.grid_space(),
             )
-            counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)), keys)
+            counts = status_counts(final_statuses(checked_trials(opened)), keys)
             return _summary(opened, "sweep", url, len(units), ran, done_before, counts, provenance)
-        done_before = done_count(final_statuses(opened.get_trials(deepcopy=False)))
+        done_before = done_count(final_statuses(checked_trials(opened)))
         ran = run_sampled(worker, space, trials, seeds)
-    counts = status_counts(final_statuses(opened.get_trials(deepcopy=False)))
+    counts = status_counts(final_statuses(checked_trials(opened)))
     return _summary(opened, "sweep", url, trials, ran, done_before, counts, provenance)
 
 
