@@ -87,3 +87,14 @@ def test_an_sqlite_url_with_a_query_or_fragment_is_refused_in_one_line(tmp_path,
             f"path alone: sqlite:///{tmp_path}/x.db\n"
         )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("driver", ["sqlite+pysqlite", "sqlite+pysqlcipher"])
+def test_an_sqlite_url_naming_a_driver_is_refused_in_one_line(tmp_path, driver, capsys):
+    # the file's checks and the claim lock beside it key on the sqlite:/// form: two workers given
+    # sqlite+pysqlite:///x.db would not exclude each other
+    url = f"{driver}:///{tmp_path}/x.db"
+    assert main(["results", "--storage", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give an SQLite file as sqlite:///PATH" in err, err
+    assert list(tmp_path.iterdir()) == []

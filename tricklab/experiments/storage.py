@@ -98,6 +98,11 @@ def _check_database_url(url: str) -> None:
             f"--storage {shown_url(url)}: an SQLite URL takes no query string or fragment; "
             f"give the path alone: {alone}"
         )
+    if parsed.get_backend_name() == "sqlite" and not url.startswith("sqlite:"):
+        # sqlite+pysqlite:///x.db: the file's checks and claim lock key on the sqlite:/// form
+        raise TrickLabError(
+            f"--storage {shown_url(url)}: give an SQLite file as sqlite:///PATH (no driver name)"
+        )
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise TrickLabError(
             f"--storage {shown_url(url)} is an in-memory database: nothing would be stored or "
