@@ -95,7 +95,6 @@ class _RecipeLoader(yaml.SafeLoader):
 _RecipeLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML12]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    if first is not None
 }
 _RecipeLoader.yaml_implicit_resolvers = {  # no 1.1 timestamp: a date is text, as in YAML 1.2
     first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
