@@ -458,3 +458,13 @@ def test_compile_auto_is_a_documented_choice_and_speedrun94_muon_uses_it():
     assert load_recipe("speedrun94-muon", []).tricks.compile == "auto"
     for name in ("speedrun94", "speedrun95", "speedrun96"):  # their airbench files run eager
         assert load_recipe(name, []).tricks.compile == "off"
+
+
+@pytest.mark.parametrize("value", ["!!float abc", "!!int 1e3", "!!int 0o", "!!int -0x10"])
+def test_a_tagged_value_its_tag_does_not_fit_is_one_line(tmp_path, value):
+    """`optim.lr=!!float abc` and a file's `lr: !!int 1e3` were ValueError tracebacks."""
+    with pytest.raises(TrickLabError, match="a tagged value is not what its tag says"):
+        load_recipe(None, [f"optim.lr={value}"])
+    (tmp_path / "r.yaml").write_text(f"optim:\n  lr: {value}\n")
+    with pytest.raises(TrickLabError, match=r"r\.yaml: a tagged value is not what its tag says"):
+        load_recipe(tmp_path / "r.yaml")

@@ -112,7 +112,10 @@ def read_yaml(text: str) -> Any:
     `describe_yaml_error` says what is wrong), TrickLabError for what the limits refuse."""
     if len(text) > MAX_YAML_BYTES:
         raise TrickLabError(f"larger than {MAX_YAML_BYTES:,} bytes")
-    return yaml.load(text, Loader=_RecipeLoader)
+    try:
+        return yaml.load(text, Loader=_RecipeLoader)
+    except (ValueError, OverflowError) as exc:  # a tag its value does not fit: `!!int 1e3`
+        raise TrickLabError(f"a tagged value is not what its tag says ({exc})") from None
 
 
 def read_value(text: str, takes_text: bool = False) -> Any:
