@@ -468,3 +468,22 @@ def test_a_tagged_value_its_tag_does_not_fit_is_one_line(tmp_path, value):
     (tmp_path / "r.yaml").write_text(f"optim:\n  lr: {value}\n")
     with pytest.raises(TrickLabError, match=r"r\.yaml: a tagged value is not what its tag says"):
         load_recipe(tmp_path / "r.yaml")
+
+
+@pytest.mark.parametrize(
+    "override", ["model.widths=[8, 16 #, 32\n, 64]", "run.loggers=[csv, #, jsonl\n]"]
+)
+def test_a_comment_inside_a_value_of_several_lines_is_refused_not_cut(override):
+    # fifth hostile round: [8, 16 #, 32\n, 64] was read as [8, 16, 64]
+    with pytest.raises(TrickLabError, match=r"'#, .*' would be read as a YAML comment"):
+        load_recipe(None, [override])
+
+
+@pytest.mark.parametrize("typed", ["0o17", "1e3", "+.5", "-.5e1", "017", "on", "1:30", "0x1F"])
+def test_a_runs_recipe_yaml_reads_back_as_it_ran(tmp_path, typed):
+    """Fifth hostile round: recipe.yaml was written by YAML 1.1's rules and read by 1.2's: a
+    data.dir of 0o17 was written unquoted and read back as '15'."""
+    recipe = load_recipe(None, [f"data.dir={typed}", f"run.wandb_project={typed}"])
+    recipe.to_yaml(tmp_path / "recipe.yaml")
+    again = load_recipe(tmp_path / "recipe.yaml")
+    assert again == recipe and again.data.dir == typed

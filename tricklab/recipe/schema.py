@@ -38,7 +38,7 @@ from tricklab.recipe.sections import (  # noqa: F401 (the sections and their bou
     TricksConfig,
     check_logger_names,
 )
-from tricklab.recipe.yamlio import read_value
+from tricklab.recipe.yamlio import dump_yaml, read_value
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Recipe:
         return Recipe.from_dict(data, source=source)
 
     def to_yaml(self, path: str | Path | None = None) -> str:
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        text = dump_yaml(self.to_dict())
         if path is not None:
             Path(path).write_text(text)
         return text

@@ -114,18 +114,38 @@ def read_yaml(text: str) -> Any:
         raise TrickLabError(f"larger than {MAX_YAML_BYTES:,} bytes")
     try:
         return yaml.load(text, Loader=_RecipeLoader)
-    except (ValueError, OverflowError) as exc:  # a tag its value does not fit: `!!int 1e3`
-        raise TrickLabError(f"a tagged value is not what its tag says ({exc})") from None
+    except (ValueError, OverflowError, TypeError, KeyError, AttributeError) as exc:
+        # a tag its value does not fit (`!!int 1e3`, `!!bool x`), an int of 5,000 digits
+        raise TrickLabError(f"a tagged value is not what its tag says ({exc!r:.120})") from None
+
+
+class _RecipeDumper(yaml.SafeDumper):
+    """SafeDumper that quotes a string YAML 1.1 or 1.2 would read as something else: `0o17`,
+    `1e3`, `+.5` (1.2 numbers) as well as `on`, `1:30`, `2026-01-01` (1.1's), so that a run's
+    recipe.yaml reads back as it ran, here and in any other YAML reader."""
+
+
+_RecipeDumper.yaml_implicit_resolvers = {
+    first: list(resolvers) for first, resolvers in yaml.SafeDumper.yaml_implicit_resolvers.items()
+}
+for _tag, (_pattern, _firsts) in _YAML12.items():
+    _RecipeDumper.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern})$"), list(_firsts))
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML text that `read_yaml` (and YAML 1.1 readers) read back as it is."""
+    return yaml.dump(data, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=False)
 
 
 def read_value(text: str, takes_text: bool = False) -> Any:
     """A command-line value (`key=VALUE`), read as a recipe file's values are, except that a
     comment is refused (the shell passed `data.dir=a #b` whole: '#b' would have been dropped)
     and, for a field that `takes_text`, a number keeps its spelling (`data.dir=017`, not '17')."""
-    if _comment_at(text) is not None:
+    at = _comment_at(text)
+    if at is not None:
+        comment = text[at:].splitlines()[0].strip()
         raise TrickLabError(
-            f"{text[_comment_at(text) :].strip()!r} would be read as a YAML comment and dropped; "
-            "quote the value to keep it"
+            f"{comment!r} would be read as a YAML comment and dropped; quote the value to keep it"
         )
     value = read_yaml(text)
     if takes_text and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -134,15 +154,20 @@ def read_value(text: str, takes_text: bool = False) -> Any:
 
 
 def _comment_at(text: str) -> int | None:
-    """Where a YAML comment starts in `text`, if it holds one (text that is no YAML: None)."""
+    """Where a YAML comment starts in `text`, if it holds one (text that is no YAML: None).
+    Between two tokens there is only white space, line breaks and comments."""
     try:
         tokens = list(yaml.scan(text, Loader=_RecipeLoader))
     except yaml.YAMLError:
         return None  # read_yaml says what is wrong
-    ends = (yaml.BlockEndToken, yaml.StreamEndToken)  # at the text's end, past any comment
-    end = max((t.end_mark.index for t in tokens if not isinstance(t, ends)), default=0)
-    rest = text[end:]
-    return end + rest.index("#") if "#" in rest else None
+    done = 0  # where the text read so far ends
+    for token in [*tokens, None]:
+        start = len(text) if token is None else token.start_mark.index
+        if "#" in text[done:start]:
+            return done + text[done:start].index("#")
+        if token is not None:
+            done = max(done, token.end_mark.index)
+    return None
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:

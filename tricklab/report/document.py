@@ -14,6 +14,7 @@ from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import BUSY_ADVICE
+from tricklab.recipe.yamlio import dump_yaml
 from tricklab.report.collect import Source
 from tricklab.report.figures import FIGURES, Figure
 from tricklab.report.tables import TableData, per_seed_table, results_table, shown_table
@@ -292,9 +293,7 @@ def build_document(
     for source in sources:
         recipe = source.baseline_recipe()
         if recipe:
-            import yaml
-
-            text = yaml.safe_dump(json.loads(json.dumps(recipe)), sort_keys=False)
+            text = dump_yaml(json.loads(json.dumps(recipe)))
             blocks.append(
                 Details(f"{source.name}: the reference's recipe (seed aside)", [Code(text, "yaml")])
             )
