@@ -142,14 +142,12 @@ def test_csv_into_a_folder_is_a_user_error_and_leaves_nothing(tmp_path):
 def test_csv_over_a_read_only_file_is_a_user_error_and_leaves_it(tmp_path):
     rows = config_stats(records("baseline", BASE_ACC, BASE_SECONDS))
     target = tmp_path / "rows.csv"
-    kept = "config_id,overrides,is_reference\n"  # one it wrote before (another kind is refused)
-    target.write_text(kept)
+    write_csv(rows, target)  # one it wrote before (a file of another kind is refused first)
+    kept = target.read_text()
     target.chmod(0o444)
     with pytest.raises(TrickLabError, match="rows.csv: it is read-only"):
         write_csv(rows, target)
-    assert target.read_text() == kept and sorted(p.name for p in tmp_path.iterdir()) == [
-        "rows.csv"
-    ]
+    assert target.read_text() == kept and sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
 
 
 def test_welch_on_identical_runs_gives_no_warning():

@@ -77,7 +77,12 @@ def test_the_csv_file_option_still_writes_the_rows(study, capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "victim, text",
-    [("result.json", '{"status": "complete"}'), ("study.db.claim-lock", ""), ("notes.txt", "x")],
+    [
+        ("result.json", '{"status": "complete"}'),
+        ("study.db.claim-lock", ""),
+        ("notes.txt", "the header is config_id,overrides,is_reference,n,planned\n"),
+        ("other.csv", "a,b\nconfig_id,overrides,is_reference\n"),
+    ],
 )
 def test_the_csv_file_option_never_replaces_a_file_it_did_not_write(
     study, capsys, tmp_path, victim, text

@@ -325,11 +325,14 @@ def check_output_file(path: Path, option: str, holds: bytes) -> Path:
     return path
 
 
-def check_replaceable(path: Path, option: str, holds: bytes | None = None) -> None:
+def check_replaceable(
+    path: Path, option: str, holds: bytes | None = None, at_start: bool = False
+) -> None:
     """TrickLabError for a path a file written there (atomic_write: a rename) must not replace:
     not a plain file (a device such as /dev/null, a link, a folder), a file that holds no text
     (a study's own database named by mistake), or, given `holds`, a file without those bytes in
-    its first MiB: not one the option wrote (a run's result.json, an empty lock file)."""
+    its first MiB: not one the option wrote (a run's result.json, an empty lock file). With
+    `at_start`, the file must begin with them (a CSV's header line, not a note quoting it)."""
     if not os.path.lexists(path):
         return
     if path.is_symlink() or not path.is_file():
@@ -351,7 +354,8 @@ def check_replaceable(path: Path, option: str, holds: bytes | None = None) -> No
         )
     if holds is not None:  # an empty file too: a lock file is one (a rename swaps its inode)
         with open(path, "rb") as handle:
-            if holds not in handle.read(2**20):
+            head = handle.read(2**20)
+            if not (head.startswith(holds) if at_start else holds in head):
                 raise TrickLabError(
                     f"{option} {shown(path)} holds a file of another kind that it would replace; "
                     "give a new file, or one it wrote before"
