@@ -37,7 +37,7 @@ from tricklab.cli.common import (
     say_notices,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
-from tricklab.core.errors import TrickLabError, leave_rank_error
+from tricklab.core.errors import TrickLabError, another_rank_failed, leave_rank_error
 from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             print_error(str(disk_full_error(exc)))
             return 2
         except KeyboardInterrupt:
-            if os.environ.get("RANK", "0") == "0":  # under torchrun, once, not once per rank
+            if os.environ.get("RANK", "0") == "0" and not another_rank_failed():  # once
                 err_console.print("interrupted", highlight=False)
             return INTERRUPTED_EXIT_CODE
 

@@ -20,6 +20,7 @@ from tricklab.cli.common import (
     recipe_and_overrides,
     recipe_stem,
 )
+from tricklab.core.errors import another_rank_failed
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay, percent
 from tricklab.core.safeio import shown
@@ -147,7 +148,7 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
     except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
         if args.json:
             print(json.dumps(stopped.result.to_dict()))
-        else:
+        elif not another_rank_failed():  # then the launcher's error line names the folder
             echo(err_console, f"run directory: {out}")
         raise
     finally:

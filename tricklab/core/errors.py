@@ -40,6 +40,18 @@ def leave_rank_error(message: str) -> None:
             pass  # the launcher then says the rank failed, without its reason
 
 
+def another_rank_failed() -> bool:
+    """Whether a rank of this launch left its error (`leave_rank_error`): a stop that reaches
+    rank 0 then is torchrun's, after that failure, not the user's Ctrl-C; the launcher says it."""
+    import os
+
+    folder = os.environ.get(RANK_ERRORS_ENV)
+    try:
+        return bool(folder) and any(name.startswith("rank-") for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
 def rank_error(folder: str, rank: int) -> str | None:
     """What rank `rank` left with `leave_rank_error`, if anything."""
     from pathlib import Path
