@@ -374,6 +374,17 @@ def test_any_override_gives_a_recipe_or_one_line(override):
 
 
 @HOSTILE
+@given(text=st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc"]), max_size=40))
+def test_any_text_field_written_to_recipe_yaml_reads_back_as_it_ran(tmp_path_factory, text):
+    """The writer (yamlio.dump_yaml) quotes what YAML 1.1 or 1.2 would read as no string."""
+    recipe = load_recipe(None).override([])
+    recipe.data.dir = text
+    path = tmp_path_factory.mktemp("r") / "recipe.yaml"
+    recipe.to_yaml(path)
+    assert load_recipe(str(path)).data.dir == text
+
+
+@HOSTILE
 @given(
     space=st.dictionaries(
         st.sampled_from(["optim.lr", "run.epochs", "aug.flip", "model.widths", "run.seed", "x"]),

@@ -1,5 +1,8 @@
 """The one exception type for user mistakes (bad config, data, files)."""
 
+import os
+from pathlib import Path
+
 
 class TrickLabError(Exception):
     """A user mistake: the CLI prints its message as one line on stderr and exits with code 2."""
@@ -29,8 +32,6 @@ RANK_ERRORS_ENV = "TRICKLAB_RANK_ERRORS"
 
 def leave_rank_error(message: str) -> None:
     """A launched rank's (RANK > 0) one-line error, left for `distributed.launch`; best effort."""
-    import os
-    from pathlib import Path
 
     folder, rank = os.environ.get(RANK_ERRORS_ENV), os.environ.get("RANK", "0")
     if folder and rank.isdigit():
@@ -43,7 +44,6 @@ def leave_rank_error(message: str) -> None:
 def another_rank_failed() -> bool:
     """Whether a rank of this launch left its error (`leave_rank_error`): a stop that reaches
     rank 0 then is torchrun's, after that failure, not the user's Ctrl-C; the launcher says it."""
-    import os
 
     folder = os.environ.get(RANK_ERRORS_ENV)
     try:
@@ -54,7 +54,6 @@ def another_rank_failed() -> bool:
 
 def rank_error(folder: str, rank: int) -> str | None:
     """What rank `rank` left with `leave_rank_error`, if anything."""
-    from pathlib import Path
 
     try:
         return Path(folder, f"rank-{rank}").read_text()[:2000].strip() or None

@@ -92,13 +92,10 @@ class _RecipeLoader(yaml.SafeLoader):
         return int(text[2:] if base != 10 else text, base)
 
 
+_YAML11_ONLY = (*_YAML12, "tag:yaml.org,2002:timestamp")  # replaced below; a date is text
 _RecipeLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML12]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_RecipeLoader.yaml_implicit_resolvers = {  # no 1.1 timestamp: a date is text, as in YAML 1.2
-    first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
-    for first, resolvers in _RecipeLoader.yaml_implicit_resolvers.items()
 }
 for _tag, (_pattern, _firsts) in _YAML12.items():  # int before float: `17` is an int
     _RecipeLoader.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern})$"), list(_firsts))
