@@ -83,6 +83,20 @@ def test_yes_is_not_a_boolean_in_a_space_file(tmp_path):
         load_space(tmp_path / "space.yaml")
 
 
+@pytest.mark.parametrize("low", ["1_0", "\u0661\u0660", "0x10", "1:30", "inf"])
+def test_a_range_bound_python_would_read_but_yaml_1_2_would_not_is_not_a_number(tmp_path, low):
+    """float() takes `1_0` as 10 and Arabic-Indic digits as numbers; a recipe field does not."""
+    (tmp_path / "space.yaml").write_text(f"optim.lr: {{low: '{low}', high: 20}}\n")
+    with pytest.raises(TrickLabError, match=r"optim.lr.low=.* is not (a|a finite) number"):
+        load_space(tmp_path / "space.yaml")
+
+
+def test_a_quoted_range_bound_in_yaml_1_2_decimal_form_is_a_number(tmp_path):
+    (tmp_path / "space.yaml").write_text("optim.lr: {low: '1e-3', high: '.5'}\n")
+    dist = load_space(tmp_path / "space.yaml").distributions["optim.lr"]
+    assert (dist.low, dist.high) == (0.001, 0.5)
+
+
 @pytest.mark.parametrize("step", [0, -32, 0.0])
 def test_a_range_step_must_be_positive(step):
     with pytest.raises(TrickLabError, match="step=.* must be > 0"):

@@ -222,7 +222,8 @@ def test_overrides_are_read_as_yaml_1_2_and_text_fields_keep_what_was_typed(
 
 
 @pytest.mark.parametrize(
-    "override", ["run.time_budget_seconds=1:30", "optim.lr=1_0", "run.epochs=1:30"]
+    "override",
+    ["run.time_budget_seconds=1:30", "optim.lr=1_0", "run.epochs=1:30", "optim.lr=\u0661\u0660"],
 )
 def test_yaml_1_1_number_forms_are_not_numbers(override):
     with pytest.raises(TrickLabError, match="is not valid; expected"):

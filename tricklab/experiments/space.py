@@ -34,7 +34,7 @@ from optuna.distributions import (
 from tricklab.core.errors import TrickLabError
 from tricklab.experiments.plan import MAX_GRID_POINTS, SEEDS_ERROR, format_value
 from tricklab.recipe.schema import field_table
-from tricklab.recipe.yamlio import read_yaml_file
+from tricklab.recipe.yamlio import number_in_text, read_yaml_file
 
 RANGE_KEYS = {"low", "high", "log", "step"}
 SETUP_CHECKS_PER_AXIS = (
@@ -166,11 +166,8 @@ def parse_space(data: Any, source: str = "space") -> SearchSpace:
 
 
 def _number(key: str, name: str, value: Any, source: str) -> float | int:
-    if isinstance(value, str):  # YAML reads 1e-3 (no dot) as a string
-        try:
-            value = float(value)
-        except ValueError:
-            pass
+    if isinstance(value, str) and (number := number_in_text(value)) is not None:
+        value = number  # a quoted number: "1e-3"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TrickLabError(f"{source}: {key}.{name}={value!r} is not a number")
     if isinstance(value, float) and not math.isfinite(value):

@@ -13,6 +13,7 @@ import typing
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
+from tricklab.recipe.yamlio import number_in_text
 
 INT_MAX = 2**31 - 1  # the bound of an int field that names none: C-sized for torch
 SHOWN_CHARS = 60  # of a bad value in its error line
@@ -94,11 +95,13 @@ def _as_type(base: Any, value: Any) -> Any:
         # a quoted number is text; an int of 400 digits overflows a float
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             return _BAD
-        if isinstance(value, str) and "_" in value:  # Python's float() takes 1_0 as 10.0
-            return _BAD
+        if isinstance(value, str):  # not float()'s `1_0`, ` 1` or non-ASCII digits
+            value = number_in_text(value)
+            if value is None:
+                return _BAD
         try:
             value = float(value)
-        except (ValueError, OverflowError):
+        except OverflowError:
             return _BAD
         return value if math.isfinite(value) else _BAD  # no NaN or infinity
     if base is str:

@@ -35,12 +35,12 @@ MAX_YAML_NODES = 10_000
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
+_DECIMAL_PATTERN = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
 _YAML12 = {  # the core schema's forms, each with the first characters it can start with
     _BOOL_TAG: (r"true|True|TRUE|false|False|FALSE", "tTfF"),
     _INT_TAG: (r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
     _FLOAT_TAG: (
-        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        _DECIMAL_PATTERN + r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
         "-+0123456789.",
     ),
 }
@@ -132,6 +132,15 @@ for _tag, (_pattern, _firsts) in _YAML12.items():
 def dump_yaml(data: Any) -> str:
     """`data` as YAML text that `read_yaml` (and YAML 1.1 readers) read back as it is."""
     return yaml.dump(data, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=False)
+
+
+_DECIMAL = re.compile(_DECIMAL_PATTERN)
+
+
+def number_in_text(text: str) -> float | None:
+    """The number a quoted value spells in YAML 1.2's decimal form (`"1e-3"`, `"0.5"`, `"17"`),
+    else None: unlike Python's float(), not `1_0`, non-ASCII digits, padding, `inf` or `nan`."""
+    return float(text) if _DECIMAL.fullmatch(text) else None
 
 
 def read_value(text: str, takes_text: bool = False) -> Any:
