@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from permissions import as_a_user_without_root_rights
 from tiny_recipe import TINY_SYNTHETIC
 
 import tricklab
@@ -416,19 +417,6 @@ def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
     assert list(tmp_path.iterdir()) == []
 
 
-def _as_a_user_without_root_rights() -> list[str]:
-    """The command prefix under which chmod 000 denies this process (root ignores it)."""
-    import os
-    import shutil
-
-    if os.geteuid() != 0:
-        return []
-    if shutil.which("setpriv") is None:
-        pytest.skip("root without setpriv: a folder's mode denies nothing")
-    drop = "-dac_override,-dac_read_search"
-    return ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}"]
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -452,7 +440,7 @@ def test_a_path_the_user_may_not_enter_is_one_line(tmp_path, args):
     locked.chmod(0)
     try:
         words = [a.format(run=folder, locked=locked, tmp=tmp_path) for a in args]
-        prefix = _as_a_user_without_root_rights()
+        prefix = as_a_user_without_root_rights()
         done = subprocess.run(
             [*prefix, sys.executable, "-m", "tricklab", *words], capture_output=True, text=True
         )

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from cifar10_names import CIFAR10_CLASSES
+from permissions import as_a_user_without_root_rights
 from PIL import Image
 
 from tricklab.cli.main import main
@@ -969,7 +970,17 @@ def test_unreadable_cifar_archive_is_named_with_the_reason(tmp_path, monkeypatch
         load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+_LOAD_AND_SAY = """
+import sys
+from tricklab.core.errors import TrickLabError
+from tricklab.data.sources import load_dataset
+try:
+    load_dataset(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3], download=False)
+except TrickLabError as err:
+    print(err)
+"""
+
+
 @pytest.mark.parametrize(
     ("dataset", "layout", "unreadable"),
     [
@@ -990,12 +1001,14 @@ def test_unreadable_source_gives_one_clear_error(tmp_path, dataset, layout, unre
             (tmp_path / "data" / split).rename(tmp_path / f"extracted-{split}")
     (tmp_path / "data" / unreadable).chmod(0)
     try:
-        with pytest.raises(
-            TrickLabError, match=rf"^cannot read .*{unreadable}: Permission denied$"
-        ):
-            load_dataset(dataset, tmp_path / "data", cache_dir=tmp_path / "cache", download=False)
+        done = subprocess.run(
+            [*as_a_user_without_root_rights(), sys.executable, "-c", _LOAD_AND_SAY, dataset,
+             str(tmp_path / "data"), str(tmp_path / "cache")],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
     finally:
         (tmp_path / "data" / unreadable).chmod(0o755)
+    assert re.fullmatch(rf"cannot read .*{unreadable}: Permission denied\n", done.stdout), done
     assert not (tmp_path / "cache").exists()
 
 
