@@ -2,6 +2,8 @@
 exit code 2, no traceback and nothing left behind."""
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +12,9 @@ from tiny_recipe import TINY_SYNTHETIC
 
 import tricklab
 from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import remove_empty_dirs
+from tricklab.experiments.plan import AblationPlan, SweepPlan
 from tricklab.experiments.space import parse_space
 from tricklab.recipe.schema import load_recipe
 from tricklab.report.build import write_report
@@ -404,6 +408,30 @@ def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
         (lambda: write_report(["x"], "out", storage=5), "storage takes str or None"),
         (lambda: write_report([], "out", profiles="p.json"), "profiles takes list or tuple"),
         (lambda: tricklab.experiments.results(None), "study takes str, got NoneType"),
+        # fifth hostile round: "01" varied label smoothing over 0 and 1; True seeds left a study
+        # no reader took; a dict for a space, a dict for a recipe: AttributeErrors from inside
+        (
+            lambda: AblationPlan(load_recipe(None), {"tricks.label_smoothing": "01"}),
+            r"vary\['tricks.label_smoothing'\] takes list or tuple, got str",
+        ),
+        (
+            lambda: AblationPlan(load_recipe(None), {"optim.lr": [0.1]}, seeds=True),
+            "seeds takes an int, got True",
+        ),
+        (lambda: AblationPlan({"a": 1}, {"optim.lr": [0.1]}), "baseline takes Recipe, got dict"),
+        (
+            lambda: AblationPlan(load_recipe(None), {"optim.lr": [0.1]}, storage=5),
+            "storage takes str or PathLike or None",
+        ),
+        (
+            lambda: SweepPlan(load_recipe(None), {"optim.lr": [0.1]}, trials=1),
+            "space takes a SearchSpace",
+        ),
+        (lambda: SweepPlan(load_recipe(None), "space.yaml", trials=1), "space takes a SearchSpace"),
+        (
+            lambda: SweepPlan(load_recipe(None), parse_space({"optim.lr": [0.1]}), trials=1.5),
+            "trials takes int or None, got float",
+        ),
     ],
 )
 def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
@@ -454,3 +482,25 @@ def test_a_path_the_user_may_not_enter_is_one_line(tmp_path, args):
 
 def test_load_recipe_takes_none_for_no_overrides():
     assert load_recipe("speedrun94", None) == load_recipe("speedrun94")
+
+
+@pytest.mark.parametrize("name", ["a/b", "a\nb", "..", " a", "x" * 256])
+def test_a_python_plan_takes_the_study_names_the_cli_takes(tmp_path, monkeypatch, name):
+    """Fifth hostile round: `AblationPlan(study="a/b")` stored runs/experiments/a/b/study.db,
+    which `tricklab results` does not list; the CLI refused it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TrickLabError, match="study.*(one folder's name|longer than file systems)"):
+        AblationPlan(load_recipe(None), {"optim.lr": [0.1]}, study=name)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_given_as_a_plan_storage_is_taken_as_its_text():
+    plan = AblationPlan(load_recipe(None), {"optim.lr": [0.1]}, storage=Path("x.journal"))
+    assert plan.storage == "x.journal"
+
+
+@pytest.mark.parametrize("target", [-1.0, 0.0, 500.0, math.nan])
+def test_results_from_python_refuse_the_targets_the_cli_refuses(target):
+    """Fifth hostile round: `results(target=-1.0)` said every run reached -100 %."""
+    with pytest.raises(TrickLabError, match="must be a fraction in \\(0, 1\\] or a percentage"):
+        tricklab.experiments.results("any", target=target)

@@ -421,3 +421,63 @@ def test_a_space_value_out_of_range_is_blamed_on_the_space(tmp_path, capsys):
     args = sweep_args(tmp_path, "run.epochs: {low: 1, high: 1e30}\n", "--trials", "2", "--dry-run")
     assert main(args) == 2
     assert one_error_line(capsys).startswith("error: space: run.epochs=1e+30 must be")
+
+
+# ---------------------------------------------------------------- another program's study
+
+
+def _foreign_study(path, name, objective, **kwargs):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name=name, storage=f"sqlite:///{path}", **kwargs)
+    if objective:
+        study.optimize(objective, n_trials=3)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "objective", "why"),
+    [
+        ({"directions": ["maximize", "minimize"]}, None, "it has 2 objectives"),
+        ({"direction": "minimize"}, None, "it has an objective to minimize"),
+        ({"direction": "maximize"}, lambda t: t.suggest_float("y", 0, 1),
+         "it holds trials without tricklab's attrs"),
+    ],
+    ids=["two-objectives", "minimized", "foreign-trials"],
+)  # fmt: skip
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_study_another_program_wrote_is_refused_and_left_as_it_was(
+    tmp_path, capsys, kwargs, objective, why, dry_run
+):
+    """Fifth hostile round: a two-objective study was a traceback, and a sweep into another
+    program's trials wrote its attrs there and called it 'complete 3' having trained nothing."""
+    before = _foreign_study(tmp_path / "other.db", "f", objective, **kwargs)
+    args = sweep_args(tmp_path, "optim.lr: [0.1, 0.2]\n", "--study", "f", "--trials", "2")
+    args += ["--storage", str(tmp_path / "other.db")] + (["--dry-run"] if dry_run else [])
+    assert main(args) == 2
+    assert f"study 'f' was not written by tricklab ({why}" in one_error_line(capsys)
+    assert (tmp_path / "other.db").read_bytes() == before and not (tmp_path / "exp").exists()
+
+
+def test_an_empty_study_left_by_a_worker_killed_as_it_created_it_is_taken_over(tmp_path):
+    _foreign_study(tmp_path / "study.db", "left", None, direction="maximize")
+    plan = AblationPlan(
+        load_recipe(None, TINY_SYNTHETIC), {"optim.lr": [0.2]}, seeds=1, study="left",
+        storage=str(tmp_path / "study.db"), out_dir=tmp_path / "exp",
+    )  # fmt: skip
+    assert ablate(plan).planned == 2
+
+
+def test_a_damaged_study_database_is_one_line_when_the_ablation_resumes(tmp_path, capsys):
+    """Fifth hostile round: a zeroed page gave one line to `results` and --dry-run, but a
+    real resume printed a 112-line traceback (exit 1)."""
+    _foreign_study(tmp_path / "study.db", "z", lambda t: t.suggest_float("y", 0, 1) and 1.0)
+    with open(tmp_path / "study.db", "r+b") as handle:
+        handle.seek(4096)
+        handle.write(bytes(4096))
+    before = (tmp_path / "study.db").read_bytes()
+    assert main(ablate_args(tmp_path, "--study", "z", "--storage", str(tmp_path / "study.db"))) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("error: cannot use storage sqlite:///") and "malformed" in line
+    assert (tmp_path / "study.db").read_bytes() == before

@@ -164,6 +164,44 @@ def changes_the_process(num_classes):
     torch.set_float32_matmul_precision("medium")
     os.umask(0o777)  # every file the run wrote after it: mode 000
     return Net(num_classes).float()
+
+
+def leaves_contexts_open(num_classes):
+    import signal
+
+    import torch
+
+    net = Net(num_classes)
+    torch.autocast("cpu", dtype=torch.bfloat16).__enter__()  # the run trained in bf16
+    torch.device("meta").__enter__()  # every later tensor without storage: a traceback
+    signal.alarm(3)  # a library's watchdog: SIGALRM killed the run 3 s later, without a word
+    return net
+
+
+class TupleInTraining(Net):  # as torchvision's Inception and GoogLeNet: (logits, aux)
+    def forward(self, x):
+        out = super().forward(x)
+        return (out, out) if self.training else out
+
+
+def tuple_in_training(num_classes):
+    return TupleInTraining(num_classes)
+
+
+class TwoRows(Net):
+    def forward(self, x):
+        return super().forward(x)[:2]
+
+
+def two_rows(num_classes):
+    return TwoRows(num_classes)
+
+
+def writes_to_fd_2(num_classes):
+    import os
+
+    os.write(2, b"[noisy] a C extension's log line\\n")
+    raise ValueError("no such variant")
 """
 
 
@@ -195,6 +233,9 @@ def walled(tmp_path, monkeypatch):
         ("on_the_meta_device", "its factory returned a model on the meta device"),
         # fourth hostile round: set as the default device, meta outlived the factory
         ("meta_by_default", "its factory returned a model on the meta device"),
+        # fifth hostile round: a traceback mid-run (exit 1), a failed run's folder left
+        ("tuple_in_training", "its forward in train mode gives tuple for a batch of 3 images"),
+        ("two_rows", "its forward in train mode gives (2, 10) for a batch of 3 images"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(
@@ -300,6 +341,36 @@ def _process_settings() -> tuple:
         torch.get_float32_matmul_precision(),
         mask,
     )
+
+
+def test_what_user_code_writes_to_file_descriptor_2_stays_out_of_the_one_line(
+    walled, tmp_path, capfd
+):
+    """Fifth hostile round: the wall swapped sys.stderr only; a C extension's line (os.write to
+    fd 2) came out twice above the error line."""
+    out = tmp_path / "run"
+    assert main(["train", *TINY, f"model.name={walled}:writes_to_fd_2", "--out", str(out)]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: model {walled}:writes_to_fd_2: its factory raised ValueError: no such variant"
+    ]
+    assert not out.exists()
+
+
+def test_contexts_and_an_alarm_a_factory_leaves_open_are_closed_before_the_run(walled, tmp_path):
+    """Fifth hostile round: an autocast left entered trained in bf16 while result.json said
+    32-true; a `torch.device("meta")` left entered failed the run; an alarm killed it."""
+    import signal
+
+    import torch
+
+    out = tmp_path / "run"
+    factory = f"model.name={walled}:leaves_contexts_open"
+    assert main(["train", *TINY, factory, "--out", str(out), "--json"]) == 0
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch._C._len_torch_function_stack() == 0
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def test_what_a_factory_changes_of_the_process_is_put_back_and_the_run_records_what_ran(

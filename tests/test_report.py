@@ -323,6 +323,19 @@ def test_speedrun_and_run_folders_are_sources_too(tmp_path):
     assert made.md_path.is_file() and "## Results" in made.md_path.read_text()
 
 
+def test_a_folder_holding_a_speedrun_and_a_study_reports_both(study, tmp_path):
+    """Fifth hostile round: a speedrun's --out into an ablation's folder hid the study from
+    `report FOLDER`, without a word."""
+    from tricklab.experiments.speedrun import SpeedrunPlan, speedrun
+    from tricklab.recipe.schema import load_recipe
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(study[1], mixed)
+    plan = SpeedrunPlan(load_recipe(None, TINY), 2, warmup_epochs=0, out_dir=mixed)
+    speedrun(plan)
+    assert sorted(source.kind for source in load_sources([mixed])) == ["ablation", "speedrun"]
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -620,6 +621,29 @@ def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
     assert summary["n"] == 2 and [r["seed"] for r in summary["runs"]] == [0, 1]
     assert "interrupted after 2 of 3 runs" in captured.err
     assert json.loads((out / "summary.json").read_text())["n"] == 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_after_the_last_run_still_writes_the_summary_and_exits_130(
+    signum, tmp_path, monkeypatch, capsys
+):
+    """Fifth hostile round: Ctrl-C landing while the runs were summarized left four complete
+    runs without summary.json, a folder neither resumable nor reportable."""
+    from tricklab.experiments import speedrun as speedrun_module
+
+    real = speedrun_module.summarize
+
+    def summarize_signalled(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(speedrun_module, "summarize", summarize_signalled)
+    out = tmp_path / "out"
+    words = [*TINY_SPEEDRUN94, "data.train_size=100", "--runs", "2", "--warmup-epochs", "0"]
+    assert main(["speedrun", *words, "--out", str(out)]) == 130
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 2 and summary["interrupted"] is True
+    assert "interrupted after 2 of 2 runs" in capsys.readouterr().err
 
 
 def test_a_run_broken_by_an_unexpected_error_is_counted_failed_and_the_speedrun_goes_on(

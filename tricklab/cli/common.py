@@ -92,13 +92,10 @@ def check_not_empty(args: argparse.Namespace, *options: str) -> None:
                 f"{option}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, longer "
                 "than file systems take (255)"
             )
-        odd = any(c in "/\\" or not c.isprintable() for c in value) or value != value.strip()
-        if option == "--study" and (odd or value in (".", "..")):
-            raise TrickLabError(
-                f"--study {shown(value)} is one folder's name under runs/experiments/ (where "
-                "`tricklab results` lists studies): give one without '/', control characters or "
-                "spaces at its ends, other than '.' and '..'"
-            )
+        if option == "--study":
+            from tricklab.experiments.rundirs import check_study_name
+
+            check_study_name(value)
 
 
 PATH_OPTIONS = ("--out", "--study", "study", "--csv", "--space")  # a path or a folder's name

@@ -61,6 +61,16 @@ class StopRequest:
         if not before:
             self.check()
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Like `deferred()`, but the block's end raises nothing: it finishes what it must (a
+        summary of the runs done) and reads `requested` to say it was stopped."""
+        before, self.deferring = self.deferring, True
+        try:
+            yield
+        finally:
+            self.deferring = before
+
     def wait(self, seconds: float) -> None:
         """Sleep `seconds`, or less: a request made meanwhile ends the wait (then `check()`)."""
         self._event.wait(seconds)
@@ -114,6 +124,11 @@ def stop_on_signals() -> Iterator[StopRequest]:
         for signum, handler in previous.items():
             # None: a handler not installed from Python, which cannot be put back; the default.
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def stop_request(stop: StopRequest | None) -> contextlib.AbstractContextManager[StopRequest]:
+    """The caller's stop request, or Ctrl-C and SIGTERM caught for the call."""
+    return contextlib.nullcontext(stop) if stop is not None else stop_on_signals()
 
 
 def handler_installed() -> bool:

@@ -6,7 +6,8 @@ import; a factory may `exit(0)`, raise KeyboardInterrupt itself or print. Within
 SystemExit is a TrickLabError (it would end `train` silently with its code, or an ablation having
 run nothing), a KeyboardInterrupt the code raised itself (not a Ctrl-C: tricklab's signal handler
 raises `Interrupted`, which passes) is one too, and what the code prints to stdout/stderr is kept
-out of tricklab's output (its first line is quoted in the error, where it says why). Standard input
+out of tricklab's output, what it writes straight to file descriptors 1 and 2 too (its first line is
+quoted in the error, where it says why). Standard input
 is empty inside (code that asks with `input()` at import would wait forever: it gets one line
 instead), and code that has not returned after NOTICE_SECONDS (a lock, a download, a sleep) makes
 one line say so while it goes on, so that a silent wait has a name; Ctrl-C stops it."""
@@ -18,6 +19,7 @@ import io
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -53,9 +55,45 @@ def _empty_stdin() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _notice_after(seconds: float, what: str) -> Iterator[None]:
+def _output_kept(printed: io.StringIO) -> Iterator[Any]:
+    """What the code prints goes to `printed`, not to tricklab's output: to sys.stdout and
+    sys.stderr, and straight to file descriptors 1 and 2 too (a C extension, `os.write`, a child
+    process). Yields a stream to the real stderr, for tricklab's own notice."""
+    stream, copies = sys.stderr, {}
+    with tempfile.TemporaryFile() as sink:
+        try:
+            for fd, python_stream in ((1, sys.stdout), (2, sys.stderr)):
+                with contextlib.suppress(AttributeError, ValueError, OSError):
+                    python_stream.flush()  # what tricklab printed before goes where it was going
+                with contextlib.suppress(OSError):  # a closed descriptor: nothing to keep out
+                    copies[fd] = os.dup(fd)
+                    os.dup2(sink.fileno(), fd)
+            if 2 in copies and _writes_to_fd_2(stream):
+                stream = open(copies[2], "w", closefd=False)  # noqa: SIM115 (closed below)
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                yield stream
+        finally:
+            for fd, copy in copies.items():
+                with contextlib.suppress(AttributeError, ValueError, OSError):
+                    (sys.__stdout__ if fd == 1 else sys.__stderr__).flush()
+                os.dup2(copy, fd)
+                os.close(copy)
+            if stream is not sys.stderr:
+                stream.close()
+            sink.seek(0)
+            printed.write(sink.read(1 << 16).decode(errors="replace"))
+
+
+def _writes_to_fd_2(stream: Any) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, ValueError, OSError):  # a test's capture, a StringIO
+        return False
+
+
+@contextlib.contextmanager
+def _notice_after(seconds: float, what: str, stream: Any) -> Iterator[None]:
     """One line on the real stderr if the block runs longer than `seconds` (it is not stopped)."""
-    stream = sys.stderr
 
     def say() -> None:
         print(
@@ -111,18 +149,51 @@ def _process_settings() -> list[tuple[Callable[[], object], Callable[[Any], obje
         ),
         (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
         (_umask, os.umask),  # 0o777: every file the run writes after it unreadable
+        *(_autocast(device) for device in ("cpu", "cuda")),  # an autocast entered, never left
+        # a `with torch.device("meta")` (or another mode) entered and never left: popped
+        _mode_stack(torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack),
+        _mode_stack(torch._C._len_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack),
+        # a library's watchdog alarm: SIGALRM would kill the run minutes later without a word
+        (
+            lambda: signal.getitimer(signal.ITIMER_REAL),
+            lambda t: signal.setitimer(signal.ITIMER_REAL, *t),
+        ),
     ]
+
+
+def _autocast(device: str) -> tuple[Callable[[], object], Callable[[Any], object]]:
+    """Reading and setting whether autocast is on for `device`, and its dtype."""
+    import torch
+
+    def write(state: tuple[bool, Any]) -> None:
+        torch.set_autocast_enabled(device, state[0])
+        torch.set_autocast_dtype(device, state[1])
+
+    return (lambda: (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))), write
+
+
+def _mode_stack(
+    length: Callable[[], int], pop: Callable[[], object]
+) -> tuple[Callable[[], object], Callable[[Any], object]]:
+    """Reading a mode stack's length, and setting it back by popping what was pushed since."""
+
+    def write(saved: int) -> None:
+        while length() > saved:
+            pop()
+
+    return length, write
 
 
 @contextlib.contextmanager
 def _same_process(what: str) -> Iterator[None]:
-    """Put back what the code changed of the process: the recursion limit, the Ctrl-C and
-    SIGTERM handlers (tricklab's own stop them) and the settings of `_process_settings`, silently;
-    the working folder (os.chdir), then say so: --out and data.dir are relative to it, and a run
-    folder would be made elsewhere."""
+    """Put back what the code changed of the process: the recursion limit, the Ctrl-C, SIGTERM
+    and SIGALRM handlers (tricklab's own stop them) and the settings of `_process_settings`,
+    silently; the working folder (os.chdir), then say so: --out and data.dir are relative to it,
+    and a run folder would be made elsewhere."""
     saved, limit = os.getcwd(), sys.getrecursionlimit()
     main = threading.current_thread() is threading.main_thread()
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    handlers = {s: signal.getsignal(s) for s in watched} if main else {}
     settings = [(read, write, read()) for read, write in _process_settings()]
     try:
         yield
@@ -154,11 +225,10 @@ def user_code(what: str) -> Iterator[None]:
     printed = io.StringIO()
     try:
         with (
-            _notice_after(NOTICE_SECONDS, what),
+            _output_kept(printed) as stderr,
+            _notice_after(NOTICE_SECONDS, what, stderr),
             _same_process(what),
             _empty_stdin(),
-            contextlib.redirect_stdout(printed),
-            contextlib.redirect_stderr(printed),
         ):
             yield
     except Interrupted:

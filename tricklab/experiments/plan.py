@@ -18,13 +18,14 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.recipe.load import takes_text
 from tricklab.recipe.schema import SECTIONS, Recipe, all_keys
 from tricklab.recipe.yamlio import read_value
@@ -200,6 +201,14 @@ class AblationPlan:
     storage: str | None = None
     out_dir: str | None = None
 
+    def __post_init__(self) -> None:
+        expect_type(self.baseline, Recipe, "AblationPlan's baseline")
+        expect_type(self.vary, Mapping, "AblationPlan's vary")
+        for key, values in self.vary.items():  # a lone string would be read letter by letter
+            expect_type(values, (list, tuple), f"AblationPlan's vary[{key!r}]")
+        expect_type(self.grid, bool, "AblationPlan's grid")
+        _check_where(self, "AblationPlan")
+
 
 @dataclass(frozen=True)
 class SweepPlan:
@@ -222,6 +231,40 @@ class SweepPlan:
     study: str | None = None
     storage: str | None = None
     out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        expect_type(self.base, Recipe, "SweepPlan's base")
+        if not callable(getattr(self.space, "grid_size", None)):  # space.py imports this module
+            raise TypeError(
+                "SweepPlan's space takes a SearchSpace (space.load_space or parse_space), got "
+                f"{type(self.space).__name__} {self.space!r:.60}"
+            )
+        for name in ("trials", "sampler_seed"):
+            _expect_int(getattr(self, name), f"SweepPlan's {name}", none=True)
+        expect_type(self.sampler, str, "SweepPlan's sampler")
+        expect_type(self.pruner, str, "SweepPlan's pruner")
+        _check_where(self, "SweepPlan")
+
+
+def _expect_int(value: Any, what: str, none: bool = False) -> None:
+    """TypeError for what is no int (a bool is not one: True would be 1 seed)."""
+    expect_type(value, (int, type(None)) if none else int, what)
+    if isinstance(value, bool):
+        raise TypeError(f"{what} takes an int, got {value!r}")
+
+
+def _check_where(plan: Any, what: str) -> None:
+    """The seeds, study name, storage and folder of a plan; a path-like storage becomes text."""
+    _expect_int(plan.seeds, f"{what}'s seeds")
+    expect_type(plan.study, (str, type(None)), f"{what}'s study")
+    if plan.study is not None:
+        from tricklab.experiments.rundirs import check_study_name  # optuna: not for a speedrun
+
+        check_study_name(plan.study, f"{what}'s study")
+    expect_type(plan.storage, (str, os.PathLike, type(None)), f"{what}'s storage")
+    expect_type(plan.out_dir, (str, os.PathLike, type(None)), f"{what}'s out_dir")
+    if isinstance(plan.storage, os.PathLike):
+        object.__setattr__(plan, "storage", os.fspath(plan.storage))
 
 
 def ablation_plan(

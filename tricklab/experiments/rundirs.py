@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import claim_folder
+from tricklab.core.safeio import shown
 from tricklab.experiments.storage import experiment_dir, storage_url, stored_runs
 
 RUN_DIR_ATTR = "run_dir"
@@ -121,3 +122,21 @@ def _remove_unclaimed(folder: Path) -> bool:
         claim.release()
     shutil.rmtree(trash, ignore_errors=True)
     return True
+
+
+def check_study_name(name: str, what: str = "--study") -> None:
+    """TrickLabError unless `name` is one folder's name (runs/experiments/<name>, where
+    `tricklab results` lists studies): no '/', control characters or spaces at its ends, not
+    '.' or '..', at most 255 bytes."""
+    if len(os.fsencode(name)) > 255:
+        raise TrickLabError(
+            f"{what}: the name {name[:40]}... is {len(os.fsencode(name))} bytes, longer than "
+            "file systems take (255)"
+        )
+    odd = any(c in "/\\" or not c.isprintable() for c in name) or name != name.strip()
+    if odd or name in ("", ".", ".."):
+        raise TrickLabError(
+            f"{what} {shown(name)} is one folder's name under runs/experiments/ (where "
+            "`tricklab results` lists studies): give one without '/', control characters or "
+            "spaces at its ends, other than '.' and '..'"
+        )

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from tricklab.core.errors import TrickLabError, expect_type
-from tricklab.core.stopping import StopRequest, stop_on_signals
+from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
 from tricklab.experiments.claims import done_count, final_statuses, status_counts
@@ -37,6 +37,7 @@ from tricklab.experiments.plan import (
     baseline_identity,
     check_seeds,
     default_study_name,
+    normalize_target,
     plan_units,
 )
 from tricklab.experiments.records import checked_trials
@@ -135,11 +136,6 @@ def _sharing_data(train_fn: TrainFn | None) -> contextlib.AbstractContextManager
     return sharing_data()
 
 
-def _stop_request(stop: StopRequest | None) -> contextlib.AbstractContextManager[StopRequest]:
-    """The caller's stop request, or Ctrl-C and SIGTERM caught for the call (see stopping.py)."""
-    return contextlib.nullcontext(stop) if stop is not None else stop_on_signals()
-
-
 def _pruner(name: str) -> optuna.pruners.BasePruner:
     if name == "none":
         return optuna.pruners.NopPruner()
@@ -150,7 +146,7 @@ def _pruner(name: str) -> optuna.pruners.BasePruner:
 
 # ---------------------------------------------------------------- what a study stores of its experiment
 
-# A study name given again must hold the same experiment (storage.check_same_experiment).
+# A study name given again must hold the same experiment (storage.check_study).
 ABLATION_MATCH = ("kind", "baseline", "configs")  # another --vary: another experiment
 SWEEP_MATCH = ("kind", "baseline", "space")
 
@@ -235,6 +231,7 @@ def ablate(
     opened = open_study(
         store,
         name,
+        where=shown_url(url),
         attrs=ablation_attrs(plan, configs),
         must_match=ABLATION_MATCH,
         sampler=optuna.samplers.RandomSampler(),
@@ -242,7 +239,7 @@ def ablate(
     keys = [u.key for u in units]
     done_before = done_count(final_statuses(checked_trials(opened)), keys)
     provenance = start_record()
-    with _stop_request(stop) as stop, _sharing_data(train_fn):
+    with stop_request(stop) as stop, _sharing_data(train_fn):
         worker = Worker(
             opened,
             store,
@@ -333,13 +330,14 @@ def sweep(
     opened = open_study(
         store,
         name,
+        where=shown_url(url),
         attrs=sweep_attrs(plan),
         must_match=SWEEP_MATCH,
         sampler=optuna_sampler,
         pruner=_pruner(plan.pruner),
     )
     provenance = start_record()
-    with _stop_request(stop) as stop, _sharing_data(train_fn):
+    with stop_request(stop) as stop, _sharing_data(train_fn):
         worker = Worker(
             opened,
             store,
@@ -396,6 +394,7 @@ def study_results(
     expect_type(study, str, "study")
     expect_type(storage, (str, type(None)), "storage")
     expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
+    target = None if target is None else normalize_target(target)  # as --target takes it
     url = storage_url(storage, experiment_dir(study, out_dir))
     opened = load_study(open_storage(url, must_exist=True), study)
     kind = opened.user_attrs.get("kind", "sweep")

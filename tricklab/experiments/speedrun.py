@@ -30,7 +30,7 @@ from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import atomic_write
 from tricklab.core.safeio import shown
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
-from tricklab.core.stopping import Interrupted, StopRequest
+from tricklab.core.stopping import Interrupted, StopRequest, stop_request
 from tricklab.experiments.busy import speedrun_busy
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.provenance import finish_record, start_record
@@ -160,16 +160,18 @@ def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
 
 
 def _resolve_peak(
-    hardware: dict, precision: str, override: float | None
+    result, recipe: Recipe, override: float | None
 ) -> tuple[float | None, str | None]:
+    """The device's peak TFLOP/s for a run's precision, and where the figure came from."""
     if override is not None:
         return override, "--peak-tflops"
-    if hardware.get("device_type") != "cuda":
+    if result.hardware.get("device_type") != "cuda":
         return None, None
     from tricklab.training.precision import precision_policy  # torch: imported when runs are done
 
+    precision = result.resolved.get("precision", recipe.tricks.precision)
     compute = precision_policy(precision, "cuda").compute_dtype
-    found = peak_tflops(hardware.get("device_name", ""), compute)
+    found = peak_tflops(result.hardware.get("device_name", ""), compute)
     return (found[0], found[1]) if found else (None, None)
 
 
@@ -278,18 +280,24 @@ def speedrun(
     `on_run` is called with each finished run, the warm-up included (its `warmup` is True).
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) after some counted runs raises
     SpeedrunInterrupted with their summary (also written to summary.json)."""
+    check_arguments(plan.runs, plan.peak_tflops, plan.target_accuracy, plan.warmup_epochs)
+    if isinstance(plan.out_dir, str) and not plan.out_dir.strip():
+        raise TrickLabError("--out is empty: give a folder name")
+    if plan.out_dir is not None:  # refused now, not after a warm-up run has trained
+        check_speedrun_folder(Path(plan.out_dir), plan.runs)
+    with stop_request(stop) as stop:
+        return _speedrun(plan, on_run, stop)
+
+
+def _speedrun(
+    plan: SpeedrunPlan, on_run: Callable[[SpeedrunRun], None] | None, stop: StopRequest
+) -> SpeedrunSummary:
     from tricklab.training.api import train
 
-    recipe, runs, peak_tflops, out_dir = plan.recipe, plan.runs, plan.peak_tflops, plan.out_dir
-    target_accuracy, warmup_epochs = plan.target_accuracy, plan.warmup_epochs
-    check_arguments(runs, peak_tflops, target_accuracy, warmup_epochs)
-    if isinstance(out_dir, str) and not out_dir.strip():
-        raise TrickLabError("--out is empty: give a folder name")
-    target = recipe.run.target_accuracy if target_accuracy is None else target_accuracy
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:  # refused now, not after a warm-up run has trained
-        check_speedrun_folder(out, runs)
-    peak, peak_source = peak_tflops, None
+    recipe, runs, warmup_epochs = plan.recipe, plan.runs, plan.warmup_epochs
+    target = recipe.run.target_accuracy if plan.target_accuracy is None else plan.target_accuracy
+    out = Path(plan.out_dir) if plan.out_dir is not None else None
+    peak, peak_source = plan.peak_tflops, None
     provenance = start_record(recipe.run.device)
 
     warmup = None
@@ -299,47 +307,43 @@ def speedrun(
             changes.append(f"run.epochs={warmup_epochs}")
         run_out = out / "warmup" if out is not None else None
         result = train(recipe.override(changes), out_dir=run_out, stop=stop)
-        peak, peak_source = _resolve_peak(
-            result.hardware, result.resolved.get("precision", recipe.tricks.precision), peak_tflops
-        )
+        peak, peak_source = _resolve_peak(result, recipe, plan.peak_tflops)
         warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
         if on_run is not None:
             on_run(warmup)
 
-    records, results = [], []
-    interrupted = False
-    try:
-        for seed in range(runs):
-            run_out = out / f"seed-{seed}" if out is not None else None
-            result = train(recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop)
-            if warmup is None and seed == 0:
-                peak, peak_source = _resolve_peak(
-                    result.hardware,
-                    result.resolved.get("precision", recipe.tricks.precision),
-                    peak_tflops,
-                )
-            record = _run_record(result, seed, peak, False, run_out)
-            records.append(record)
-            results.append(result)
-            if on_run is not None:
-                on_run(record)
-    except KeyboardInterrupt:
-        if not records:
-            raise
-        interrupted = True
-
-    summary = summarize(
-        records, results, recipe, plan.recipe_name, target, peak, peak_source, warmup
-    )
-    summary.runs_planned, summary.interrupted = runs, interrupted
-    summary.provenance = finish_record(provenance)
-    seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]
-    busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
-    summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
-    if out is not None:
-        with atomic_write(out / "summary.json") as handle:
-            handle.write(json.dumps(summary.to_dict(), indent=2))
-    if interrupted:
+    records, results, interrupted = [], [], False
+    with stop.held():  # a stop between runs or after the last waits for the summary below
+        try:
+            for seed in range(runs):
+                run_out = out / f"seed-{seed}" if out is not None else None
+                with stop.deferred(False):  # a run: a signal stops it at once
+                    result = train(
+                        recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop
+                    )
+                if warmup is None and seed == 0:
+                    peak, peak_source = _resolve_peak(result, recipe, plan.peak_tflops)
+                record = _run_record(result, seed, peak, False, run_out)
+                records.append(record)
+                results.append(result)
+                if on_run is not None:
+                    on_run(record)
+        except KeyboardInterrupt:
+            if not records:
+                raise
+            interrupted = True
+        summary = summarize(
+            records, results, recipe, plan.recipe_name, target, peak, peak_source, warmup
+        )
+        summary.runs_planned, summary.interrupted = runs, interrupted or stop.requested
+        summary.provenance = finish_record(provenance)
+        seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]
+        busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
+        summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
+        if out is not None:
+            with atomic_write(out / "summary.json") as handle:
+                handle.write(json.dumps(summary.to_dict(), indent=2))
+    if summary.interrupted:
         raise SpeedrunInterrupted(summary)
     return summary
 

@@ -257,14 +257,29 @@ def _check_stored_study(
     if study is not None:
         name, attrs, must_match = study
         with contextlib.suppress(KeyError):  # KeyError: no such study yet
-            stored = optuna.load_study(study_name=name, storage=storage).user_attrs
-            check_same_experiment(name, stored, attrs, must_match)
+            check_study(
+                name, optuna.load_study(study_name=name, storage=storage), attrs, must_match
+            )
 
 
-def check_same_experiment(
-    name: str, stored: dict[str, Any], attrs: dict[str, Any], must_match: tuple[str, ...]
+def check_study(
+    name: str, study: optuna.Study, attrs: dict[str, Any], must_match: tuple[str, ...]
 ) -> None:
-    """TrickLabError when study `name`'s stored attrs differ from `attrs` in a key of `must_match`."""
+    """TrickLabError, before anything is written to it, unless study `name` is tricklab's (one
+    objective, maximized; trials only with tricklab's attrs) and holds this experiment: its
+    stored attrs in a key of `must_match` equal `attrs`."""
+    stored, objectives = study.user_attrs, len(study.directions)
+    if objectives != 1 or study.direction != optuna.study.StudyDirection.MAXIMIZE:
+        what = f"{objectives} objectives" if objectives != 1 else "an objective to minimize"
+        not_ours = f"it has {what}, where tricklab's maximize accuracy"
+    elif "kind" not in stored and study.get_trials(deepcopy=False):
+        not_ours = "it holds trials without tricklab's attrs"
+    else:
+        not_ours = None
+    if not_ours:
+        raise TrickLabError(
+            f"study '{name}' was not written by tricklab ({not_ours}); give another --study name"
+        )
     for key in must_match:
         if key in stored and key in attrs and stored[key] != attrs[key]:
             raise TrickLabError(
@@ -359,33 +374,40 @@ def open_study(
     storage: optuna.storages.BaseStorage,
     name: str,
     *,
+    where: str = "the storage",
     attrs: dict[str, Any] | None = None,
     must_match: tuple[str, ...] = (),
     sampler: optuna.samplers.BaseSampler | None = None,
     pruner: optuna.pruners.BasePruner | None = None,
 ) -> optuna.Study:
-    """Create the study or load it (several workers may race to create it: Optuna settles that).
+    """Load the study or create it (several workers may race to create it: Optuna settles that).
 
-    `attrs` are stored as study user attrs when missing; those named in `must_match` must equal the
-    stored ones, or TrickLabError says that the name belongs to another experiment.
-    """
-    study = optuna.create_study(
-        storage=storage,
-        study_name=name,
-        direction="maximize",
-        load_if_exists=True,
-        sampler=sampler,
-        pruner=pruner,
-    )
-    if study.metric_names != METRIC_NAMES:  # optuna-dashboard labels the objective with it
-        with warnings.catch_warnings():  # experimental since Optuna 3.2
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(METRIC_NAMES)
-    stored = study.user_attrs
-    check_same_experiment(name, stored, attrs or {}, must_match)
-    for key, value in (attrs or {}).items():
-        if key not in stored:
-            study.set_user_attr(key, value)
+    `check_study` refuses another program's study, or another experiment's (`attrs` and
+    `must_match`), before anything is written; `attrs` are then stored where missing. A storage
+    that fails (a damaged database, a lost server) is one TrickLabError naming `where`."""
+    try:
+        try:
+            study = optuna.load_study(
+                study_name=name, storage=storage, sampler=sampler, pruner=pruner
+            )
+        except KeyError:  # not there yet
+            study = optuna.create_study(
+                storage=storage, study_name=name, direction="maximize", load_if_exists=True,
+                sampler=sampler, pruner=pruner,
+            )  # fmt: skip
+        check_study(name, study, attrs or {}, must_match)
+        if study.metric_names != METRIC_NAMES:  # optuna-dashboard labels the objective with it
+            with warnings.catch_warnings():  # experimental since Optuna 3.2
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(METRIC_NAMES)
+        stored = study.user_attrs
+        for key, value in (attrs or {}).items():
+            if key not in stored:
+                study.set_user_attr(key, value)
+    except optuna.exceptions.StorageInternalError as exc:
+        raise TrickLabError(
+            f"cannot use storage {where}: {one_line(exc.__cause__ or exc)}"
+        ) from None
     return study
 
 

@@ -136,13 +136,19 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
             continue
         seen.add(key)
         if path.is_dir():
-            if (path / SPEEDRUN_FILE).is_file():
+            # A folder two commands wrote into (a speedrun's --out beside a study) gives both.
+            speedrun, run, study = (
+                (path / f).is_file() for f in (SPEEDRUN_FILE, RUN_FILE, STUDY_FILE)
+            )
+            if speedrun:
                 speedruns.append(path)
-            elif (path / RUN_FILE).is_file():
+            if run:
                 runs.append(path)
-            elif (path / STUDY_FILE).is_file():
+            if study:
                 sources.extend(_folder_studies(path))
-            else:  # a folder of another kind: the study of that name, if there is one
+            if not (
+                speedrun or run or study
+            ):  # a folder of another kind: the study of that name, if any
                 try:
                     sources.append(load_study(text, storage))
                 except TrickLabError:

@@ -210,19 +210,19 @@ def check_activations_fit(
 
 def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[int, ...]) -> None:
     """A user's model must have a trainable parameter and map a batch of `shape` (zeros, in eval
-    mode, no grad: no statistic or random number is used) to (batch, num_classes) scores."""
+    mode, no grad: no statistic or random number is used) to (batch, num_classes) scores, and a
+    batch of one image more to such scores in train mode too, as a run calls it (Inception-like
+    nets give a tuple there), its buffers and random state kept as they were."""
     if not any(p.requires_grad for p in model.parameters()):
         raise TrickLabError(f"model.name={name}: the model has no trainable parameter")
     reference = next(p for p in model.parameters() if p.requires_grad)
     with eval_mode(model), torch.enable_grad():  # a batch of 2: its graph costs nothing
         out = model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
-    want = (shape[0], num_classes)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise TrickLabError(
-            f"model.name={name}: its forward gives {got} for a batch of {shape[0]} images; a "
-            f"classifier of this data must give a tensor of shape {want} (one score per class)"
-        )
+    _check_scores(out, name, shape[0], num_classes, "")
+    more = (shape[0] + 1, *shape[1:])
+    _check_scores(
+        _train_mode_output(model, more, reference), name, more[0], num_classes, " in train mode"
+    )
     if not out.is_floating_point():
         raise TrickLabError(
             f"model.name={name}: its forward gives {out.dtype} scores; a classifier's scores "
@@ -233,3 +233,31 @@ def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[
             f"model.name={name}: its forward's scores do not depend on the model's trainable "
             "parameters (no gradient reaches them: detached, made under torch.no_grad, or new)"
         )
+
+
+def _check_scores(out: object, name: str, batch: int, num_classes: int, mode: str) -> None:
+    want = (batch, num_classes)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise TrickLabError(
+            f"model.name={name}: its forward{mode} gives {got} for a batch of {batch} images; a "
+            f"classifier of this data must give a tensor of shape {want} (one score per class)"
+        )
+
+
+def _train_mode_output(model: nn.Module, shape: tuple[int, ...], reference: torch.Tensor) -> object:
+    """The forward's output in train mode for zeros of `shape`, without grad; the buffers it
+    updates (BatchNorm's statistics) and the random numbers it draws (dropout) are put back."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    modes = {module: module.training for module in model.modules()}
+    devices = [reference.device] if reference.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            model.train()
+            return model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
+    finally:
+        for module, training in modes.items():
+            module.training = training
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
