@@ -236,6 +236,20 @@ def test_an_override_holding_a_yaml_comment_is_refused_not_cut(override):
         load_recipe(None, [override])
 
 
+@pytest.mark.parametrize(
+    ("line", "key", "expected"),
+    [("data:\n  dir: 0o17", "data.dir", "0o17"), ("data:\n  cache_dir: 1e3", "data.cache_dir", "1e3"),
+     ("run:\n  wandb_project: +.5", "run.wandb_project", "+.5"), ("data:\n  dir: 017", "data.dir", "017")],
+)  # fmt: skip
+def test_a_text_field_in_a_recipe_file_keeps_a_number_as_typed(tmp_path, line, key, expected):
+    """Fifth hostile round: `dir: 0o17` in a file looked for the folder 15 (`data.dir=0o17` as
+    an override was right); `cache_dir: 1e3` made ./1000.0."""
+    (tmp_path / "r.yaml").write_text(line + "\n")
+    recipe = load_recipe(str(tmp_path / "r.yaml"))
+    assert recipe.get(key) == expected
+    assert load_recipe(None, [f"{key}={expected}"]).get(key) == expected  # as an override
+
+
 def test_a_recipe_file_reads_yaml_1_2_numbers(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text(
@@ -430,6 +444,8 @@ def test_a_recipe_in_a_folder_the_user_may_not_enter_is_one_line(tmp_path):
         ("loader.batch_size=10000000", "must be <= 65536"),
         ("loader.eval_batch_size=10000000", "must be <= 65536"),
         ("data.image_size=100000", "must be <= 1024"),
+        # fifth hostile round: accepted, then an OverflowError traceback in every rank
+        ("run.dist_timeout_seconds=1e308", "run.dist_timeout_seconds=1e+308 must be <= 604800"),
         ("aug.translate=100000", "must be <= 64"),
         ("run.epochs=1e308", "must be <= 100000"),
         ("tricks.ema_warmup_epochs=1e308", "must be <= 100000"),

@@ -18,7 +18,8 @@ import yaml
 
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.coerce import coerce, shown
-from tricklab.recipe.yamlio import describe_yaml_error, read_yaml, read_yaml_file
+from tricklab.recipe.sections import SECTIONS
+from tricklab.recipe.yamlio import describe_yaml_error, read_spelled, read_yaml, read_yaml_file
 
 _BUILTIN = resources.files("tricklab.recipe").joinpath("builtin")  # the shipped recipes (YAML)
 
@@ -54,12 +55,28 @@ def read_recipe(name: str) -> tuple[Any, str]:
             raise TrickLabError(f"{name}: {describe_yaml_error(exc)}") from None
     looks_like_a_path = path.suffix in (".yaml", ".yml") or "/" in name or os.sep in name
     if name in builtin or looks_like_a_path or os.path.lexists(path):
-        return read_yaml_file(path, "recipe file"), str(path)
+        return _numbers_as_typed(read_yaml_file(path, "recipe file"), path), str(path)
     close = difflib.get_close_matches(name, builtin, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise TrickLabError(
         f"unknown recipe '{name}': {hint}built-in recipes: {', '.join(builtin)} (or give a .yaml path)"
     )
+
+
+def _numbers_as_typed(data: Any, path: Path) -> Any:
+    """A recipe file's data where a field that holds text keeps a number as it is typed there
+    (`dir: 0o17` names the folder 0o17, not 15; `cache_dir: 1e3` not 1000.0), as an override's."""
+    spelled = None
+    for section, values in data.items() if isinstance(data, dict) else ():
+        cls = SECTIONS.get(section)
+        if cls is None or not isinstance(values, dict):
+            continue  # from_dict names what is wrong
+        for name, value in values.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if number and name in _type_hints(cls) and takes_text(cls, name):
+                spelled = spelled or read_spelled(path)
+                values[name] = spelled[section][name]
+    return data
 
 
 # Names other tools give recipe fields (the part after the dot), for the did-you-mean hint.

@@ -344,8 +344,9 @@ class RunConfig:
     dist_timeout_seconds: float = _f(
         600.0,
         "data-parallel runs: how long a process waits for the others in a collective before it "
-        "fails (a dead or hung process ends the run instead of hanging it)",
+        "fails (a dead or hung process ends the run instead of hanging it); at most 7 days",
         minimum=1,
+        maximum=7 * 24 * 3600,  # torch's timedelta overflows past about 1e14 s
     )
     loggers: list[str] = _f(
         ["jsonl"],

@@ -199,3 +199,10 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
         raise TrickLabError(f"{path}: {describe_yaml_error(exc)}") from None
     except TrickLabError as exc:
         raise TrickLabError(f"{path}: {exc}") from None
+
+
+def read_spelled(path: str | Path) -> Any:
+    """The document in the file at `path` with every scalar as it is spelled there (`0o17`, not
+    15), for a file `read_yaml_file` has read (its checks are not made again)."""
+    text = read_bounded_bytes(Path(path), MAX_YAML_BYTES, "recipe file").decode("utf-8")
+    return yaml.load(text, Loader=yaml.BaseLoader)
