@@ -14,6 +14,7 @@ import tricklab
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import remove_empty_dirs
+from tricklab.data.dataset import Sampling
 from tricklab.experiments.plan import AblationPlan, SweepPlan
 from tricklab.experiments.space import parse_space
 from tricklab.recipe.schema import load_recipe
@@ -432,6 +433,10 @@ def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
             lambda: SweepPlan(load_recipe(None), parse_space({"optim.lr": [0.1]}), trials=1.5),
             "trials takes int or None, got float",
         ),
+        (lambda: tricklab.train(load_recipe(None), stop=42), "stop takes StopRequest or None"),
+        (lambda: tricklab.train(load_recipe(None), on_epoch="x"), "on_epoch takes a function"),
+        (lambda: tricklab.load_dataset("synthetic", sampling="x"), "sampling takes Sampling"),
+        (lambda: Sampling(seed="a"), "Sampling's seed takes an int, got 'a'"),
     ],
 )
 def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
@@ -504,3 +509,17 @@ def test_results_from_python_refuse_the_targets_the_cli_refuses(target):
     """Fifth hostile round: `results(target=-1.0)` said every run reached -100 %."""
     with pytest.raises(TrickLabError, match="must be a fraction in \\(0, 1\\] or a percentage"):
         tricklab.experiments.results("any", target=target)
+
+
+def test_a_recipe_field_set_by_hand_is_checked_before_the_run_writes_anything(tmp_path):
+    """Fifth hostile round: `recipe.model.widths = "abc"` ran, failed, and left its folder."""
+    recipe = load_recipe(None, TINY_SYNTHETIC)
+    recipe.model.widths = "abc"
+    with pytest.raises(TrickLabError, match="recipe: model.widths='abc' is not valid"):
+        tricklab.train(recipe, out_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_recipe_path_holding_a_nul_character_is_one_line():
+    with pytest.raises(TrickLabError, match="a path cannot hold a NUL character"):
+        load_recipe("a\x00b.yaml")

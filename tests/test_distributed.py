@@ -303,10 +303,18 @@ def test_a_time_budget_stops_every_rank_alike(tmp_path):
         (["--nproc", "0"], "at least 1"),
         (["optim.accumulate_steps=3"], "must divide loader.batch_size=32"),
         (["optim.accumulate_steps=0"], "optim.accumulate_steps"),
+        # fifth hostile round: each was a rank's error and a failed run's folder (a race of two
+        # error lines for the second); a rank's share is checked before any process starts
+        (["--nproc", "2", "data.test_size=1"], "1 test images cannot give each of 2 processes"),
+        (
+            ["--nproc", "2", "loader.batch_size=2", *SYNC_BATCHNORM[:3]],
+            "a training batch of 1 image",
+        ),
     ],
 )
 def test_bad_data_parallel_input_is_one_line_and_exit_2(tmp_path, args, says):
-    run = tricklab("train", *BASE, *NO_BATCHNORM, *args, "--out", str(tmp_path / "run"))
+    model = [] if any(a.startswith("model.name=") for a in args) else NO_BATCHNORM
+    run = tricklab("train", *BASE, *model, *args, "--out", str(tmp_path / "run"))
     assert run.returncode == 2
     assert len(run.stderr.strip().splitlines()) == 1 and says in run.stderr, run.stderr
     assert not (tmp_path / "run").exists()

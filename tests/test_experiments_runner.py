@@ -32,6 +32,7 @@ from tricklab.experiments import (
     sweep,
 )
 from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR, is_stale
+from tricklab.experiments.runner import study_runs
 from tricklab.experiments.stats import ConfigStats
 from tricklab.experiments.storage import open_storage, storage_url, trial_status
 from tricklab.recipe.schema import load_recipe
@@ -148,6 +149,11 @@ def test_any_other_exception_gives_failed_with_its_message(baseline, tmp_path):
     assert summary.stats[1].failures == {"failed": 2}
     (run,) = failed[0].user_attrs["runs"]
     assert run["hardware"]["device_type"] == "cpu" and run["recipe"]["optim"]["lr"] == 0.4
+    # fifth hostile round: `results --runs` as CSV or JSON gave them 0.0 s, the table "-"
+    runs = study_runs(summary.study, out_dir=str(tmp_path))[1]
+    assert {r["status"]: r["train_seconds"] for r in runs if r["status"] == "failed"} == {
+        "failed": None
+    }
 
 
 def test_rerun_skips_completed_units_and_runs_failed_ones_again(baseline, tmp_path):

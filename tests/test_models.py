@@ -12,7 +12,7 @@ import torchvision
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
-from tricklab.models import MODELS, build_model, list_models
+from tricklab.models import MODELS, build_model, list_models, zoo
 from tricklab.models.airbench import (
     ConvGroup,
     GlobalMaxPool,
@@ -295,6 +295,7 @@ def test_pretrained_offline_raises_naming_the_hub_cache(tmp_path, monkeypatch, c
 def test_pretrained_loads_cached_weights_and_replaces_only_the_head(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    monkeypatch.setattr(zoo, "_check_hash", lambda *args: None)  # not torchvision's file
     weights = torchvision.models.MobileNet_V2_Weights.DEFAULT
     torch.manual_seed(1)
     imagenet_state = torchvision.models.mobilenet_v2().state_dict()
@@ -313,6 +314,7 @@ def test_pretrained_loads_cached_weights_and_replaces_only_the_head(tmp_path, mo
 def test_corrupt_cached_weights_raise_naming_the_file_to_delete(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    monkeypatch.setattr(zoo, "_check_hash", lambda *args: None)  # not torchvision's file
     weights = torchvision.models.MobileNet_V2_Weights.DEFAULT
     checkpoints = tmp_path / "hub" / "checkpoints"
     checkpoints.mkdir(parents=True)

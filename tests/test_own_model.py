@@ -223,11 +223,17 @@ def test_width_and_pretrained_on_your_own_model_are_refused(registry):
         ("mine:make", one_conv, "without ':'"),
         ("", one_conv, "non-empty"),
         ("mine", "one_conv", "needs a callable"),
+        ("mine\nforged", one_conv, "control characters"),  # fifth hostile round
     ],
 )
 def test_register_model_refuses(registry, name, factory, message):
     with pytest.raises(TrickLabError, match=message):
         register_model(name, factory)
+
+
+def test_register_model_takes_text_as_doc(registry):
+    with pytest.raises(TypeError, match="doc takes str or None"):
+        register_model("mine", one_conv, doc=5)
 
 
 def test_registering_a_name_again_replaces_it(registry):

@@ -10,7 +10,7 @@ import torch
 import torchvision
 
 from tricklab.core.errors import TrickLabError
-from tricklab.models import build_model
+from tricklab.models import build_model, zoo
 
 
 class Payload:
@@ -33,6 +33,8 @@ def hub(tmp_path, monkeypatch):
         raise AssertionError(f"tried to download {url}")
 
     monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
+    # the files planted here are not torchvision's: their names' SHA-256 prefixes do not fit
+    monkeypatch.setattr(zoo, "_check_hash", lambda *args: None)
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
     checkpoints.mkdir(parents=True)
     return checkpoints
@@ -133,3 +135,21 @@ def test_a_download_that_fails_its_hash_check_is_one_line(hub, monkeypatch):
         TrickLabError, match="could not download the ImageNet weights of squeezenet"
     ):
         build_model("squeezenet", num_classes=10, pretrained=True)
+
+
+def test_a_cached_file_that_is_not_the_one_its_name_hashes_is_one_line(tmp_path, monkeypatch):
+    """Fifth hostile round: a cached file with the right keys and shapes but NaN values loaded
+    and the run diverged; its name carries the SHA-256 prefix torch.hub checks on download."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    weights = torchvision.models.SqueezeNet1_1_Weights.DEFAULT
+    state = {
+        k: torch.full_like(v, float("nan"))
+        for k, v in torchvision.models.squeezenet1_1().state_dict().items()
+    }
+    path = tmp_path / "torch" / "hub" / "checkpoints" / weights.url.rsplit("/", 1)[-1]
+    path.parent.mkdir(parents=True)
+    torch.save(state, path)
+    with pytest.raises(TrickLabError, match="its SHA-256 does not begin with") as info:
+        build_model("squeezenet", num_classes=10, pretrained=True)
+    assert "\n" not in str(info.value) and f"rm '{path}'" in str(info.value)

@@ -115,7 +115,8 @@ def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) ->
     from tricklab.training.setup import check_setup
 
     distributed.check_launch(args.nproc, device, recipe)
-    check_setup([recipe])  # bad data or model: one line here, not one per process
+    with distributed.checked_as(args.nproc - 1, args.nproc):  # the last rank's share: the least
+        check_setup([recipe])  # bad data or model: one line here, not one per process
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
         check_run_dir(out)  # a folder that holds a run: one line, before any process starts

@@ -43,6 +43,8 @@ def read_bounded_bytes(path: Path, limit: int, what: str) -> bytes:
     """The bytes of the regular file `path`; TrickLabError, one line, for one that is missing,
     a folder, no regular file (a FIFO would block), unreadable, or larger than `limit` bytes,
     which no `what` is (nothing past the limit is read)."""
+    if "\0" in str(path):  # os.stat's ValueError
+        raise TrickLabError(f"cannot read {shown(path)}: a path cannot hold a NUL character")
     try:
         mode = os.stat(path).st_mode
         if stat.S_ISDIR(mode):

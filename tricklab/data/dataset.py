@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,12 @@ class Sampling:
 
     seed: int = 0
     val_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
+            raise TypeError(f"Sampling's seed takes an int, got {self.seed!r:.60}")
+        if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, numbers.Real):
+            raise TypeError(f"Sampling's val_fraction takes a float, got {self.val_fraction!r:.60}")
 
 
 @dataclass(frozen=True)

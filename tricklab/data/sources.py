@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.data.augment import channel_stats
 from tricklab.data.dataset import (  # noqa: F401 (Dataset, Split, default_data_dir: public here)
     Dataset,
@@ -56,6 +56,7 @@ def load_dataset(
     `sampling`: the seed of the subsets and the hold-out, and the share of train an image folder
     without a test split holds out as test (`Sampling(seed=0, val_fraction=0.1)`).
     """
+    expect_type(sampling, (Sampling, type(None)), "load_dataset's sampling")
     sampling = sampling if sampling is not None else Sampling()
     seed, val_fraction = sampling.seed, sampling.val_fraction
     if name not in DATASET_SOURCES:

@@ -432,7 +432,7 @@ def study_runs(
                 "seed": int(record.get("seed", 0)),
                 "status": record["status"],
                 "accuracy": record.get("accuracy"),
-                "train_seconds": record.get("train_seconds"),
+                "train_seconds": record.get("train_seconds") or None,  # 0: none measured
                 "run_dir": folder,
                 "trial": record["trial"],
                 "error": record.get("error"),

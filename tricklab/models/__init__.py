@@ -133,11 +133,14 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
     its docstring. Registering a name again replaces it; tricklab's own names cannot be replaced.
     The registry lives in this process: experiments that start other processes (several workers)
     need a `package.module:factory` name instead, which any process can import."""
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or ":" in name:
+    bad = not isinstance(name, str) or not name.strip() or name != name.strip() or ":" in name
+    if bad or not name.isprintable():  # a newline would forge a line of `tricklab models`
         raise TrickLabError(
-            f"a model name must be a non-empty string without ':' or surrounding spaces, got "
-            f"{name!r} (':' is for package.module:factory and timm:NAME)"
+            f"a model name must be a non-empty string without ':', control characters or "
+            f"surrounding spaces, got {name!r} (':' is for package.module:factory and timm:NAME)"
         )
+    if doc is not None and not isinstance(doc, str):
+        raise TypeError(f"register_model's doc takes str or None, got {doc!r:.60}")
     if name in BUILTIN_MODELS:
         raise TrickLabError(
             f"{name!r} is one of tricklab's own models; register under another name"

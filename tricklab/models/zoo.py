@@ -8,6 +8,8 @@ one that only changes stride or pooling keeps its pretrained weights.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import re
 import warnings
@@ -84,6 +86,7 @@ def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
     try:
         if not cached.exists():
             _download(name, weights, cached)
+        _check_hash(cached, cached.stat().st_size, cached.stat().st_mtime_ns)
         with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
             state = torch.load(cached, map_location="cpu", weights_only=True)
@@ -110,6 +113,21 @@ def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
             _cannot_load_message(name, weights, TypeError(f"it holds a {type(state).__name__}"))
         )
     return state
+
+
+@functools.cache  # once per file as it is: an ablation builds the model for every run
+def _check_hash(cached: Path, size: int, mtime_ns: int) -> None:
+    """ValueError unless the file's SHA-256 begins with the prefix its name carries, as torch.hub
+    checks a download: a file damaged or replaced in the cache since (NaN weights that load)."""
+    found = torch.hub.HASH_REGEX.search(cached.name)
+    if found is None:
+        return
+    digest = hashlib.sha256()
+    with cached.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if not digest.hexdigest().startswith(found.group(1)):
+        raise ValueError(f"its SHA-256 does not begin with {found.group(1)}, as its name says")
 
 
 def _download(name: str, weights: Any, cached: Path) -> None:

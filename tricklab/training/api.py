@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
     atomic_write,
@@ -169,6 +169,11 @@ def train(
         )
     if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
         raise TypeError(f"out_dir is a folder path (str or Path), got {out_dir!r:.80}")
+    if on_epoch is not None and not callable(on_epoch):
+        raise TypeError(f"on_epoch takes a function of the epoch's row, got {on_epoch!r:.80}")
+    expect_type(stop, (StopRequest, type(None)), "train's stop")
+    # a field set by hand (recipe.run.epochs = "3") is checked as a file's or an override's
+    recipe = Recipe.from_dict(recipe.to_dict(), source="recipe")
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder

@@ -12,6 +12,7 @@ writes the run folder. Without torchrun's environment every function here is a n
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import logging
@@ -44,11 +45,40 @@ class World:
         return self.rank == 0
 
 
+# The rank `world()` says within `checked_as`: the launcher checking a rank's setup.
+_CHECKED_AS: contextvars.ContextVar[World | None] = contextvars.ContextVar(
+    "checked_as", default=None
+)
+
+
 def world() -> World:
     """The process group's rank, size and backend, or a world of one when none is open."""
+    if _CHECKED_AS.get() is not None:
+        return _CHECKED_AS.get()
     if not (dist.is_available() and dist.is_initialized()):
         return World()
     return World(dist.get_rank(), dist.get_world_size(), dist.get_backend())
+
+
+@contextlib.contextmanager
+def checked_as(rank: int, world_size: int) -> Iterator[None]:
+    """`world()` is rank `rank` of `world_size` in the block, no process group open: `train
+    --nproc` checks a rank's setup (its share of the data, its batches) before starting any."""
+    token = _CHECKED_AS.set(World(rank, world_size))
+    try:
+        yield
+    finally:
+        _CHECKED_AS.reset(token)
+
+
+def eval_shard(count: int, world: World) -> slice:
+    """A rank's share of an evaluation split of `count` images: every world_size-th one."""
+    if count < world.world_size:
+        raise TrickLabError(
+            f"{count} test images cannot give each of {world.world_size} processes one to "
+            f"evaluate: give data.test_size of at least {world.world_size}, or fewer processes"
+        )
+    return slice(world.rank, None, world.world_size)
 
 
 def launched_by_torchrun() -> bool:

@@ -220,7 +220,7 @@ def build_loaders(
         world_size=world.world_size,
     )
     train = cls(dataset.train.images, dataset.train.labels, train_spec)
-    shard = slice(world.rank, None, world.world_size)
+    shard = distributed.eval_shard(len(dataset.test.labels), world)
     eval_spec = dataclasses.replace(common, batch_size=lc.eval_batch_size, train=False)
     evaluation = cls(dataset.test.images[shard], dataset.test.labels[shard], eval_spec)
     return train, evaluation
