@@ -160,19 +160,23 @@ def accuracy_ci95(values: list[float]) -> tuple[float, float] | None:
 
 
 def _resolve_peak(
-    result, recipe: Recipe, override: float | None
+    hardware: dict, precision: str, override: float | None
 ) -> tuple[float | None, str | None]:
     """The device's peak TFLOP/s for a run's precision, and where the figure came from."""
     if override is not None:
         return override, "--peak-tflops"
-    if result.hardware.get("device_type") != "cuda":
+    if hardware.get("device_type") != "cuda":
         return None, None
     from tricklab.training.precision import precision_policy  # torch: imported when runs are done
 
-    precision = result.resolved.get("precision", recipe.tricks.precision)
     compute = precision_policy(precision, "cuda").compute_dtype
-    found = peak_tflops(result.hardware.get("device_name", ""), compute)
+    found = peak_tflops(hardware.get("device_name", ""), compute)
     return (found[0], found[1]) if found else (None, None)
+
+
+def _peak_of(result, recipe: Recipe, override: float | None) -> tuple[float | None, str | None]:
+    precision = result.resolved.get("precision", recipe.tricks.precision)
+    return _resolve_peak(result.hardware, precision, override)
 
 
 def _run_record(
@@ -307,7 +311,7 @@ def _speedrun(
             changes.append(f"run.epochs={warmup_epochs}")
         run_out = out / "warmup" if out is not None else None
         result = train(recipe.override(changes), out_dir=run_out, stop=stop)
-        peak, peak_source = _resolve_peak(result, recipe, plan.peak_tflops)
+        peak, peak_source = _peak_of(result, recipe, plan.peak_tflops)
         warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
         if on_run is not None:
             on_run(warmup)
@@ -322,7 +326,7 @@ def _speedrun(
                         recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop
                     )
                 if warmup is None and seed == 0:
-                    peak, peak_source = _resolve_peak(result, recipe, plan.peak_tflops)
+                    peak, peak_source = _peak_of(result, recipe, plan.peak_tflops)
                 record = _run_record(result, seed, peak, False, run_out)
                 records.append(record)
                 results.append(result)
