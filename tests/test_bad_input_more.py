@@ -437,6 +437,9 @@ def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
         (lambda: tricklab.train(load_recipe(None), on_epoch="x"), "on_epoch takes a function"),
         (lambda: tricklab.load_dataset("synthetic", sampling="x"), "sampling takes Sampling"),
         (lambda: Sampling(seed="a"), "Sampling's seed takes an int, got 'a'"),
+        # sixth round: an AttributeError seven frames deep; a target of True taken as 1
+        (lambda: AblationPlan(load_recipe(None), {5: [0]}), "each key of AblationPlan's vary"),
+        (lambda: tricklab.experiments.results("any", target=True), "target takes a number"),
     ],
 )
 def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(

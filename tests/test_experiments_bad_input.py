@@ -426,11 +426,13 @@ def test_a_space_value_out_of_range_is_blamed_on_the_space(tmp_path, capsys):
 # ---------------------------------------------------------------- another program's study
 
 
-def _foreign_study(path, name, objective, **kwargs):
+def _foreign_study(path, name, objective, attrs=None, **kwargs):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(study_name=name, storage=f"sqlite:///{path}", **kwargs)
+    for key, value in (attrs or {}).items():
+        study.set_user_attr(key, value)
     if objective:
         study.optimize(objective, n_trials=3)
     return path.read_bytes()
@@ -443,8 +445,11 @@ def _foreign_study(path, name, objective, **kwargs):
         ({"direction": "minimize"}, None, "it has an objective to minimize"),
         ({"direction": "maximize"}, lambda t: t.suggest_float("y", 0, 1),
          "it holds trials without tricklab's attrs"),
+        # sixth round: another program that also names its study's kind
+        ({"direction": "maximize", "attrs": {"kind": "sweep"}},
+         lambda t: t.suggest_float("y", 0, 1), "it holds trials without tricklab's attrs"),
     ],
-    ids=["two-objectives", "minimized", "foreign-trials"],
+    ids=["two-objectives", "minimized", "foreign-trials", "foreign-kind"],
 )  # fmt: skip
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_study_another_program_wrote_is_refused_and_left_as_it_was(
@@ -481,3 +486,30 @@ def test_a_damaged_study_database_is_one_line_when_the_ablation_resumes(tmp_path
     line = one_error_line(capsys)
     assert line.startswith("error: cannot use storage sqlite:///") and "malformed" in line
     assert (tmp_path / "study.db").read_bytes() == before
+
+
+def _fake_run(recipe, **kwargs):
+    from tricklab.training.api import RunResult
+
+    return RunResult(status="complete", val_acc=0.5, val_loss=1.0, train_seconds=1.0,
+                     recipe=recipe.to_dict(), epochs=[{"epoch": 1, "val_acc": 0.5}])  # fmt: skip
+
+
+def test_any_zeroed_page_of_a_study_database_is_one_line_or_nothing(tmp_path, capsys):
+    """Sixth hostile round: a zeroed page 11 was a 100-line traceback in `results`, `report` and
+    a resuming ablation (only page 2's damage had been met)."""
+    plan = AblationPlan(
+        load_recipe(None, TINY_SYNTHETIC), {"optim.lr": [0.1, 0.2, 0.3]}, seeds=3, study="z",
+        out_dir=tmp_path / "exp",
+    )  # fmt: skip
+    ablate(plan, train_fn=_fake_run)
+    db = tmp_path / "exp" / "study.db"
+    whole, page = db.read_bytes(), 4096
+    assert len(whole) // page > 10  # the pages of the trials' attrs, not the schema's alone
+    for number in range(1, len(whole) // page):
+        db.write_bytes(whole[: number * page] + bytes(page) + whole[(number + 1) * page :])
+        code = main(["results", "z", "--out", str(tmp_path / "exp")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code in (0, 2) and len(err) == code // 2, (number, err)
+        if code == 2:
+            assert err[0].startswith("error: ") and "storage" in err[0], (number, err)

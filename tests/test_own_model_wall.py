@@ -170,12 +170,33 @@ def leaves_contexts_open(num_classes):
     import signal
 
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PassThrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
 
     net = Net(num_classes)
     torch.autocast("cpu", dtype=torch.bfloat16).__enter__()  # the run trained in bf16
     torch.device("meta").__enter__()  # every later tensor without storage: a traceback
     signal.alarm(3)  # a library's watchdog: SIGALRM killed the run 3 s later, without a word
+    # sixth round: a sampling profiler's timer (SIGPROF killed it), a dispatch mode, a mask
+    signal.setitimer(signal.ITIMER_PROF, 2, 0.5)
+    PassThrough().__enter__()
+    torch.set_autocast_cache_enabled(False)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
     return net
+
+
+class RaisesInTrainMode(Net):
+    def forward(self, x):
+        if self.training:
+            raise RuntimeError("train mode unsupported")
+        return super().forward(x)
+
+
+def raises_in_train_mode(num_classes):
+    return RaisesInTrainMode(num_classes)
 
 
 class TupleInTraining(Net):  # as torchvision's Inception and GoogLeNet: (logits, aux)
@@ -236,6 +257,7 @@ def walled(tmp_path, monkeypatch):
         # fifth hostile round: a traceback mid-run (exit 1), a failed run's folder left
         ("tuple_in_training", "its forward in train mode gives tuple for a batch of 3 images"),
         ("two_rows", "its forward in train mode gives (2, 10) for a batch of 3 images"),
+        ("raises_in_train_mode", "its forward in train mode raised RuntimeError: train mode"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(
@@ -370,7 +392,9 @@ def test_contexts_and_an_alarm_a_factory_leaves_open_are_closed_before_the_run(w
     assert json.loads((out / "result.json").read_text())["status"] == "complete"
     assert not torch.is_autocast_enabled("cpu")
     assert torch._C._len_torch_function_stack() == 0
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert torch._C._len_torch_dispatch_stack() == 0 and torch.is_autocast_cache_enabled()
+    assert signal.getitimer(signal.ITIMER_REAL) == signal.getitimer(signal.ITIMER_PROF) == (0, 0)
+    assert signal.SIGUSR2 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def test_what_a_factory_changes_of_the_process_is_put_back_and_the_run_records_what_ran(

@@ -153,3 +153,17 @@ def test_a_cached_file_that_is_not_the_one_its_name_hashes_is_one_line(tmp_path,
     with pytest.raises(TrickLabError, match="its SHA-256 does not begin with") as info:
         build_model("squeezenet", num_classes=10, pretrained=True)
     assert "\n" not in str(info.value) and f"rm '{path}'" in str(info.value)
+
+
+def test_a_cached_weights_name_that_is_no_regular_file_is_one_line_not_a_hang(
+    tmp_path, monkeypatch
+):
+    """Sixth hostile round: a link to /dev/zero (or a FIFO) under the hashed name was hashed for ever."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    weights = torchvision.models.SqueezeNet1_1_Weights.DEFAULT
+    path = tmp_path / "torch" / "hub" / "checkpoints" / weights.url.rsplit("/", 1)[-1]
+    path.parent.mkdir(parents=True)
+    path.symlink_to("/dev/zero")
+    with pytest.raises(TrickLabError, match="it is not a regular file"):
+        build_model("squeezenet", num_classes=10, pretrained=True)

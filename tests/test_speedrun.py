@@ -873,3 +873,11 @@ def test_record_seconds_show_only_for_a_recipe_with_an_airbench_script(speedrun_
     text = _rendered(summary)
     assert "record seconds mean" not in text and "whitening fit" not in text
     assert "no airbench script for this recipe" in text and "train seconds mean" in text
+
+
+def test_quiet_json_speedrun_prints_the_object_alone(tmp_path, capsys):
+    """Sixth hostile round: `-q --json` still printed the 30-line summary table on stderr."""
+    words = [*TINY_SPEEDRUN94, "data.train_size=100", "--runs", "1", "--warmup-epochs", "0"]
+    assert main(["speedrun", *words, "--out", str(tmp_path / "out"), "-q", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and json.loads(captured.out)["n"] == 1

@@ -286,8 +286,9 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
     finally:
         if made is not None:  # stopped before its first run wrote anything: no empty folder
             remove_empty_dirs(out, made)
-    out_console.print(render_summary(summary))
-    echo(err, f"summary: {out / 'summary.json'}")
+    if not (args.json and args.quiet):  # then stdout's object is the summary, stderr is quiet
+        out_console.print(render_summary(summary))
+        echo(err, f"summary: {out / 'summary.json'}")
     if args.json:
         print(json.dumps(summary.to_dict()))
     if summary.interrupted:

@@ -152,13 +152,25 @@ def _process_settings() -> list[tuple[Callable[[], object], Callable[[Any], obje
         *(_autocast(device) for device in ("cpu", "cuda")),  # an autocast entered, never left
         # a `with torch.device("meta")` (or another mode) entered and never left: popped
         _mode_stack(torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack),
-        _mode_stack(torch._C._len_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack),
-        # a library's watchdog alarm: SIGALRM would kill the run minutes later without a word
+        _mode_stack(
+            torch._C._len_torch_dispatch_stack, lambda: torch._C._pop_torch_dispatch_stack(None)
+        ),
+        (torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
+        # a watchdog's alarm, a sampling profiler's timer: their signal would kill the run later,
+        # without a word; signals blocked in this thread would never reach tricklab's handlers
+        *(
+            _timer(which)
+            for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+        ),
         (
-            lambda: signal.getitimer(signal.ITIMER_REAL),
-            lambda t: signal.setitimer(signal.ITIMER_REAL, *t),
+            lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []),
+            lambda mask: signal.pthread_sigmask(signal.SIG_SETMASK, mask),
         ),
     ]
+
+
+def _timer(which: int) -> tuple[Callable[[], object], Callable[[Any], object]]:
+    return (lambda: signal.getitimer(which)), (lambda t: signal.setitimer(which, *t))
 
 
 def _autocast(device: str) -> tuple[Callable[[], object], Callable[[Any], object]]:
@@ -186,13 +198,13 @@ def _mode_stack(
 
 @contextlib.contextmanager
 def _same_process(what: str) -> Iterator[None]:
-    """Put back what the code changed of the process: the recursion limit, the Ctrl-C, SIGTERM
-    and SIGALRM handlers (tricklab's own stop them) and the settings of `_process_settings`,
+    """Put back what the code changed of the process: the recursion limit, the handlers of Ctrl-C,
+    SIGTERM and the timers' signals (tricklab's own stop them) and `_process_settings`'s,
     silently; the working folder (os.chdir), then say so: --out and data.dir are relative to it,
     and a run folder would be made elsewhere."""
     saved, limit = os.getcwd(), sys.getrecursionlimit()
     main = threading.current_thread() is threading.main_thread()
-    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF)
     handlers = {s: signal.getsignal(s) for s in watched} if main else {}
     settings = [(read, write, read()) for read, write in _process_settings()]
     try:

@@ -21,6 +21,7 @@ and a call with the wrong arguments (our bug).
 from __future__ import annotations
 
 import functools
+import sqlite3
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +77,11 @@ def _row_checked(name: str) -> Callable[..., Any]:
             if not is_damaged_row(exc):
                 raise
             raise _damaged(self.url, one_line(exc)) from None
+        except optuna.exceptions.StorageInternalError as exc:
+            orig = getattr(exc.__cause__, "orig", None)  # a disk full, a lock: another subclass
+            if type(orig) is not sqlite3.DatabaseError:  # "database disk image is malformed"
+                raise
+            raise _damaged(self.url, one_line(orig)) from None
         try:  # deeper: Optuna's deepcopy of it runs out of stack
             check_depth(_attrs_in(result))
         except ValueError as exc:

@@ -205,6 +205,7 @@ class AblationPlan:
         expect_type(self.baseline, Recipe, "AblationPlan's baseline")
         expect_type(self.vary, Mapping, "AblationPlan's vary")
         for key, values in self.vary.items():  # a lone string would be read letter by letter
+            expect_type(key, str, "each key of AblationPlan's vary")
             expect_type(values, (list, tuple), f"AblationPlan's vary[{key!r}]")
         expect_type(self.grid, bool, "AblationPlan's grid")
         _check_where(self, "AblationPlan")

@@ -394,6 +394,8 @@ def study_results(
     expect_type(study, str, "study")
     expect_type(storage, (str, type(None)), "storage")
     expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
+    if isinstance(target, bool) or not isinstance(target, (int, float, type(None))):
+        raise TypeError(f"results' target takes a number or None, got {target!r:.60}")
     target = None if target is None else normalize_target(target)  # as --target takes it
     url = storage_url(storage, experiment_dir(study, out_dir))
     opened = load_study(open_storage(url, must_exist=True), study)

@@ -272,7 +272,7 @@ def check_study(
     if objectives != 1 or study.direction != optuna.study.StudyDirection.MAXIMIZE:
         what = f"{objectives} objectives" if objectives != 1 else "an objective to minimize"
         not_ours = f"it has {what}, where tricklab's maximize accuracy"
-    elif "kind" not in stored and study.get_trials(deepcopy=False):
+    elif not {"kind", "tricklab_version"} <= set(stored) and study.get_trials(deepcopy=False):
         not_ours = "it holds trials without tricklab's attrs"
     else:
         not_ours = None

@@ -119,6 +119,8 @@ def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
 def _check_hash(cached: Path, size: int, mtime_ns: int) -> None:
     """ValueError unless the file's SHA-256 begins with the prefix its name carries, as torch.hub
     checks a download: a file damaged or replaced in the cache since (NaN weights that load)."""
+    if not cached.is_file():  # a FIFO or a link to /dev/zero: read for ever
+        raise ValueError("it is not a regular file")
     found = torch.hub.HASH_REGEX.search(cached.name)
     if found is None:
         return

@@ -26,6 +26,7 @@ from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes
+from tricklab.core.usercode import described
 from tricklab.measure.flops import eval_mode
 from tricklab.training.model_memory import (  # noqa: F401 (activation_bytes: reached here)
     activation_bytes,
@@ -220,9 +221,13 @@ def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[
         out = model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
     _check_scores(out, name, shape[0], num_classes, "")
     more = (shape[0] + 1, *shape[1:])
-    _check_scores(
-        _train_mode_output(model, more, reference), name, more[0], num_classes, " in train mode"
-    )
+    try:
+        trained = _train_mode_output(model, more, reference)
+    except Exception as exc:  # what a training step would meet at once (OOM aside: batch of 3)
+        raise TrickLabError(
+            f"model.name={name}: its forward in train mode raised {described(exc)}"
+        ) from None
+    _check_scores(trained, name, more[0], num_classes, " in train mode")
     if not out.is_floating_point():
         raise TrickLabError(
             f"model.name={name}: its forward gives {out.dtype} scores; a classifier's scores "
