@@ -320,6 +320,17 @@ def test_bad_data_parallel_input_is_one_line_and_exit_2(tmp_path, args, says):
     assert not (tmp_path / "run").exists()
 
 
+def test_speedrun_nproc_checks_the_last_ranks_share_before_any_process_starts(tmp_path):
+    args = ["speedrun", *BASE, *NO_BATCHNORM, "data.test_size=1", "--runs", "1", "--nproc", "2"]
+    run = tricklab(*args, "--out", str(tmp_path / "sr"))
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "error: 1 test images cannot give each of 2 processes one to evaluate: give "
+        "data.test_size of at least 2, or fewer processes"
+    ]
+    assert not (tmp_path / "sr").exists()
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["dead", "hung"])
 def test_a_dead_or_hung_rank_makes_the_other_exit_instead_of_hanging(tmp_path, how):
     """Killed: its connections close; stopped: run.dist_timeout_seconds (5) runs out."""

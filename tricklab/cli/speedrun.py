@@ -218,7 +218,8 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     device = resolve_device(recipe.run.device)
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes
         distributed.check_launch(args.nproc, device, recipe)
-        check_setup([recipe])  # bad data or model: one line here, not one per process
+        with distributed.checked_as(args.nproc - 1, args.nproc):  # the last rank's share
+            check_setup([recipe])  # bad data or model: one line here, not one per process
         code, failure = distributed.launch(args.nproc, _speedrun_argv(args))
         if failure is not None:  # the runs recorded before it stand; the one in flight is lost
             print_error(f"data-parallel speedrun failed: {failure}")
