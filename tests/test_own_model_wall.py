@@ -413,3 +413,18 @@ def test_what_a_factory_changes_of_the_process_is_put_back_and_the_run_records_w
     assert result["status"] == "complete"
     assert result["hardware"]["torch_threads"] == before[0]
     assert all(path.stat().st_mode & 0o600 == 0o600 for path in out.iterdir())
+
+
+def test_the_wall_holds_where_no_temporary_file_can_be_made(walled, tmp_path, capsys, monkeypatch):
+    """File descriptors 1 and 2 go to a temporary file; without one, sys.stdout/stderr alone."""
+    import tempfile
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_space)
+    out = tmp_path / "run"
+    assert main(["train", *TINY, f"model.name={walled}:three_outputs", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its forward gives (2, 3)" in err[0]
+    assert not out.exists()

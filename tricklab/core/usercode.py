@@ -60,7 +60,13 @@ def _output_kept(printed: io.StringIO) -> Iterator[Any]:
     sys.stderr, and straight to file descriptors 1 and 2 too (a C extension, `os.write`, a child
     process). Yields a stream to the real stderr, for tricklab's own notice."""
     stream, copies = sys.stderr, {}
-    with tempfile.TemporaryFile() as sink:
+    try:
+        sink = tempfile.TemporaryFile()
+    except OSError:  # no temporary folder to write in: Python's streams alone are kept apart
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            yield stream
+        return
+    with sink:
         try:
             for fd, python_stream in ((1, sys.stdout), (2, sys.stderr)):
                 with contextlib.suppress(AttributeError, ValueError, OSError):

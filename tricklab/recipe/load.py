@@ -19,7 +19,7 @@ import yaml
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.coerce import coerce, shown
 from tricklab.recipe.sections import SECTIONS
-from tricklab.recipe.yamlio import describe_yaml_error, read_spelled, read_yaml, read_yaml_file
+from tricklab.recipe.yamlio import describe_yaml_error, read_yaml, read_yaml_document, spelled
 
 _BUILTIN = resources.files("tricklab.recipe").joinpath("builtin")  # the shipped recipes (YAML)
 
@@ -55,7 +55,7 @@ def read_recipe(name: str) -> tuple[Any, str]:
             raise TrickLabError(f"{name}: {describe_yaml_error(exc)}") from None
     looks_like_a_path = path.suffix in (".yaml", ".yml") or "/" in name or os.sep in name
     if name in builtin or looks_like_a_path or os.path.lexists(path):
-        return _numbers_as_typed(read_yaml_file(path, "recipe file"), path), str(path)
+        return _numbers_as_typed(*read_yaml_document(path, "recipe file")), str(path)
     close = difflib.get_close_matches(name, builtin, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise TrickLabError(
@@ -63,10 +63,11 @@ def read_recipe(name: str) -> tuple[Any, str]:
     )
 
 
-def _numbers_as_typed(data: Any, path: Path) -> Any:
-    """A recipe file's data where a field that holds text keeps a number as it is typed there
-    (`dir: 0o17` names the folder 0o17, not 15; `cache_dir: 1e3` not 1000.0), as an override's."""
-    spelled = None
+def _numbers_as_typed(data: Any, text: str) -> Any:
+    """A recipe file's data (read from `text`) where a field that holds text keeps a number as
+    typed there (`dir: 0o17` names the folder 0o17, not 15; `cache_dir: 1e3` not 1000.0), as an
+    override's does."""
+    as_typed = None
     for section, values in data.items() if isinstance(data, dict) else ():
         cls = SECTIONS.get(section)
         if cls is None or not isinstance(values, dict):
@@ -74,8 +75,8 @@ def _numbers_as_typed(data: Any, path: Path) -> Any:
         for name, value in values.items():
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if number and name in _type_hints(cls) and takes_text(cls, name):
-                spelled = spelled or read_spelled(path)
-                values[name] = spelled[section][name]
+                as_typed = as_typed or spelled(text)
+                values[name] = as_typed[section][name]
     return data
 
 

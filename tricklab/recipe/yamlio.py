@@ -190,9 +190,15 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     Every failure is one TrickLabError line: missing, a folder, not a regular file, a folder on
     the way that may not be entered, unreadable, too large (not read past the limit), not UTF-8,
     not YAML, or beyond the limits."""
+    return read_yaml_document(path, what)[0]
+
+
+def read_yaml_document(path: str | Path, what: str) -> tuple[Any, str]:
+    """`read_yaml_file`'s document and the text it was read from (read once)."""
     data = read_bounded_bytes(Path(path), MAX_YAML_BYTES, what)  # the one door in
     try:
-        return read_yaml(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        return read_yaml(text), text
     except UnicodeDecodeError:
         raise TrickLabError(f"{what} {path} is not UTF-8 text (not valid YAML)") from None
     except yaml.YAMLError as exc:
@@ -201,8 +207,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
         raise TrickLabError(f"{path}: {exc}") from None
 
 
-def read_spelled(path: str | Path) -> Any:
-    """The document in the file at `path` with every scalar as it is spelled there (`0o17`, not
-    15), for a file `read_yaml_file` has read (its checks are not made again)."""
-    text = read_bounded_bytes(Path(path), MAX_YAML_BYTES, "recipe file").decode("utf-8")
+def spelled(text: str) -> Any:
+    """The document of `text`, which `read_yaml` has read (its checks are not made again), with
+    every scalar as it is spelled there (`0o17`, not 15)."""
     return yaml.load(text, Loader=yaml.BaseLoader)

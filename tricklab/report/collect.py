@@ -146,9 +146,8 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
                 runs.append(path)
             if study:
                 sources.extend(_folder_studies(path))
-            if not (
-                speedrun or run or study
-            ):  # a folder of another kind: the study of that name, if any
+            # a folder of another kind: the study of that name, if there is one
+            if not (speedrun or run or study):
                 try:
                     sources.append(load_study(text, storage))
                 except TrickLabError:

@@ -53,8 +53,8 @@ _CHECKED_AS: contextvars.ContextVar[World | None] = contextvars.ContextVar(
 
 def world() -> World:
     """The process group's rank, size and backend, or a world of one when none is open."""
-    if _CHECKED_AS.get() is not None:
-        return _CHECKED_AS.get()
+    if (checked := _CHECKED_AS.get()) is not None:
+        return checked
     if not (dist.is_available() and dist.is_initialized()):
         return World()
     return World(dist.get_rank(), dist.get_world_size(), dist.get_backend())
