@@ -104,7 +104,7 @@ def main() -> None:
     }
     print(json.dumps(summary, indent=1))
     if args.out:
-        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_1min": [round(x, 2) for x in loads],
             "markdown": "",
         }
-        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

@@ -130,7 +130,7 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result = measure(args.batch, device, args.repeats)
     print(json.dumps(result, indent=1))
-    with open(args.json, "w") as f:
+    with open(args.json, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
 
 

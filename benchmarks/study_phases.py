@@ -124,7 +124,7 @@ def main() -> int:
         "missing_targets": missing,
         "results": run_sums(out),
     }
-    Path(args.json).write_text(json.dumps(report, indent=1))
+    Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
     return rc if isinstance(rc, int) else 1
 
 

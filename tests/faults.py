@@ -36,7 +36,7 @@ class Injector:
         self.target, self.mode, self.root = target, mode, str(root.resolve())
         self.count = 0
         self.fds: set[int] = set()
-        self.log = open(root / ".fault-log", "a")  # noqa: SIM115 (kept open to the end)
+        self.log = open(root / ".fault-log", "a", encoding="utf-8")  # noqa: SIM115 (kept open to the end)
 
     def ours(self, path) -> bool:
         try:

@@ -128,3 +128,49 @@ def _wide_functions() -> dict[str, int]:
 
 def test_no_public_function_takes_more_than_8_parameters():
     assert _wide_functions() == {}, "pass a small frozen dataclass"
+
+
+def _text_opened_without_encoding(source: str) -> list[int]:
+    """Lines of `source` that open a text file without `encoding=`: read or written as the
+    locale says, so ASCII under LC_ALL=C (a built-in recipe with `×` in a comment failed there)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
+            continue
+        func = node.func
+        mode_args = [k.value for k in node.keywords if k.arg == "mode"]
+        if isinstance(func, ast.Name) and func.id == "open":
+            mode_args += node.args[1:2]
+        elif isinstance(func, ast.Attribute) and func.attr == "open":
+            if isinstance(func.value, ast.Name) and func.value.id == "tarfile":
+                continue  # binary whatever its mode says
+            first = node.args[:1]
+            mode_args += [
+                a for a in first if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            ]
+            if not mode_args:
+                continue  # an archive's member, a logger: no mode given
+        elif not (isinstance(func, ast.Attribute) and func.attr in ("read_text", "write_text")):
+            continue
+        modes = [m.value for m in mode_args if isinstance(m, ast.Constant)]
+        if not any("b" in str(mode) for mode in modes):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_encoding_finder_finds_text_opened_without_one():
+    source = (
+        "open(p)\nopen(p, 'rb')\nopen(p, 'w', encoding='utf-8')\np.read_text()\n"
+        "p.write_text(t, encoding='utf-8')\np.open('a')\narchive.open(info)\n"
+        "tarfile.open(fileobj=f, mode='r:')\n"
+    )
+    assert _text_opened_without_encoding(source) == [1, 4, 6]
+
+
+def test_every_text_file_the_package_opens_names_its_encoding():
+    unnamed = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in PACKAGE.rglob("*.py")
+        for line in _text_opened_without_encoding(path.read_text(encoding="utf-8"))
+    }
+    assert unnamed == set(), 'add encoding="utf-8"'

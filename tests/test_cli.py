@@ -174,7 +174,7 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "--out", "/etc/hostname/run"], "/etc/hostname is a file, not a folder"),
         (["train", "--out", ""], "--out is empty"),
         (["speedrun", "--out", " "], "--out is empty"),
-        (["speedrun", "--warmup-epochs", "nan"], "--warmup-epochs must be a number >= 0"),
+        (["speedrun", "--warmup-epochs", "-1"], "--warmup-epochs must be a number >= 0"),
         (["models", "--num-classes", "99999999999"], "--num-classes must be in 1..100000"),
     ],
 )
@@ -287,9 +287,34 @@ def test_output_into_a_closed_pipe_ends_quietly():
 
 
 @pytest.mark.parametrize(
+    "env",
+    [{"PYTHONIOENCODING": "ascii"}, {"PYTHONUTF8": "0", "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0"}],
+    ids=["ascii-streams", "c-locale-without-utf8-mode"],
+)
+def test_a_terminal_that_cannot_show_unicode_gets_escapes_not_a_traceback(env):
+    """Seventh hostile round: `×`, `±`, `—` in a table under PYTHONIOENCODING=ascii were a
+    UnicodeEncodeError; a built-in recipe read in the C locale's ASCII one too."""
+    import os
+
+    full = {**os.environ, **env}
+    for args in (["recipes"], ["tricks", "optim"], ["models", "airbench"]):
+        out = subprocess.run([sys.executable, "-m", "tricklab", *args], capture_output=True,
+                             env=full, timeout=300)  # fmt: skip
+        assert out.returncode == 0 and out.stdout, (args, out.stderr[-2000:])
+    listed = subprocess.run([sys.executable, "-m", "tricklab", "recipes"], capture_output=True,
+                            env=full, timeout=300).stdout  # fmt: skip
+    assert b"\\u2014" in listed  # the em dash of a recipe's description, escaped
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
-        (["speedrun", "--runs", "abc"], "tricklab speedrun: argument --runs: invalid int value"),
+        (["speedrun", "--runs", "abc"], "argument --runs: 'abc' is not a whole number in ASCII"),
+        # number flags read numbers as recipe fields do: not Python's int()/float() spellings
+        (["ablate", "--seeds", "1_0"], "argument --seeds: '1_0' is not a whole number in ASCII"),
+        (["demo", "--seeds", "\u0663"], "argument --seeds: '\u0663' is not a whole number"),
+        (["speedrun", "--warmup-epochs", "nan"], "'nan' is not a number such as 0.5 or 1e-3"),
+        (["results", "x", "--target", "inf"], "'inf' is not a number such as 0.5 or 1e-3"),
         (["sweep", "--space", "s.yaml", "--sampler", "bogus"], "invalid choice: 'bogus'"),
         (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
     ],

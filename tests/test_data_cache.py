@@ -174,19 +174,34 @@ def test_damaged_cache_file_is_rebuilt_from_the_source(tmp_path):
         ("train", {"labels": [0, 0, 0, 1, 1, 2]}),  # 2 classes: label 2 is out of range
         ("train", {"labels": [0, 0, 0, 1, 1, -1]}),
         ("test", {"classes": ["ant", "wasp"]}),  # the test split names other classes than train
+        ("train", {"classes": ["ant", "ant"]}),
+        ("train", {"classes": ["ant"], "labels": [0] * 6}),
+        ("train", {"images": np.zeros((0, 3, 8, 8), np.uint8), "labels": []}),
+        ("train", {"images": np.zeros((6, 3, 0, 0), np.uint8)}),
+        ("train", {"images": np.zeros((6, 3, 8, 4), np.uint8)}),  # not the image_size its key says
     ],
-    ids=["label-too-high", "label-negative", "test-classes-differ"],
+    ids=[
+        "label-too-high",
+        "label-negative",
+        "test-classes-differ",
+        "a-class-twice",
+        "one-class",
+        "no-image",
+        "no-pixel",
+        "not-the-size-of-its-key",
+    ],  # fmt: skip
 )
 def test_tampered_cache_file_is_a_miss_and_rebuilt_from_the_source(
     tmp_path, monkeypatch, split, tamper
 ):
     make_tree(tmp_path / "data")
-    first = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    options = {"cache_dir": tmp_path / "cache", "image_size": 8}
+    first = load_dataset("imagefolder", tmp_path / "data", **options)
     path = next(f for f in cache_files(tmp_path / "cache") if f.name.endswith(f"-{split}.npz"))
     with np.load(path, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     arrays.update(
-        {name: np.array(value, dtype=arrays[name].dtype) for name, value in tamper.items()}
+        {name: np.asarray(value, dtype=arrays[name].dtype) for name, value in tamper.items()}
     )
     with open(path, "wb") as f:
         np.savez(f, **arrays)  # right dtypes and lengths, wrong content
@@ -197,7 +212,7 @@ def test_tampered_cache_file_is_a_miss_and_rebuilt_from_the_source(
         "decode_image",
         lambda *args: decoded.append(args) or decode_image(*args),
     )
-    second = load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
+    second = load_dataset("imagefolder", tmp_path / "data", **options)
     assert decoded  # a miss: the source was decoded again
     assert second.classes == first.classes == ["ant", "bee"]
     assert torch.equal(second.train.labels, first.train.labels)

@@ -549,6 +549,49 @@ def test_cifar10_pickle_naming_a_foreign_function_is_refused(tmp_path):
         load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
 
 
+def billion_laughs() -> list:
+    """Ten names, each a list repeated by reference to 10**9 items: 300 bytes pickled."""
+    names = ["x"] * 10
+    for _ in range(8):
+        names = [names] * 10
+    return [names] * 10
+
+
+@pytest.mark.parametrize(
+    ("names", "why"),
+    [
+        (billion_laughs(), "no short UTF-8 text"),
+        (5, "holds no list of class names"),
+        (None, "holds no list of class names"),
+        ({b"a": 1}, "holds no list of class names"),
+        ([b"\xff\xfe"] + [f"c{i}".encode() for i in range(9)], "no short UTF-8 text"),
+        ([b"a"] * 10, "given twice"),
+        ([b"x" * 201] + [f"c{i}".encode() for i in range(9)], "no short UTF-8 text"),
+        ([f"c{i}".encode() for i in range(9)], "holds 9 class names, not 10"),
+    ],
+    ids=[
+        "repeated-by-reference",
+        "a-number",
+        "none",
+        "a-dict",
+        "not-utf8",
+        "twice",
+        "too-long",
+        "nine",
+    ],  # fmt: skip
+)
+def test_cifar10_meta_whose_class_names_are_not_ten_short_texts_is_refused_before_reading_them(
+    tmp_path, names, why
+):
+    write_fake_cifar(tmp_path / "data")
+    with tarfile.open(tmp_path / "data" / "cifar-10-python.tar.gz") as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    meta = tmp_path / "x" / "cifar-10-batches-py" / "batches.meta"
+    meta.write_bytes(pickle.dumps({b"label_names": names}, protocol=2))
+    with pytest.raises(TrickLabError, match=f"^batches.meta in .*{why}.*not the official cifar10"):
+        load_dataset("cifar10", tmp_path / "x", cache_dir=tmp_path / "cache", download=False)
+
+
 @pytest.mark.parametrize(
     "labels",
     [[b"x", 1, 2, 3], 5, [0.5, 1.0, 2.0, 3.0], [[0], [1], [2], [3]], [[0], [1, 2], 3, 4]],

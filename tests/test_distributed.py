@@ -337,7 +337,9 @@ def test_a_dead_or_hung_rank_makes_the_other_exit_instead_of_hanging(tmp_path, h
     out = tmp_path / "run"
     argv = ["-m", "tricklab", "train", *BASE, *NO_BATCHNORM, "run.epochs=10000"]
     argv += ["run.dist_timeout_seconds=5", "--quiet", "--out", str(out)]
-    with open(tmp_path / "ranks.log", "w") as log:  # a file: a full pipe would block a rank
+    with open(
+        tmp_path / "ranks.log", "w", encoding="utf-8"
+    ) as log:  # a file: a full pipe would block a rank
         ranks = start_ranks(argv, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 120

@@ -54,7 +54,7 @@ def start_worker():
     started = []
 
     def start(cmd, log_path):
-        with open(log_path, "w") as log:
+        with open(log_path, "w", encoding="utf-8") as log:
             started.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV))
         return started[-1]
 

@@ -125,7 +125,7 @@ def test_rows_round_trip_through_dicts_and_csv(tmp_path):
     )
     assert [ConfigStats.from_dict(r.to_dict()) for r in rows] == rows
     write_csv(rows, tmp_path / "rows.csv")
-    with open(tmp_path / "rows.csv") as handle:
+    with open(tmp_path / "rows.csv", encoding="utf-8") as handle:
         lines = list(csv.DictReader(handle))
     assert [line["config_id"] for line in lines] == ["baseline", "tricks.fast=true"]
     assert float(lines[1]["accuracy_p_value"]) == pytest.approx(rows[1].accuracy_p_value)

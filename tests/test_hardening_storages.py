@@ -26,7 +26,7 @@ def one_error_line(capsys) -> str:
 
 
 def write_journal(path: Path, *records) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
 
 

@@ -64,7 +64,10 @@ def run_workers(count, out_dir):
             # A session per worker, as if started from its own terminal or machine: Linux's
             # autogroup scheduler shares the CPU between sessions, so workers in one session
             # share its one slice whenever other jobs keep the machine busy.
-            with open(f"{name}.out", "w") as out, open(f"{name}.log", "w") as log:
+            with (
+                open(f"{name}.out", "w", encoding="utf-8") as out,
+                open(f"{name}.log", "w", encoding="utf-8") as log,
+            ):
                 workers.append(
                     subprocess.Popen(cmd, stdout=out, stderr=log, env=ENV, start_new_session=True)
                 )
@@ -85,7 +88,7 @@ def run_workers(count, out_dir):
 
 
 def read(name, suffix):
-    with open(f"{name}.{suffix}") as handle:
+    with open(f"{name}.{suffix}", encoding="utf-8") as handle:
         return handle.read()
 
 

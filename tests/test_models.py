@@ -400,3 +400,35 @@ def test_the_global_max_pool_compiled_in_float16_keeps_a_finite_gradient():
         grads.append(conv.weight.grad.clone())
     assert torch.isfinite(grads[1]).all()
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-2, atol=1e-2)
+
+
+def test_an_image_too_small_on_either_side_is_refused_naming_both_sides():
+    """Seventh hostile round: 64x1 images passed (the model was sized from the height) and failed
+    mid-run with a traceback; 8 high by 64 wide was called 8x8."""
+    from tricklab.models import check_image_size
+
+    check_image_size("airbench", 9, 9)
+    for height, width in ((64, 1), (8, 64)):
+        with pytest.raises(TrickLabError, match=f"at least 9×9 pixels, got {height}×{width}"):
+            check_image_size("airbench", height, width)
+
+
+def test_training_on_images_one_pixel_wide_is_one_line_before_the_run(tmp_path):
+    from PIL import Image
+
+    import tricklab
+
+    for split in ("train", "test"):
+        for name in ("a", "b"):
+            folder = tmp_path / "tall" / split / name
+            folder.mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (1, 64)).save(folder / f"{i}.png")
+    recipe = tricklab.load_recipe(
+        "speedrun94", ["data.name=imagefolder", f"data.dir={tmp_path / 'tall'}",
+                       f"data.cache_dir={tmp_path / 'cache'}", "model.widths=[8,16,16]",
+                       "tricks.precision=32-true", "loader.batch_size=4"]
+    )  # fmt: skip
+    with pytest.raises(TrickLabError, match="got 64×1 \\(height×width\\)"):
+        tricklab.train(recipe, out_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -190,6 +190,12 @@ def test_cli_table_names_the_mac_convention_and_missing_mfu(capsys):
         (["airbench", "--batch-sizes", ""], "--batch-sizes needs a comma-separated list"),
         (["airbench", "--batch-sizes", "0"], "batch sizes must be integers >= 1"),
         (["airbench", "--batch-sizes", "a"], "'a' is not a valid value"),
+        # a value twice made two rows of one setting, each with its own numbers
+        (["airbench", "--batch-sizes", "2,2"], "--batch-sizes lists '2' twice"),
+        (["airbench", "--channels-last", "on,true"], "--channels-last lists 'true' twice"),
+        (["airbench", "--precisions", "32-true,32-true"], "lists '32-true' twice"),
+        (["airbench", "--batch-sizes", "1_0"], "--batch-sizes: '1_0' is not a valid value"),
+        (["airbench", "--batch-sizes", "\u0663"], "is not a valid value"),
         (["airbench", "--precisions", "fp8"], "unknown precision"),
         (["airbench", "--channels-last", "maybe"], "--channels-last: 'maybe'"),
         (["airbench", "optim.lr=1"], "profile model takes overrides of"),

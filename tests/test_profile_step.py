@@ -156,6 +156,15 @@ def test_bad_trace_folder_is_refused_before_any_work(tmp_path):
         profile_step(recipe, repeats=2, trace=tmp_path / "missing" / "t.json")
 
 
+def test_a_trace_named_dash_or_under_a_file_is_refused_in_words(tmp_path):
+    recipe = tricklab.load_recipe(None, TINY_SYNTHETIC)
+    with pytest.raises(TrickLabError, match="--trace needs a file name, got -"):
+        profile_step(recipe, repeats=2, trace=Path("-"))
+    (tmp_path / "file.json").write_text("{}")
+    with pytest.raises(TrickLabError, match="its folder is a file, not a folder"):
+        profile_step(recipe, repeats=2, trace=tmp_path / "file.json" / "t.json")
+
+
 def test_a_recipe_that_fails_to_build_leaves_the_backend_flags_as_they_were():
     recipe = tricklab.load_recipe(
         None, [*TINY_SYNTHETIC, "model.whiten_bias_epochs=1", "model.name=resnet18",

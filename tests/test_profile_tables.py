@@ -15,6 +15,7 @@ def component(name, ms, share, ms_raw=None, within_noise=False):
 
 
 STEP = {
+    "repeats": 5,
     "step_ms": 10.0,
     "components_sum_ms": 10.0,
     "components": [
@@ -58,6 +59,36 @@ def test_a_component_below_zero_is_clipped_and_one_whose_interval_holds_zero_is_
     assert table.rows[1][-1] == ""
 
 
+def test_within_noise_is_said_only_where_the_interval_holds_zero():
+    apart = {**component("loading", 5.5, 0.5, within_noise=True), "ci_low_ms": 5, "ci_high_ms": 6}
+    table = tables.step_components({**STEP, "components": [apart]})
+    assert table.rows[0][3] == "[5, 6]" and table.rows[0][-1] == ""
+
+
+def test_from_fewer_than_three_rounds_a_step_shows_no_interval_and_says_why():
+    for repeats in (1, 2):
+        table = tables.step_components({**STEP, "repeats": repeats})
+        assert [row[3] for row in table.rows] == ["-", "-", "", "-"]
+        assert "within noise" not in table.rows[0][-1]
+        assert tables.step_interval_words({"repeats": repeats}) == (
+            f"medians of {repeats} interleaved rounds (n={repeats}: too few for an interval)"
+        )
+    assert tables.step_interval_words({"repeats": 3}) == (
+        "medians of 3 interleaved rounds, 95% paired-bootstrap intervals"
+    )
+
+
+def test_from_fewer_than_three_repeats_a_latency_is_its_median_alone():
+    result = {"repeats": 1, "results": [measured_row(2, "32-true")]}
+    row = tables.model_measured(result).rows[0]
+    assert row[2:4] == ["2", "6"]  # forward ms, train step ms: no ±
+    assert tables.model_spread_words(result) == (
+        "median of 1 interleaved repeats (n=1: too few for a spread)"
+    )
+    row = tables.model_measured({**result, "repeats": 3}).rows[0]
+    assert row[2] == "2 ±15%"
+
+
 def test_the_parts_of_forward_and_backward_open_a_section_under_a_label():
     table = tables.step_components(STEP)
     assert table.sections == (2,)
@@ -67,7 +98,11 @@ def test_the_parts_of_forward_and_backward_open_a_section_under_a_label():
 
 
 def test_the_step_notes_say_what_was_replaced_evaluation_and_an_over_full_sum():
-    notes = tables.step_components({**STEP, "components_sum_ms": 12.0}).notes
+    over = [
+        STEP["components"][0],
+        component("forward", 12.0, 1.0),
+    ]  # the rows' sum, not a stored one
+    notes = tables.step_components({**STEP, "components": over, "components_sum_ms": 10.0}).notes
     assert notes == [
         "replaced by identity in the bare copy: 3 GELU (modules; functional calls remain)",
         "the clipped components add up to 12.0 ms, above the measured step: negative "
@@ -91,7 +126,10 @@ def test_operator_names_are_cut_to_100_characters_and_a_device_column_appears_on
 
 
 def test_a_setting_that_varies_gets_a_column_and_the_others_go_to_the_title():
-    result = {"results": [measured_row(32, "32-true"), measured_row(32, "bf16-mixed")]}
+    result = {
+        "repeats": 5,
+        "results": [measured_row(32, "32-true"), measured_row(32, "bf16-mixed")],
+    }
     assert tables.varying_settings(result) == ["precision"]
     assert tables.fixed_settings(result) == "compile off, channels_last off"
     table = tables.model_measured({**result, "device": "cpu"})
@@ -105,7 +143,9 @@ def test_mfu_and_compile_columns_appear_when_any_row_has_them():
         measured_row(32, "32-true", mfu=0.0123),
         measured_row(256, "32-true", compile_seconds=31.27),
     ]
-    table = tables.model_measured({"results": rows, "device": "cuda", "peak_tflops": {"x": None}})
+    table = tables.model_measured(
+        {"repeats": 5, "results": rows, "device": "cuda", "peak_tflops": {"x": None}}
+    )
     mfu, compile_s = table.header.index("MFU %"), table.header.index("compile s")
     assert [r[mfu] for r in table.rows] == ["1.2", "n/a"]
     assert [r[compile_s] for r in table.rows] == ["-", "31.3"]

@@ -55,7 +55,7 @@ FOREIGN_OPTIONS = {"--bn-momentum": "timm's train.py, which model.bn_momentum fo
 
 def script_options(script: Path) -> set[str]:
     """The options a benchmark script's argparse declares (read from its source, not run)."""
-    return set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text()))
+    return set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text(encoding="utf-8")))
 
 
 def benchmark_options() -> set[str]:

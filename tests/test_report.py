@@ -259,7 +259,7 @@ def test_two_studies_are_joined_by_config_one_colour_per_study(study, tmp_path, 
     )
     assert code == 0
     made = json.loads(out.strip().splitlines()[-1])
-    text = Path(made["md_path"]).read_text()
+    text = Path(made["md_path"]).read_text(encoding="utf-8")
     joined = md_rows(text[text.index("### All sources side by side") :], "config")
     by_config = {r["config"]: r for r in joined}
     assert joined[0]["config"] == "baseline" and set(by_config) == {
@@ -321,6 +321,28 @@ def test_speedrun_and_run_folders_are_sources_too(tmp_path):
     assert [(r.config_id, r.n) for r in runs.rows] == [("baseline", 2), ("optim.lr=0.4", 1)]
     made = write_report([tmp_path / "sr", tmp_path / "lr"], tmp_path / "out")
     assert made.md_path.is_file() and "## Results" in made.md_path.read_text()
+
+
+def test_an_interrupted_speedrun_is_reported_unfinished_with_its_planned_runs(tmp_path):
+    """Seventh hostile round: a speedrun stopped after 1 of 6 runs was reported as "1 of 1 runs
+    complete"; its summary.json says what it planned."""
+    from tricklab.experiments.speedrun import SpeedrunPlan, speedrun
+    from tricklab.recipe.schema import load_recipe
+
+    speedrun(SpeedrunPlan(load_recipe(None, TINY), 1, warmup_epochs=0, out_dir=tmp_path / "sr"))
+    summary_file = tmp_path / "sr" / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    assert summary["runs_planned"] == 1
+    summary_file.write_text(json.dumps({**summary, "runs_planned": 6, "interrupted": True}))
+    made = write_report([tmp_path / "sr"], tmp_path / "out")
+    assert "(1 of 6 planned runs complete)" in made.summary
+    text = made.md_path.read_text()
+    assert "Unfinished: 1 of 6 planned runs done" in text
+    assert "(n=1: too few runs for an interval)" in text  # n=1 says so, as n=2 does
+    for wrong in ("6.5", -1, True, "x"):
+        summary_file.write_text(json.dumps({**summary, "runs_planned": wrong}))
+        with pytest.raises(TrickLabError, match="'runs_planned' is .*, not a whole number"):
+            write_report([tmp_path / "sr"], tmp_path / f"bad-{wrong}")
 
 
 def test_a_folder_holding_a_speedrun_and_a_study_reports_both(study, tmp_path):

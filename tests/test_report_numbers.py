@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+import tricklab.report.fmt as fmt
 from tricklab.experiments.busy import NOT_JUDGED, hold_time_verdicts
 from tricklab.experiments.stats import config_stats
 from tricklab.report.collect import Source
@@ -87,6 +88,23 @@ def test_the_target_accuracy_is_in_the_column_header_and_the_summary():
     table = results_table(src.rows)
     assert "≥ target 55.00%: runs, mean s to it" in table.header
     assert "reached the target accuracy of 55.00%" in summary([src])
+
+
+def test_a_target_too_small_for_two_decimals_is_not_shown_as_zero():
+    tiny = [{**r, "target_accuracy": 1e-9} for r in BASE]
+    table = results_table(source(tiny).rows)
+    assert "≥ target 1e-07%: runs, mean s to it" in table.header
+
+
+def test_a_time_cut_by_nearly_all_of_it_never_reads_100_percent_less():
+    """Seventh hostile round: a 1000x speedup read "100% less train time" (that is no time)."""
+    src = source(records("baseline", [0.5, 0.51, 0.49], [1000.0, 1010.0, 990.0]),
+                 records("t.fast=1", [0.5, 0.51, 0.49], [1.0, 1.01, 0.99]))  # fmt: skip
+    (text,) = conclusions([src])
+    assert "99.9% less train time" in text and "100%" not in text
+    assert fmt.time_change(1e6) == ">99.9% less train time"
+    assert fmt.time_change(1.25) == "20% less train time"
+    assert fmt.time_change_range(0.5, 1.25) == "20% less to 100% more"
 
 
 # ---------------------------------------------------------------- busy machine

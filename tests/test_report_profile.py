@@ -25,8 +25,8 @@ from tricklab.training.api import train
 H100_MODEL = Path(__file__).parent / "data" / "profile_model_h100.json"  # an H100, 2026-11-24
 TINY_MODEL = ["airbench", "model.widths=[8,16,16]", "data.image_size=16"]
 COMMANDS = {
-    "model": [*TINY_MODEL, "--batch-sizes", "2,4", "--repeats", "2", "--device", "cpu"],
-    "step": [*TINY_SYNTHETIC, "--repeats", "2"],
+    "model": [*TINY_MODEL, "--batch-sizes", "2,4", "--repeats", "3", "--device", "cpu"],
+    "step": [*TINY_SYNTHETIC, "--repeats", "3"],
     "loader": ["synthetic", *TINY_SYNTHETIC[1:], "--kinds", "device,torch", "--num-workers", "0",
                "--repeats", "1"],
 }  # fmt: skip
@@ -276,6 +276,16 @@ def test_a_profile_given_as_a_source_is_refused_with_the_option_to_use(saved, tm
 def test_nothing_to_report_is_one_line_and_exit_2(capsys):
     assert main(["report"]) == 2
     assert "--profile FILE" in capsys.readouterr().err
+
+
+def test_a_step_profile_of_no_component_is_refused_as_a_model_profile_of_no_model_is(
+    saved, tmp_path
+):
+    bad = tmp_path / "step.json"
+    bad.write_text(json.dumps({**data(saved, "step"), "components": []}))
+    with pytest.raises(TrickLabError, match=r"components is \[\], not the parts of the step"):
+        write_report([], tmp_path / "r", profiles=[bad])
+    assert not (tmp_path / "r").exists()
 
 
 def test_write_report_refuses_a_bad_profile_before_writing(tmp_path):

@@ -28,7 +28,9 @@ from tricklab.cli.common import (
     check_not_empty,
     echo,
     err_console,
+    int_number,
     quiet_optuna,
+    real_number,
     recipe_and_overrides,
 )
 from tricklab.cli.common import wide_console as console
@@ -78,7 +80,7 @@ def register(subparsers: Any) -> None:
         help="a recipe key and the values to try (repeat for more keys)",
     )
     ablate_p.add_argument(
-        "--seeds", type=int, default=3, help="seeds per configuration, 0..N-1 (default 3)"
+        "--seeds", type=int_number, default=3, help="seeds per configuration, 0..N-1 (default 3)"
     )
     ablate_p.add_argument(
         "--grid", action="store_true", help="the full product of the --vary values (plus baseline)"
@@ -100,16 +102,18 @@ def register(subparsers: Any) -> None:
     sweep_p.add_argument("--space", required=True, metavar="SPACE.yaml", help="the search space")
     sweep_p.add_argument(
         "--trials",
-        type=int,
+        type=int_number,
         default=None,
         help="configurations to try (required for random/tpe; grid: a seeded subset of the grid)",
     )
     sweep_p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe")
     sweep_p.add_argument("--pruner", choices=PRUNERS, default="none", help="default none")
-    sweep_p.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
+    sweep_p.add_argument(
+        "--seeds", type=int_number, default=1, help="seeds per configuration (default 1)"
+    )
     sweep_p.add_argument(
         "--sampler-seed",
-        type=int,
+        type=int_number,
         default=None,
         help="seed of the sampler (leave unset when several workers share the study)",
     )
@@ -130,17 +134,17 @@ def _add_recipe_args(parser: argparse.ArgumentParser) -> None:
 def _add_run_args(parser: argparse.ArgumentParser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
-        "--budget-epochs", type=float, default=None, help="train every run this many epochs"
+        "--budget-epochs", type=real_number, default=None, help="train every run this many epochs"
     )
     budget.add_argument(
         "--budget-seconds",
-        type=float,
+        type=real_number,
         default=None,
         help="stop every run after this many train seconds (or at run.epochs)",
     )
     parser.add_argument(
         "--target",
-        type=float,
+        type=real_number,
         default=None,
         help="record each run's time to this accuracy (fraction or %%); runs are not stopped",
     )
@@ -161,13 +165,13 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--heartbeat-seconds",
-        type=float,
+        type=real_number,
         default=DEFAULT_HEARTBEAT_SECONDS,
         help=argparse.SUPPRESS,
     )
     parser.add_argument(
         "--grace-seconds",
-        type=float,
+        type=real_number,
         default=DEFAULT_GRACE_SECONDS,
         help="silence after which another machine's worker counts as dead (default %(default)s)",
     )

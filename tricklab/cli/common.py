@@ -21,6 +21,7 @@ from rich.text import Text
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import disk_full_error, first_missing, is_disk_full, new_numbered_dir
 from tricklab.core.safeio import shown
+from tricklab.recipe.yamlio import number_in_text
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: what a shell reports after Ctrl-C
 RUNS_ROOT = Path("runs")  # where a command given no --out makes its new folder
@@ -76,6 +77,24 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def int_number(text: str) -> int:
+    """argparse's type for a whole number flag, read as a recipe field reads one: ASCII digits
+    (`3`, `-1`), not Python's int() spellings `1_0`, `٣` or ` 3 `."""
+    value = number_in_text(text)
+    if value is None or not text.lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in ASCII digits")
+    return int(text)
+
+
+def real_number(text: str) -> float:
+    """argparse's type for a number flag, read as a recipe field reads one: YAML 1.2's decimal
+    form (`0.5`, `1e-3`), not Python's float() spellings `1_0`, `٣`, `inf` or `nan`."""
+    value = number_in_text(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number such as 0.5 or 1e-3")
+    return value
+
+
 def check_not_empty(args: argparse.Namespace, *options: str) -> None:
     """An empty --out, --study, ... is a mistake (an unset variable), not a request for the default.
     A folder or file name (--out, --study, ...) longer than file systems take (NAME_MAX, 255
@@ -105,7 +124,7 @@ def add_nproc(parser: argparse.ArgumentParser, what: str) -> None:
     """`--nproc N` of `train` and `speedrun`: `what` (e.g. "training") in N processes."""
     parser.add_argument(
         "--nproc",
-        type=int,
+        type=int_number,
         metavar="N",
         help=f"data-parallel {what} in N processes, one per GPU (CPU: per core), under torchrun",
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tricklab.experiments.runner import RunEvent
 
+from tricklab.cli.common import int_number
 from tricklab.demo import (
     BASELINE_RECIPE,
     DemoInterrupted,
@@ -96,7 +97,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--out", help="folder for the study and the report (default runs/<time>-demo)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
+    p.add_argument(
+        "--seeds", type=int_number, default=3, help="seeds per configuration (default 3)"
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument(
         "-q", "--quiet", action="store_true", help="no progress: the report and errors only"

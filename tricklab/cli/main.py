@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import io
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from tricklab.cli.common import (
     check_not_empty,
     console,
     err_console,
+    int_number,
     model_names_and_settings,
     print_error,
     say_notices,
@@ -229,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", help=" | ".join(DATASET_NAMES))
     show.add_argument("--data-dir", help="folder holding the dataset files")
     show.add_argument("--cache-dir", help="decoded-dataset cache (default ~/.cache/tricklab)")
-    show.add_argument("--image-size", type=int, help="resize to this side length")
+    show.add_argument("--image-size", type=int_number, help="resize to this side length")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=cmd_data_show)
 
@@ -278,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only these (package.module:factory, timm:NAME), then overrides of "
         + ", ".join(MODEL_OVERRIDE_KEYS),
     )
-    models.add_argument("--num-classes", type=int, default=10)
+    models.add_argument("--num-classes", type=int_number, default=10)
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
 
@@ -350,7 +352,16 @@ def _open_closed_streams() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+
+
+def _streams_that_encode_anything() -> None:
+    """Write what a stream's encoding cannot (`×`, `±`, `≥` under PYTHONIOENCODING=ascii or a
+    C locale without UTF-8 mode) as a backslash escape, as Python writes its own tracebacks, not a
+    UnicodeEncodeError after a run trained."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def run() -> None:
@@ -362,8 +373,10 @@ def run() -> None:
     exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
     by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
     schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted.
-    A standard stream the caller closed (`>&-`) reads or writes /dev/null."""
+    A standard stream the caller closed (`>&-`) reads or writes /dev/null; what an ASCII stream
+    cannot encode is written as an escape."""
     _open_closed_streams()
+    _streams_that_encode_anything()
     try:
         code = main()
         sys.stdout.flush()

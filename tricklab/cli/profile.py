@@ -18,7 +18,9 @@ import tricklab.profile.tables as tables
 from tricklab.cli.common import (
     MODEL_OVERRIDE_KEYS,
     echo,
+    int_number,
     model_names_and_settings,
+    real_number,
     recipe_and_overrides,
     split_words,
     wide_console,
@@ -31,7 +33,8 @@ SWITCHES = {"on": True, "true": True, "off": False, "false": False}
 
 # ---------------------------------------------------------------- parsing
 def parse_list(text: str, option: str, convert: Callable[[str], object] = str) -> list:
-    """'1,32,256' -> [1, 32, 256]; an empty list or item is a mistake."""
+    """'1,32,256' -> [1, 32, 256]; an empty list or item, or a value given twice (two rows of
+    one setting, each with its own numbers), is a mistake."""
     items = [item.strip() for item in str(text).split(",")]
     if any(not item for item in items):
         raise TrickLabError(
@@ -40,14 +43,13 @@ def parse_list(text: str, option: str, convert: Callable[[str], object] = str) -
     values = []
     for item in items:
         try:
-            values.append(convert(item))
-        except (ValueError, KeyError):
+            value = convert(item)
+        except (ValueError, KeyError, argparse.ArgumentTypeError):
             raise TrickLabError(f"{option}: {item!r} is not a valid value") from None
+        if value in values:
+            raise TrickLabError(f"{option} lists {item!r} twice; give each value once")
+        values.append(value)
     return values
-
-
-def _int(text: str) -> int:
-    return int(text)
 
 
 def _switch(text: str) -> bool:
@@ -119,7 +121,7 @@ def cmd_profile_model(args: argparse.Namespace) -> int:
     names, settings = model_names_and_settings(args.words, "profile model")
     if not names:
         raise TrickLabError("give at least one model name (see `tricklab models`)")
-    batch_sizes = parse_list(args.batch_sizes, "--batch-sizes", _int)
+    batch_sizes = parse_list(args.batch_sizes, "--batch-sizes", int_number)
     precisions = parse_list(args.precisions, "--precisions")
     compile_modes = parse_list(args.compile, "--compile")
     channels_last = parse_list(args.channels_last, "--channels-last", _switch)
@@ -151,7 +153,7 @@ def render_model(result: dict) -> None:
     title = (
         f"latency on {result['hardware']['device_name']} ({result['device']}, "
         f"{_threads_text(result)}; {tables.fixed_settings(result)}): "
-        f"median ±half the IQR of {result['repeats']} interleaved repeats"
+        f"{tables.model_spread_words(result)}"
     )
     _print_table(console, title, tables.model_measured(result))
 
@@ -179,8 +181,7 @@ def render_step(result: dict) -> None:
     title = (
         f"{result['recipe'] or 'recipe'}: step {result['step_ms']:,.1f} ms at batch "
         f"{result['batch_size']} on {result['device']} "
-        f"({_threads_text(result)}); medians of {result['repeats']} "
-        "interleaved rounds, 95% paired-bootstrap intervals"
+        f"({_threads_text(result)}); {tables.step_interval_words(result)}"
     )
     _print_table(console, title, tables.step_components(result))
     title = f"top operators by self time, per step ({result['profiled_steps']} steps profiled)"
@@ -207,7 +208,7 @@ def cmd_profile_loader(args: argparse.Namespace) -> int:
         extra.append(f"data.dir={json.dumps(args.data_dir)}")
     recipe = load_recipe(args.recipe, [*extra, *overrides])
     kinds = parse_list(args.kinds, "--kinds")
-    num_workers = parse_list(args.num_workers, "--num-workers", _int)
+    num_workers = parse_list(args.num_workers, "--num-workers", int_number)
     pin_memory = parse_list(args.pin_memory, "--pin-memory", _switch)
     from tricklab.profile.loader import LoaderGrid, profile_loader
 
@@ -253,9 +254,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     def common(p: argparse.ArgumentParser, repeats: int) -> None:
         p.add_argument(
-            "--repeats", type=int, default=repeats, help=f"interleaved rounds (default {repeats})"
+            "--repeats",
+            type=int_number,
+            default=repeats,
+            help=f"interleaved rounds (default {repeats})",
         )
-        p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+        p.add_argument(
+            "--threads", type=int_number, help="torch intra-op threads (default: torch's)"
+        )
         p.add_argument("--json", action="store_true", help="print one JSON object")
 
     model = actions.add_parser(
@@ -285,7 +291,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--channels-last", default="off", help="on, off or on,off (default off)")
     model.add_argument("--device", default="auto", choices=("auto", "cuda", "mps", "cpu"))
     model.add_argument(
-        "--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: table of GPUs)"
+        "--peak-tflops",
+        type=real_number,
+        help="device peak TFLOP/s for MFU (default: table of GPUs)",
     )
     common(model, 5)
     model.set_defaults(func=cmd_profile_model)
@@ -332,10 +340,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--num-workers", default="0,2", help="torch loader workers, comma-separated (default 0,2)"
     )
     loader.add_argument("--pin-memory", default="off", help="on, off or on,off (default off)")
-    loader.add_argument("--batch-size", type=int, help="default: the recipe's loader.batch_size")
+    loader.add_argument(
+        "--batch-size", type=int_number, help="default: the recipe's loader.batch_size"
+    )
     loader.add_argument(
         "--batches",
-        type=int,
+        type=int_number,
         help="batches per measurement, from a fresh epoch (default: one epoch)",
     )
     common(loader, 3)

@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import tricklab.cli.report as report_cli
-from tricklab.cli.common import STORAGE_HELP, check_not_empty, quiet_optuna
+from tricklab.cli.common import (
+    STORAGE_HELP,
+    check_not_empty,
+    quiet_optuna,
+    real_number,
+)
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import shown
 
@@ -39,7 +44,7 @@ def register(subparsers: Any) -> None:
         "--reference", default=None, metavar="CONFIG", help="compare against this configuration"
     )
     results_p.add_argument(
-        "--target", type=float, default=None, help="target accuracy (fraction or %%)"
+        "--target", type=real_number, default=None, help="target accuracy (fraction or %%)"
     )
     results_p.add_argument(
         "--json", action="store_true", help="print one JSON object (meta + rows) as the last line"

@@ -19,8 +19,10 @@ from tricklab.cli.common import (
     console,
     echo,
     err_console,
+    int_number,
     new_run_folder,
     print_error,
+    real_number,
     recipe_stem,
 )
 from tricklab.core.errors import TrickLabError
@@ -336,19 +338,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"built-in recipe or YAML file (default {DEFAULT_RECIPE})",
     )
     p.add_argument(
-        "--runs", type=int, default=DEFAULT_RUNS, help=f"counted runs (default {DEFAULT_RUNS})"
+        "--runs",
+        type=int_number,
+        default=DEFAULT_RUNS,
+        help=f"counted runs (default {DEFAULT_RUNS})",
     )
     p.add_argument(
         "--target",
-        type=float,
+        type=real_number,
         help="accuracy target, fraction or %% (default: the recipe's run.target_accuracy)",
     )
     p.add_argument(
-        "--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: table of GPUs)"
+        "--peak-tflops",
+        type=real_number,
+        help="device peak TFLOP/s for MFU (default: table of GPUs)",
     )
     p.add_argument(
         "--warmup-epochs",
-        type=float,
+        type=real_number,
         default=None,
         help="epochs of the warm-up run (default: the recipe's; 0 = no warm-up)",
     )

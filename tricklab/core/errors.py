@@ -36,7 +36,7 @@ def leave_rank_error(message: str) -> None:
     folder, rank = os.environ.get(RANK_ERRORS_ENV), os.environ.get("RANK", "0")
     if folder and rank.isdigit():
         try:
-            Path(folder, f"rank-{rank}").write_text(message[:2000])
+            Path(folder, f"rank-{rank}").write_text(message[:2000], encoding="utf-8")
         except OSError:
             pass  # the launcher then says the rank failed, without its reason
 
@@ -56,6 +56,6 @@ def rank_error(folder: str, rank: int) -> str | None:
     """What rank `rank` left with `leave_rank_error`, if anything."""
 
     try:
-        return Path(folder, f"rank-{rank}").read_text()[:2000].strip() or None
+        return Path(folder, f"rank-{rank}").read_text(encoding="utf-8")[:2000].strip() or None
     except OSError:
         return None

@@ -105,7 +105,9 @@ def available_memory_bytes() -> int | None:
 
 def _meminfo_available() -> int | None:
     try:
-        match = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+        match = re.search(
+            r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(encoding="utf-8"), re.M
+        )
     except OSError:
         match = None
     if match:
@@ -125,8 +127,8 @@ def cgroup_headroom_bytes(folder: Path | None = None) -> int | None:
             ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_cache"),  # cgroup v1
         ):
             try:
-                limit = (candidate / limit_file).read_text().strip()
-                usage = int((candidate / usage_file).read_text())
+                limit = (candidate / limit_file).read_text(encoding="utf-8").strip()
+                usage = int((candidate / usage_file).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
             if limit == "max" or int(limit) >= _UNLIMITED:
@@ -138,7 +140,7 @@ def cgroup_headroom_bytes(folder: Path | None = None) -> int | None:
 def _own_cgroup_folders() -> list[Path]:
     """This process's memory cgroup folder(s), most specific first (v2, then v1)."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
     folders = []
@@ -153,7 +155,7 @@ def _own_cgroup_folders() -> list[Path]:
 
 def _stat_value(path: Path, key: str) -> int:
     try:
-        match = re.search(rf"^{key} (\d+)$", path.read_text(), re.M)
+        match = re.search(rf"^{key} (\d+)$", path.read_text(encoding="utf-8"), re.M)
     except OSError:
         return 0
     return int(match[1]) if match else 0
@@ -165,7 +167,7 @@ def _address_space_headroom() -> int | None:
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
         if soft == resource.RLIM_INFINITY:
             return None
-        status = Path("/proc/self/status").read_text()
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
     except (AttributeError, OSError, ValueError):  # no resource module, no RLIMIT_AS, no /proc
         return None
     match = re.search(r"^VmSize:\s+(\d+) kB", status, re.M)

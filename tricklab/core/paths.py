@@ -41,7 +41,8 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     # the name cut short: a name near the file system's limit leaves room for the suffix
     tmp = path.with_name(f"{path.name[:120]}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        with open(tmp, mode.replace("w", "x"), **open_kwargs) as handle:
+        encoding = None if "b" in mode else open_kwargs.pop("encoding", "utf-8")
+        with open(tmp, mode.replace("w", "x"), encoding=encoding, **open_kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -166,7 +167,7 @@ def claim_folder(folder: Path) -> FolderClaim | None:
 def claim_holder(folder: Path) -> str:
     """Who holds `folder`'s claim, for a message: "process N", or "another process"."""
     try:
-        pid = (folder / CLAIM_NAME).read_text().strip()
+        pid = (folder / CLAIM_NAME).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         pid = ""
     return f"process {pid}" if pid.isdigit() else "another process"
@@ -316,11 +317,17 @@ def check_output_file(path: Path, option: str, holds: bytes) -> Path:
     existing file is replaced only if it `holds` the given bytes in its first MiB: one written
     before (torch's Chrome trace: '"traceEvents"')."""
     check_file_name(path, option)
-    if not str(path).strip() or path.is_dir():
+    if not str(path).strip() or str(path) == "-" or path.is_dir():
         raise TrickLabError(f"{option} needs a file name, got {shown(str(path))}")
     check_replaceable(path, option, holds)
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
-        problem = "does not exist" if not path.parent.is_dir() else "is not writable"
+        problem = (
+            "is not writable"
+            if path.parent.is_dir()
+            else "is a file, not a folder"
+            if os.path.lexists(path.parent) and not path.parent.is_symlink()
+            else "does not exist"
+        )
         raise TrickLabError(f"cannot write {option} {shown(path)}: its folder {problem}")
     return path
 

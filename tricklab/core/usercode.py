@@ -75,7 +75,7 @@ def _output_kept(printed: io.StringIO) -> Iterator[Any]:
                     copies[fd] = os.dup(fd)
                     os.dup2(sink.fileno(), fd)
             if 2 in copies and _writes_to_fd_2(stream):
-                stream = open(copies[2], "w", closefd=False)  # noqa: SIM115 (closed below)
+                stream = open(copies[2], "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (closed below)
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 yield stream
         finally:

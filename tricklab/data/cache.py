@@ -116,14 +116,15 @@ def split_file(folder: Path, name: str, key: str, split: str) -> Path:
 
 
 def read_cached_splits(
-    folder: Path, name: str, key: str, splits: Iterable[str]
+    folder: Path, name: str, key: str, splits: Iterable[str], image_size: int | None = None
 ) -> dict[str, SplitArrays] | None:
     """All requested splits from the cache, or None when any of them is missing, damaged, or
-    does not fit the others (a file that no decode could have written is rebuilt, not trusted)."""
+    does not fit the others (a file that no decode could have written is rebuilt, not trusted).
+    `image_size`: the side every image was resized to, when the key holds one."""
     result = {}
     for split in splits:
         path = split_file(folder, name, key, split)
-        arrays = _read_split(path, file_key(name, key, split))
+        arrays = _read_split(path, file_key(name, key, split), image_size)
         if arrays is None:
             return None
         if result:
@@ -144,9 +145,9 @@ def file_key(name: str, key: str, split: str) -> str:
     return f"{name}-{key}-{split}"
 
 
-def _read_split(path: Path, expected_key: str) -> SplitArrays | None:
+def _read_split(path: Path, expected_key: str, image_size: int | None) -> SplitArrays | None:
     """One cached split, or None (logged) when the file is missing or is not exactly what
-    `write_cached_splits` writes for this key."""
+    `write_cached_splits` writes for this key (images of `image_size`² pixels when it is set)."""
     try:
         mode = os.stat(path).st_mode
         if stat.S_ISDIR(mode):
@@ -171,8 +172,14 @@ def _read_split(path: Path, expected_key: str) -> SplitArrays | None:
         if len(labels) != len(images)
         else "its images have neither 1 nor 3 channels"
         if images.shape[1] not in (1, 3)
+        else "it holds no image, or images of no pixel"
+        if 0 in images.shape
+        else f"its images are not {image_size}×{image_size} pixels, as its key says"
+        if image_size is not None and images.shape[2:] != (image_size, image_size)
         else "its labels are outside its classes"
-        if len(labels) and (labels.min() < 0 or labels.max() >= len(classes))
+        if labels.min() < 0 or labels.max() >= len(classes)
+        else "it names fewer than 2 classes, or a class twice"
+        if len(classes) < 2 or len(set(classes.tolist())) != len(classes)
         else None
     )
     if problem:
@@ -308,7 +315,7 @@ def cached_splits(
     folder = dataset_cache_dir(cache_dir)
     key = cache_key(dataset=name, **key_parts)
     start = time.perf_counter()
-    cached = read_cached_splits(folder, name, key, split_names)
+    cached = read_cached_splits(folder, name, key, split_names, key_parts.get("image_size"))
     if cached is not None:
         log.info("loaded %s from cache %s in %.2f s", name, folder, time.perf_counter() - start)
         classes = cached["train"][2]

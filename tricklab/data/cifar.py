@@ -29,6 +29,8 @@ from tricklab.data.dataset import (
 from tricklab.data.limits import MAX_CIFAR_FILE_BYTES
 from tricklab.data.torchvision_sources import download_with_torchvision, not_found
 
+MAX_CLASS_NAME_CHARS = 200  # the release's longest, "aquarium_fish", has 13
+
 
 @dataclass(frozen=True)
 class CifarFormat:
@@ -130,12 +132,7 @@ def _find_source(fmt: CifarFormat, root: Path) -> Path | None:
 def _read_cifar(name: str, fmt: CifarFormat, source: Path, image_size: int | None):
     blobs = _read_files(fmt, source)
     meta = _unpickle(blobs[fmt.meta_file], fmt.meta_file, source)
-    classes = [n.decode() if isinstance(n, bytes) else str(n) for n in meta.get(fmt.names_key, [])]
-    if len(classes) != fmt.num_classes:
-        raise TrickLabError(
-            f"{fmt.meta_file} in {source} lists {len(classes)} class names, not {fmt.num_classes}; "
-            f"it is not the official {name} release"
-        )
+    classes = _class_names(meta.get(fmt.names_key), fmt, source, name)
     splits = {}
     for split, files in (("train", fmt.train_files), ("test", fmt.test_files)):
         images, labels = [], []
@@ -154,6 +151,33 @@ def _read_cifar(name: str, fmt: CifarFormat, source: Path, image_size: int | Non
             np.concatenate(labels),
         )
     return classes, splits
+
+
+def _class_names(raw: object, fmt: CifarFormat, source: Path, name: str) -> list[str]:
+    """The meta file's class names: a list of `num_classes` distinct short texts (the release's
+    are UTF-8 bytes). Anything else is refused before it is turned into text: a pickle can
+    repeat one list by reference until its text would fill the memory."""
+    where = f"{fmt.meta_file} in {source}"
+    if not isinstance(raw, list) or len(raw) != fmt.num_classes:
+        count = f"{len(raw)} class names" if isinstance(raw, list) else "no list of class names"
+        raise TrickLabError(
+            f"{where} holds {count}, not {fmt.num_classes}; it is not the official {name} release"
+        )
+    classes = []
+    for n in raw:
+        text = None
+        if isinstance(n, (bytes, str)) and 0 < len(n) <= MAX_CLASS_NAME_CHARS:
+            try:
+                text = n.decode("utf-8") if isinstance(n, bytes) else n
+            except UnicodeDecodeError:
+                pass
+        if text is None or text in classes:
+            raise TrickLabError(
+                f"{where} lists a class name that is no short UTF-8 text or is given twice; "
+                f"it is not the official {name} release"
+            )
+        classes.append(text)
+    return classes
 
 
 def _batch_arrays(batch: dict, fmt: CifarFormat) -> tuple[np.ndarray | None, np.ndarray]:

@@ -284,7 +284,7 @@ def _process_gone(pid: int) -> bool:
     except PermissionError:
         return False
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] == "Z"
@@ -372,7 +372,7 @@ def claim_lock(url: str) -> Iterator[None]:
         yield
         return
     path = Path(url[len(prefix) :] + ".claim-lock")
-    with path.open("a") as handle:
+    with path.open("a", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

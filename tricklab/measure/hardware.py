@@ -12,7 +12,7 @@ from tricklab.core.version import __version__
 
 def cpu_model() -> str:
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -47,7 +47,7 @@ def hardware_fingerprint(device: torch.device) -> dict:
 
 def _nvidia_driver() -> str | None:
     try:
-        with open("/proc/driver/nvidia/version") as f:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
             return f.readline().strip()
     except OSError:
         return None

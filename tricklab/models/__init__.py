@@ -191,6 +191,17 @@ def get_model_info(name: str) -> ModelInfo:
     )
 
 
+def check_image_size(name: str, height: int, width: int) -> None:
+    """TrickLabError when the model `name` cannot take height×width images: its downsampling
+    needs both sides at least its `min_image_size` (a 64×1 image is as small as a 1×1 one)."""
+    smallest = get_model_info(name).min_image_size
+    if min(height, width) < smallest:
+        raise TrickLabError(
+            f"{name} needs images of at least {smallest}×{smallest} pixels, got {height}×{width} "
+            "(height×width); resize them (data.image_size=N) or pick another model"
+        )
+
+
 def build_model(
     name: str,
     *,
@@ -212,11 +223,7 @@ def build_model(
         raise TrickLabError(
             f"{name}: num_classes and in_channels must be >= 1, got {num_classes} and {in_channels}"
         )
-    if image_size < info.min_image_size:
-        raise TrickLabError(
-            f"{name} needs images of at least {info.min_image_size}×{info.min_image_size} pixels, "
-            f"got {image_size}×{image_size}"
-        )
+    check_image_size(name, image_size, image_size)
     if not width > 0:
         raise TrickLabError(f"{name}: width must be > 0, got {width}")
     if widths is not None and width != 1.0:

@@ -45,9 +45,36 @@ def num(value: float | None) -> str:
     return f"{float(text):.12f}".rstrip("0").rstrip(".") if "e" in text else text
 
 
-def spread_ms(summary: dict[str, Any]) -> str:
-    """'5.42 ±14%': the median and half the interquartile range, in % of the median."""
+MIN_REPEATS_FOR_SPREAD = 3  # as `results` asks 3 runs a side before it gives an interval
+
+
+def too_few_repeats(result: dict[str, Any]) -> bool:
+    """Whether the profile's repeats are too few for a spread or an interval to mean anything."""
+    return int(result["repeats"]) < MIN_REPEATS_FOR_SPREAD
+
+
+def model_spread_words(result: dict[str, Any]) -> str:
+    """How `profile model` summarized its repeats, for a title (the median alone from too few)."""
+    n = int(result["repeats"])
+    if too_few_repeats(result):
+        return f"median of {n} interleaved repeats (n={n}: too few for a spread)"
+    return f"median ±half the IQR of {n} interleaved repeats"
+
+
+def step_interval_words(result: dict[str, Any]) -> str:
+    """How `profile step` summarized its rounds, for a title (no interval from too few)."""
+    n = int(result["repeats"])
+    if too_few_repeats(result):
+        return f"medians of {n} interleaved rounds (n={n}: too few for an interval)"
+    return f"medians of {n} interleaved rounds, 95% paired-bootstrap intervals"
+
+
+def spread_ms(summary: dict[str, Any], with_spread: bool = True) -> str:
+    """'5.42 ±14%': the median and half the interquartile range, in % of the median (the median
+    alone without `with_spread`)."""
     median = float(summary["median_ms"])
+    if not with_spread:
+        return num(median)
     half_iqr = 50 * (float(summary["q3_ms"]) - float(summary["q1_ms"])) / median if median else 0
     return f"{num(median)} ±{half_iqr:.0f}%"
 
@@ -102,6 +129,7 @@ def model_measured(result: dict[str, Any]) -> ProfileTable:
     varying = varying_settings(result)
     has_mfu = any(r.get("mfu") is not None for r in rows)
     compiled = any(r.get("compile_seconds") is not None for r in rows)
+    spread = not too_few_repeats(result)
     header = ["model", "batch", *varying, "forward ms", "train step ms", "train img/s",
               "train TFLOP/s", *(["MFU %"] if has_mfu else []), "fwd ms/GMAC", "train ms/GMAC",
               *(["compile s"] if compiled else [])]  # fmt: skip
@@ -113,8 +141,8 @@ def model_measured(result: dict[str, Any]) -> ProfileTable:
                 r["model"],
                 str(r["batch_size"]),
                 *(word(r[k]) for k in varying),
-                spread_ms(r["forward_ms"]),
-                spread_ms(r["train_step_ms"]),
+                spread_ms(r["forward_ms"], spread),
+                spread_ms(r["train_step_ms"], spread),
                 f"{r['train_images_per_second']:,.0f}",
                 num(r["train_tflops"]),
                 *([fixed(None if mfu is None else 100 * mfu, ".1f", "n/a")] if has_mfu else []),
@@ -133,9 +161,10 @@ def model_measured(result: dict[str, Any]) -> ProfileTable:
 
 
 # ---------------------------------------------------------------- step
-def _component(c: dict[str, Any], indent: str = "") -> list[str]:
+def _component(c: dict[str, Any], indent: str = "", interval: bool = True) -> list[str]:
     note = []
-    if c.get("within_noise"):
+    low, high = c["ci_low_ms"], c["ci_high_ms"]
+    if interval and c.get("within_noise") and low <= 0 <= high:  # what the interval says
         note.append("within noise")
     if c.get("ms_raw") is not None and c["ms_raw"] < 0:
         note.append(f"clipped from {num(c['ms_raw'])}")
@@ -143,22 +172,24 @@ def _component(c: dict[str, Any], indent: str = "") -> list[str]:
         indent + str(c["name"]).replace("_", " "),
         num(c["ms"]),
         share(c["share"]),
-        f"[{num(c['ci_low_ms'])}, {num(c['ci_high_ms'])}]",
+        f"[{num(low)}, {num(high)}]" if interval else "-",
         str(c.get("measured_as", "")),
         ", ".join(note),
     ]
 
 
 def step_components(result: dict[str, Any]) -> ProfileTable:
-    """Each component of the step with its ms, share, 95% interval, what it was measured as and
-    its notes ('within noise', 'clipped from'); the parts of forward + backward in a section."""
-    rows = [_component(c) for c in result["components"]]
+    """Each component of the step with its ms, share, 95% interval (none from too few rounds),
+    what it was measured as and its notes ('within noise', 'clipped from'); the parts of forward +
+    backward in a section."""
+    interval = not too_few_repeats(result)
+    rows = [_component(c, interval=interval) for c in result["components"]]
     sections: tuple[int, ...] = ()
     inside = result.get("inside_forward_backward") or []
     if inside:
         sections = (len(rows),)
         rows.append([INSIDE_LABEL, "", "", "", "", ""])
-        rows += [_component(c, "  ") for c in inside]
+        rows += [_component(c, "  ", interval) for c in inside]
     header = ["component", "ms/step", "share", "95% interval ms", "measured as", "note"]
     align = ["l", "r", "r", "r", "l", "l"]
     return ProfileTable(header, rows, align, sections, _step_notes(result))
@@ -172,8 +203,8 @@ def _step_notes(result: dict[str, Any]) -> list[str]:
             f"replaced by identity in the bare copy: {replaced or 'none'} "
             "(modules; functional calls remain)"
         )
-    total = result.get("components_sum_ms")
-    if total is not None and total > result["step_ms"] * 1.0001:
+    total = sum(float(c["ms"]) for c in result["components"])  # not a stored sum: the rows'
+    if total > result["step_ms"] * 1.0001:
         notes.append(
             f"the clipped components add up to {total:,.1f} ms, above the "
             "measured step: negative differences (noise) count as 0"

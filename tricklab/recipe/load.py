@@ -29,7 +29,7 @@ def builtin_recipes() -> dict[str, str]:
     out = {}
     for entry in sorted(_BUILTIN.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml"):
-            lines = entry.read_text().splitlines()
+            lines = entry.read_text(encoding="utf-8").splitlines()
             out[entry.name[:-5]] = lines[0].lstrip("# ").strip() if lines else ""
     return out
 

@@ -130,7 +130,7 @@ class Recipe:
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = dump_yaml(self.to_dict())
         if path is not None:
-            Path(path).write_text(text)
+            Path(path).write_text(text, encoding="utf-8")
         return text
 
 

@@ -238,7 +238,8 @@ def _builtin_recipe(name: str) -> dict[str, Any] | None:
         return None
 
 
-def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
+def _speedrun_records(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
+    """The runs of a speedrun folder as records, and the runs it planned (None: not said)."""
     from tricklab.experiments.records import headline_accuracy
 
     summary = check_speedrun_summary(read_json(folder / SPEEDRUN_FILE), folder / SPEEDRUN_FILE)
@@ -264,46 +265,53 @@ def _speedrun_records(folder: Path) -> list[dict[str, Any]]:
                 "folder": str(folder),
             }
         )
-    return records
+    return records, summary.get("runs_planned") or None
 
 
-def _run_records(folder: Path) -> list[dict[str, Any]]:
+def _run_records(folder: Path) -> tuple[list[dict[str, Any]], None]:
     from tricklab.experiments.records import headline_accuracy
 
     result = check_run_result(read_json(folder / RUN_FILE), folder / RUN_FILE)
     if not result.get("epochs") and (folder / "metrics.jsonl").is_file():
         result["epochs"] = read_metrics(folder / "metrics.jsonl")
     recipe = result.get("recipe") or {}
-    return [
-        {
-            **result,
-            "seed": (recipe.get("run") or {}).get("seed", 0),
-            "accuracy": headline_accuracy(result),
-            "target_accuracy": (recipe.get("run") or {}).get("target_accuracy"),
-            "folder": str(folder),
-        }
-    ]
+    record = {
+        **result,
+        "seed": (recipe.get("run") or {}).get("seed", 0),
+        "accuracy": headline_accuracy(result),
+        "target_accuracy": (recipe.get("run") or {}).get("target_accuracy"),
+        "folder": str(folder),
+    }
+    return [record], None
 
 
 def _by_machine(folders: list[Path], read: Any, kind: str) -> list[Source]:
-    """The folders' records grouped into one source per machine, configurations named."""
+    """The folders' records grouped into one source per machine, configurations named; the runs
+    a speedrun planned count for its configuration (an interrupted one shows as unfinished)."""
     from tricklab.experiments.busy import hold_time_verdicts
     from tricklab.experiments.stats import config_stats
 
     groups: dict[str, list[dict[str, Any]]] = {}
     places: dict[str, list[str]] = {}
+    plans: dict[str, list[int | None]] = {}
     for folder in folders:
-        records = read(folder)
+        records, planned = read(folder)
         key = machine_name((records[0].get("hardware") if records else None) or {})
         groups.setdefault(key, []).extend(records)
         places.setdefault(key, []).append(str(folder))
+        if records:
+            plans.setdefault(key, []).append(planned)
     sources = []
     for machine, records in groups.items():
         if kind == "runs":
             _name_runs(records)
         _unique_seeds(records)
         first = records[0]["config_id"] if records else None
-        rows = config_stats(records, reference=first) if records else []
+        # one configuration's folders, each saying what it planned: an unfinished plan is shown
+        known = plans.get(machine, [])
+        one = len({r["config_id"] for r in records}) == 1 and known and None not in known
+        planned = {first: sum(known)} if one else None
+        rows = config_stats(records, reference=first, planned=planned) if records else []
         folders_here = places[machine]
         name = Path(folders_here[0]).name if len(folders_here) == 1 else f"{kind} on {machine}"
         source = Source(name, kind, ", ".join(folders_here), records, rows)

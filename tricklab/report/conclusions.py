@@ -19,8 +19,9 @@ from typing import Any
 import tricklab.report.fmt as fmt
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.experiments.busy import BUSY_ADVICE, NOT_JUDGED
-from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL
+from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
 from tricklab.report.collect import Source
+from tricklab.report.tables import unfinished
 
 
 def _n(row: Any, reference: Any) -> str:
@@ -125,7 +126,11 @@ def source_summary(source: Source) -> str:
         seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
         text += f", {seed_text} complete run{'' if seeds == [1] else 's'} each"
         text += f" ({none} with none)" if none else ""
-    text += f" ({complete} of {runs} runs complete)."
+    plan = unfinished(source.rows)
+    if plan:  # the runs still to come count too: 6 of 7 attempted would hide 2 never started
+        text += f" ({complete} of {plan[1]} planned runs complete)."
+    else:
+        text += f" ({complete} of {runs} runs complete)."
 
     failed = {k: v for k, v in statuses.items() if k not in COMPLETE_STATUSES}
     if failed:
@@ -139,6 +144,8 @@ def source_summary(source: Source) -> str:
     if reference.accuracy_ci_low is not None:
         low, high = fmt.pct(reference.accuracy_ci_low), fmt.pct(reference.accuracy_ci_high)
         text += f" (95% CI {low}..{high}%)"
+    elif 0 < reference.n < MIN_RUNS_FOR_INTERVAL:
+        text += f" ({too_few_words(reference.n)})"
     if reference.train_seconds_geomean is not None:
         geomean = fmt.seconds(reference.train_seconds_geomean)
         text += f" in {geomean} s of training per run (geometric mean)"
@@ -147,7 +154,7 @@ def source_summary(source: Source) -> str:
     if reference.target is not None and reference.target_runs:
         text += (
             f"; {reference.reached_target} of its {reference.target_runs} runs reached the target"
-            f" accuracy of {fmt.pct(reference.target)}%"
+            f" accuracy of {fmt.target(reference.target)}%"
         )
     text += "."
 

@@ -63,6 +63,13 @@ def pct(fraction: float | None, digits: int = 2) -> str:
     return "-" if fraction is None else f"{fraction * 100:.{digits}f}"
 
 
+def target(fraction: float) -> str:
+    """A target accuracy as percent, as pct() writes it unless that would read 0.00 (a target of
+    none): 1e-9 -> '1e-07'."""
+    text = pct(fraction)
+    return f"{fraction * 100:.2g}" if fraction > 0 and float(text) == 0 else text
+
+
 def pp(fraction: float | None, digits: int = 2) -> str:
     """A difference of fractions as signed percentage points: 0.0114 -> '+1.14'."""
     return "-" if fraction is None else f"{fraction * 100:+.{digits}f}"
@@ -123,7 +130,16 @@ def time_change(speedup: float) -> str:
     change = 1 / speedup - 1
     if abs(change) < 0.0005:
         return "the same train time"
-    return f"{abs(change) * 100:.0f}% {'less' if change < 0 else 'more'} train time"
+    return f"{_percent(change)} {'less' if change < 0 else 'more'} train time"
+
+
+def _percent(change: float) -> str:
+    """A time change's size in percent: a time cut by nearly all reads 99.9% or >99.9%, never
+    100% (that is no time at all)."""
+    p = abs(change) * 100
+    if change < 0 and round(p) >= 100:
+        return f"{p:.1f}%" if p < 99.95 else ">99.9%"
+    return f"{p:.0f}%"
 
 
 def time_change_range(low: float, high: float) -> str:
@@ -135,10 +151,10 @@ def time_change_range(low: float, high: float) -> str:
         return "less" if x < 0 else "more"
 
     if a < 0 and b < 0:
-        return f"{abs(b) * 100:.0f}% to {abs(a) * 100:.0f}% less"
+        return f"{_percent(b)} to {_percent(a)} less"
     if a > 0 and b > 0:
-        return f"{a * 100:.0f}% to {b * 100:.0f}% more"
-    return f"{abs(a) * 100:.0f}% {word(a)} to {abs(b) * 100:.0f}% {word(b)}"
+        return f"{_percent(a)} to {_percent(b)} more"
+    return f"{_percent(a)} {word(a)} to {_percent(b)} {word(b)}"
 
 
 def seconds(value: float | None) -> str:

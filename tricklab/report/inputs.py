@@ -18,6 +18,7 @@ from tricklab.experiments.recordfields import (
     is_number,
     record_problem,
 )
+from tricklab.experiments.speedrun import MAX_RUNS
 
 __all__ = [
     "MAX_MAGNITUDE",
@@ -58,6 +59,13 @@ def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any
     runs = summary.get("runs")
     if problem is None and runs is not None and not isinstance(runs, list):
         problem = "'runs' is not a list"
+    planned = summary.get("runs_planned")
+    if (
+        problem is None
+        and planned is not None
+        and not (type(planned) is int and 0 <= planned <= MAX_RUNS)
+    ):
+        problem = f"'runs_planned' is {planned!r}, not a whole number from 0 to {MAX_RUNS:,}"
     seeds = set()  # a seed listed twice would count one run twice (an interval from fewer)
     for number, run in enumerate((runs or []) if problem is None else []):
         problem = record_problem(run, needs_status=True)

@@ -270,7 +270,9 @@ def _quartiles_misfit(where: str, timing: dict[str, Any]) -> str | None:
 
 def _step_misfit(data: dict[str, Any]) -> str | None:
     """Each interval's low end at most its high end; each list's shares adding up to at most 1
-    (they are of the sum of the clipped components)."""
+    (they are of the sum of the clipped components); a step of no component is none measured."""
+    if not data["components"]:
+        return "components is [], not the parts of the step measured"
     for key in ("components", "inside_forward_backward"):
         rows = data.get(key) or []
         for i, c in enumerate(rows):
@@ -316,10 +318,7 @@ def _model(p: Profile) -> None:
     c, h, w = d["image_shape"]
     p.title = f"model cost: {', '.join(m['name'] for m in d['models'])} at {c}×{h}×{w}"
     p.tables.append(_table("counted, per image", tables.model_counted(d)))
-    title = (
-        f"measured ({tables.fixed_settings(d)}): median ±half the IQR of {d['repeats']} "
-        "interleaved repeats, per batch"
-    )
+    title = f"measured ({tables.fixed_settings(d)}): {tables.model_spread_words(d)}, per batch"
     p.tables.append(_table(title, tables.model_measured(d)))
     peaks = d.get("peak_tflops") or {}
     sources = d.get("peak_source") or {}
@@ -336,10 +335,7 @@ def _step(p: Profile) -> None:
     d = p.data
     recipe = f": {d['recipe']}" if d.get("recipe") else ""
     p.title = f"training step{recipe}, batch {d['batch_size']}"
-    title = (
-        f"step {num(d['step_ms'])} ms: medians of {d['repeats']} interleaved rounds, 95% "
-        "paired-bootstrap intervals"
-    )
+    title = f"step {num(d['step_ms'])} ms: {tables.step_interval_words(d)}"
     p.tables.append(_table(title, tables.step_components(d)))
     operators = tables.step_operators(d)
     if operators.rows:

@@ -87,11 +87,10 @@ def _p_cells(row: Any) -> tuple[str, str]:
 
 
 def _or_words(interval: str, n: int) -> str:
-    """An interval's text, or with too few runs the words that say so ('' with one run: the
-    cell's n says it)."""
+    """An interval's text, or with too few runs the words that say so."""
     if interval:
         return interval
-    return f"({too_few_words(n)})" if 1 < n < MIN_RUNS_FOR_INTERVAL else ""
+    return f"({too_few_words(n)})" if 0 < n < MIN_RUNS_FOR_INTERVAL else ""
 
 
 def _accuracy_cell(row: Any) -> str:
@@ -99,9 +98,9 @@ def _accuracy_cell(row: Any) -> str:
         return "-"
     text = fmt.pct(row.accuracy_mean)
     if row.accuracy_std is not None:
-        ci = fmt.interval(row.accuracy_ci_low, row.accuracy_ci_high, fmt.pct)
-        text += f" ± {fmt.pct(row.accuracy_std)} {_or_words(ci, row.n)}"
-    return text
+        text += f" ± {fmt.pct(row.accuracy_std)}"
+    ci = fmt.interval(row.accuracy_ci_low, row.accuracy_ci_high, fmt.pct)
+    return " ".join(filter(None, [text, _or_words(ci, row.n)]))
 
 
 def _seconds_cell(row: Any) -> str:
@@ -148,7 +147,7 @@ def target_words(rows: Sequence[Any]) -> str | None:
     targets = {r.target for r in rows if r.target is not None}
     if not targets:
         return None
-    return f"{fmt.pct(targets.pop())}%" if len(targets) == 1 else "per row"
+    return f"{fmt.target(targets.pop())}%" if len(targets) == 1 else "per row"
 
 
 def _target_cell(row: Any, one_target: bool) -> str:
@@ -156,7 +155,7 @@ def _target_cell(row: Any, one_target: bool) -> str:
         return "-"
     text = f"{row.reached_target}/{row.target_runs}"
     if not one_target:
-        text += f" of {fmt.pct(row.target)}%"
+        text += f" of {fmt.target(row.target)}%"
     if row.time_to_target_seconds_mean is not None:
         text += f", {row.time_to_target_seconds_mean:.1f}"
     return text

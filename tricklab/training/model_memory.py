@@ -21,7 +21,7 @@ from torch import nn
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes, check_fits
-from tricklab.models import build_model, get_model_info
+from tricklab.models import build_model, check_image_size, get_model_info
 from tricklab.recipe.schema import Recipe
 from tricklab.training.precision import PrecisionPolicy
 
@@ -96,8 +96,9 @@ def check_model_fits(
 ) -> None:
     """TrickLabError, before anything is allocated, when the model's training state alone is
     larger than the memory it may take on `device`. Pretrained models (fixed, known sizes) are not
-    counted: their weights would be loaded."""
+    counted: their weights would be loaded. Images the model cannot take are refused first."""
     m = recipe.model
+    check_image_size(m.name, *image_shape[1:])
     model = None if m.pretrained else meta_model(recipe, num_classes, image_shape)
     if model is None:
         return
