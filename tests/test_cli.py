@@ -442,3 +442,68 @@ def test_atomic_write_leaves_the_old_file_whole_when_writing_fails(tmp_path):
     with atomic_write(path) as handle:
         handle.write("new")
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+# ---------------------------------------------------------------- standard streams that fail
+
+
+def tricklab(args, env=None, **streams):
+    import os
+
+    full = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    run = subprocess.run([sys.executable, "-m", "tricklab", *args], env=full, timeout=300,
+                         **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **streams})  # fmt: skip
+    return run.returncode, run.stdout or b"", run.stderr or b""
+
+
+def test_a_run_whose_stderr_is_a_closed_pipe_or_full_trains_and_keeps_its_result(tmp_path):
+    """Seventh hostile round: the progress lines' failed writes ended the run (rich's closed-pipe
+    SystemExit(1), recorded as the model's sys.exit, stdout sent to /dev/null; a full disk read
+    as the run folder's and the run deleted)."""
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        code, out, _ = tricklab(["train", *TINY, "--out", str(tmp_path / "full")], stderr=full)
+    assert code == 0 and b"run complete" in out
+    cmd = [sys.executable, "-m", "tricklab", "train", *TINY, "--out", str(tmp_path / "pipe")]
+    closed = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    closed.stderr.close()  # like `2> >(head -c1)`: the reader gone
+    out = closed.stdout.read()
+    assert closed.wait(timeout=300) == 0 and b"run complete" in out
+    for run in ("full", "pipe"):
+        result = json.loads((tmp_path / run / "result.json").read_text())
+        assert result["status"] == "complete", result.get("error")
+
+
+def test_a_full_stdout_is_one_line_naming_it_and_the_trained_run_is_kept(tmp_path):
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        code, _, err = tricklab(["train", *TINY, "--out", str(tmp_path / "r"), "-q"], stdout=full)
+        assert (code, err.decode().strip()) == (
+            2, "error: cannot write the standard output: No space left on device"
+        )  # fmt: skip
+        assert json.loads((tmp_path / "r" / "result.json").read_text())["status"] == "complete"
+        for args in (["--version"], ["demo", "--help"]):
+            code, _, err = tricklab(args, stdout=full)
+            assert code == 2 and err.count(b"\n") == 1 and b"standard output" in err
+        code, _, _ = tricklab(["tricks", "nosuch"], stderr=full)  # nowhere to say it: still 2
+        assert code == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "1"}, "unknown recipe key 'nosuch.key'"),  # a stray RANK is no launch
+        ({"RANK": "0", "WORLD_SIZE": "abc"}, "MASTER_ADDR and MASTER_PORT are not set"),
+        (
+            {"RANK": "3", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"},
+            "no whole numbers with RANK below WORLD_SIZE",
+        ),
+    ],
+    ids=["rank-alone", "world-size-no-number", "rank-past-the-world"],
+)
+def test_torchrun_variables_left_in_the_environment_are_one_line(tmp_path, env, message):
+    """Seventh hostile round: RANK=1 alone silenced every error (rank 0 speaks, and no launcher
+    was there to); WORLD_SIZE=abc and a group nobody started were torch's tracebacks."""
+    bad = ["nosuch.key=1"] if "WORLD_SIZE" not in env else []
+    code, _, err = tricklab(["train", *TINY, *bad, "--out", str(tmp_path / "r")], env=env)
+    lines = err.decode().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "r").exists()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import io
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from rich.text import Text
 
 import tricklab
 from tricklab.cli import ablate_sweep as ablate_sweep_cli
-from tricklab.cli import demo
+from tricklab.cli import demo, streams
 from tricklab.cli import profile as profile_cli
 from tricklab.cli import report as report_cli
 from tricklab.cli import results as results_cli
@@ -39,7 +38,12 @@ from tricklab.cli.common import (
     say_notices,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
-from tricklab.core.errors import TrickLabError, another_rank_failed, leave_rank_error
+from tricklab.core.errors import (
+    TrickLabError,
+    another_rank_failed,
+    leave_rank_error,
+    this_process_speaks,
+)
 from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
@@ -317,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return args.func(args)
         except TrickLabError as exc:
-            if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+            if this_process_speaks():  # under torchrun, rank 0 speaks for all
                 print_error(str(exc))
             else:  # ...or the launcher for it, where only this rank met the error
                 leave_rank_error(str(exc))
@@ -331,37 +335,9 @@ def main(argv: list[str] | None = None) -> int:
             print_error(str(disk_full_error(exc)))
             return 2
         except KeyboardInterrupt:
-            if os.environ.get("RANK", "0") == "0" and not another_rank_failed():  # once
+            if this_process_speaks() and not another_rank_failed():  # once
                 err_console.print("interrupted", highlight=False)
             return INTERRUPTED_EXIT_CODE
-
-
-def _open_closed_streams() -> None:
-    """Put /dev/null where the caller closed stdin, stdout or stderr: Python leaves sys.stdout None
-    (a traceback at the first flush), and the next file opened would take the closed descriptor,
-    so that what torch's C++ code prints would land in a run's result.json."""
-    for fd, name, mode in (
-        (0, "stdin", os.O_RDONLY),
-        (1, "stdout", os.O_WRONLY),
-        (2, "stderr", os.O_WRONLY),
-    ):
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, mode)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))  # noqa: SIM115
-
-
-def _streams_that_encode_anything() -> None:
-    """Write what a stream's encoding cannot (`×`, `±`, `≥` under PYTHONIOENCODING=ascii or a
-    C locale without UTF-8 mode) as a backslash escape, as Python writes its own tracebacks, not a
-    UnicodeEncodeError after a run trained."""
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="backslashreplace")
 
 
 def run() -> None:
@@ -373,16 +349,18 @@ def run() -> None:
     exit although tricklab handled it, so the status would be -2 instead of 130. Output cut short
     by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
     schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted.
-    A standard stream the caller closed (`>&-`) reads or writes /dev/null; what an ASCII stream
-    cannot encode is written as an escape."""
-    _open_closed_streams()
-    _streams_that_encode_anything()
+    The standard streams are prepared first (cli/streams.py: closed ones, encodings, failed
+    writes)."""
+    streams.prepare()
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         sys.exit(1)
+    except TrickLabError as exc:  # the standard output failed outside a command (--help)
+        print_error(str(exc))
+        sys.exit(2)
     if code == INTERRUPTED_EXIT_CODE:
         logging.shutdown()
         sys.stderr.flush()

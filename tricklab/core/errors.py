@@ -30,6 +30,23 @@ def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> 
 RANK_ERRORS_ENV = "TRICKLAB_RANK_ERRORS"
 
 
+def launched_by_torchrun() -> bool:
+    """Whether torchrun (or a launcher like it) described a process group in the environment:
+    RANK and WORLD_SIZE both (a RANK alone, as batch systems set, is no launch)."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def this_process_speaks() -> bool:
+    """Whether this process prints its errors: any process but a launched rank other than 0
+    (rank 0 speaks for all, or the launcher for a rank that met an error alone). Variables that
+    describe no group a rank could be in (RANK 3 of 2) are no launch: the process says so."""
+    if not launched_by_torchrun():
+        return True
+    rank, size = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    in_a_group = rank.isascii() and rank.isdigit() and size.isdigit() and int(rank) < int(size)
+    return rank == "0" or not in_a_group
+
+
 def leave_rank_error(message: str) -> None:
     """A launched rank's (RANK > 0) one-line error, left for `distributed.launch`; best effort."""
 

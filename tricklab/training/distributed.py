@@ -28,7 +28,7 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from tricklab.core.errors import RANK_ERRORS_ENV, TrickLabError, rank_error
+from tricklab.core.errors import RANK_ERRORS_ENV, TrickLabError, launched_by_torchrun, rank_error
 from tricklab.training.backend import compiled
 
 
@@ -81,9 +81,28 @@ def eval_shard(count: int, world: World) -> slice:
     return slice(world.rank, None, world.world_size)
 
 
-def launched_by_torchrun() -> bool:
-    """Whether torchrun (or a launcher like it) described a process group in the environment."""
-    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+def check_launch_environment() -> None:
+    """TrickLabError unless torchrun's variables describe a group this process can join: RANK
+    below WORLD_SIZE, both whole numbers, and where to meet (MASTER_ADDR, MASTER_PORT). Left
+    over in a shell or set by a batch system, they would end in torch's own traceback."""
+    env = os.environ
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    missing = [n for n in names if not env.get(n, "").strip()]
+    numbers = [env.get(n, "") for n in ("RANK", "WORLD_SIZE")]
+    problem = (
+        f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set"
+        if missing
+        else "RANK and WORLD_SIZE are no whole numbers with RANK below WORLD_SIZE"
+        if not all(x.isascii() and x.isdigit() for x in numbers)
+        or int(numbers[0]) >= int(numbers[1])
+        else None
+    )
+    if problem:
+        shown = ", ".join(f"{n}={env[n]!r}" for n in names if n in env)
+        raise TrickLabError(
+            f"the environment describes a torchrun process group ({shown}), but {problem}: "
+            "start the processes with torchrun or `--nproc N`, or unset RANK and WORLD_SIZE"
+        )
 
 
 def usable_cores() -> int:
@@ -119,6 +138,7 @@ def process_group(device: torch.device, timeout_seconds: float) -> Iterator[Worl
     if not launched_by_torchrun() or dist.is_initialized():
         yield world()
         return
+    check_launch_environment()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
