@@ -292,3 +292,22 @@ def test_another_runtime_error_of_the_step_is_not_taken_for_memory(monkeypatch):
     monkeypatch.setattr(setup, "prepare", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         profile_step(tricklab.load_recipe(None, TINY_SYNTHETIC), repeats=2)
+
+
+def test_a_trace_torch_wrote_only_in_part_leaves_the_earlier_one_whole(tmp_path):
+    """Seventh hostile round: on a full disk torch's C++ export_chrome_trace wrote an empty file
+    without a word, which replaced the earlier trace (exit 0); its own .tmp file stayed."""
+    from tricklab.profile.trace import write_trace
+
+    earlier = tmp_path / "t.json"
+    earlier.write_text('{"traceEvents": []}')
+
+    class CutShort:
+        def export_chrome_trace(self, name):
+            Path(f"{name}.tmp").write_text('{"traceEvents": [', encoding="utf-8")
+            Path(name).write_text('{"traceEvents": [{"name": "a"', encoding="utf-8")
+
+    with pytest.raises(TrickLabError, match=r"the trace came out cut short \(29 bytes"):
+        write_trace(CutShort(), earlier)
+    assert earlier.read_text() == '{"traceEvents": []}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

@@ -55,18 +55,26 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
         raise
 
 
-def write_with(path: Path, write: Callable[[str], object]) -> None:
-    """`write(name)` makes the file under a temporary name beside `path`, then renamed over it:
-    atomic_write for a writer that takes a file name (torch's export_chrome_trace). An OSError
-    names `path`; a full disk raises DiskFullError."""
+def write_with(
+    path: Path, write: Callable[[str], object], check: Callable[[str], object] | None = None
+) -> None:
+    """`write(name)` makes the file under a temporary name beside `path`, then `check(name)`
+    (raising if the writer failed without a word: torch's C++ export_chrome_trace ignores a full
+    disk), flushed to disk and renamed over `path`: atomic_write for a writer that takes a file
+    name. An OSError names `path`; a full disk raises DiskFullError."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tricklab-", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        if check is not None:
+            check(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for leftover in (tmp, f"{tmp}.tmp"):  # and the writer's own temporary file (torch's)
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
         if isinstance(exc, OSError) and exc.errno is not None:
             _raise_naming(exc, path)
         raise

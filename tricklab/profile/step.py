@@ -37,8 +37,6 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import check_output_file, write_with
-from tricklab.core.safeio import shown
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.timing import (
     Contender,
@@ -49,6 +47,7 @@ from tricklab.measure.timing import (
     timed_call,
 )
 from tricklab.profile.limits import recipe_does_not_fit
+from tricklab.profile.trace import check_trace_path, write_trace
 from tricklab.recipe.schema import Recipe
 
 DEFAULT_REPEATS = 10
@@ -328,14 +327,6 @@ def top_operators(prof, device: torch.device, count: int, steps: int) -> list[di
     return rows
 
 
-def _check_trace_path(trace: str | Path | None) -> Path | None:
-    """The --trace file: a new one or a trace written before, never another file (a device, a
-    link, a run's result.json)."""
-    if trace is None:
-        return None
-    return check_output_file(Path(trace), "--trace", holds=b'"traceEvents"')
-
-
 def _profile_steps(bench: StepBench, steps: int, trace: Path | None) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -355,10 +346,7 @@ def _profile_steps(bench: StepBench, steps: int, trace: Path | None) -> list[dic
                 bench._ema_update("full")
         synchronize(bench.device)
     if trace is not None:
-        try:
-            write_with(trace, prof.export_chrome_trace)
-        except OSError as exc:  # not a full disk (DiskFullError, one line of its own)
-            raise TrickLabError(f"cannot write the trace {shown(trace)}: {exc.strerror}") from None
+        write_trace(prof, trace)
     return top_operators(prof, bench.device, TOP_OPERATORS, steps)
 
 
@@ -376,7 +364,7 @@ def profile_step(
         raise TrickLabError(
             f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"
         )
-    trace_path = _check_trace_path(trace)
+    trace_path = check_trace_path(trace)
     with recipe_does_not_fit(recipe, recipe_name), StepBench(recipe) as bench:
         compile_seconds = bench.compile_seconds + bench.make_bare()
         names = ["full", "no_loading", "forward_backward", "forward", "forward_backward_bare"]
