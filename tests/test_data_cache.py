@@ -405,3 +405,31 @@ def test_cli_empty_cache_dir_exits_2_and_writes_nothing(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cache_dir" in err and "empty" in err
     assert not (tmp_path / "datasets").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "message"),
+    [
+        ({"TRICKLAB_CACHE": "~nosuchuser7/x"}, {}, "TRICKLAB_CACHE ~nosuchuser7/x: no home folder"),
+        ({}, {"cache_dir": "~nosuchuser7"}, "cache_dir ~nosuchuser7: no home folder is known"),
+        ({"TRICKLAB_CACHE": None, "HOME": ""}, {}, "HOME is empty, and the default folder is"),
+    ],
+    ids=["cache-env-of-an-unknown-user", "cache-dir-of-an-unknown-user", "empty-home"],
+)
+def test_a_cache_folder_under_a_home_that_is_unknown_is_one_line(
+    tmp_path, monkeypatch, env, kwargs, message
+):
+    """Seventh hostile round: Path.expanduser's RuntimeError was a traceback, and an empty HOME
+    put the cache at the root (/.cache/tricklab)."""
+    for name, value in env.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(TrickLabError, match=message):
+        load_dataset("cifar10-sample", **kwargs)
+
+
+def test_data_dir_under_an_unknown_users_home_is_one_line(tmp_path):
+    with pytest.raises(TrickLabError, match="data_dir ~nosuchuser7/x: no home folder is known"):
+        load_dataset("cifar10", "~nosuchuser7/x", cache_dir=tmp_path, download=False)

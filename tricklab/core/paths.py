@@ -55,6 +55,35 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
         raise
 
 
+def user_path(text: str | os.PathLike, what: str) -> Path:
+    """`text` as a path, a leading `~` or `~user` made that home folder (Path.expanduser), or a
+    TrickLabError naming `what` where there is none (an unknown user, no HOME and no entry in the
+    password file, as in some containers)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise TrickLabError(
+            f"{what} {shown(str(text))}: no home folder is known for its ~; give the full path"
+        ) from None
+
+
+def home_folder(instead: str) -> Path:
+    """The user's home folder, for a default under it; TrickLabError saying to set HOME or
+    `instead` (the setting that avoids it) where it is empty or unknown: an empty HOME would
+    have put the default at the root (/.cache)."""
+    if not os.environ.get("HOME", "unset").strip():
+        raise TrickLabError(
+            f"HOME is empty, and the default folder is under it: set HOME or {instead}"
+        )
+    try:
+        return Path.home()
+    except RuntimeError:
+        raise TrickLabError(
+            f"no home folder is known (HOME is unset and this user has none in the password file), "
+            f"and the default folder is under it: set HOME or {instead}"
+        ) from None
+
+
 def write_with(
     path: Path, write: Callable[[str], object], check: Callable[[str], object] | None = None
 ) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import first_missing, remove_empty_dirs
+from tricklab.core.paths import first_missing, home_folder, remove_empty_dirs, user_path
 from tricklab.core.progress import decoding
 
 log = logging.getLogger(__name__)
@@ -56,12 +56,14 @@ SplitArrays = tuple[np.ndarray, np.ndarray, list[str]]  # images, labels, class 
 def default_cache_dir() -> Path:
     """`$TRICKLAB_CACHE` when set, else `~/.cache/tricklab`."""
     env = os.environ.get("TRICKLAB_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "tricklab"
+    if env:
+        return user_path(env, "TRICKLAB_CACHE")
+    return home_folder("TRICKLAB_CACHE") / ".cache" / "tricklab"
 
 
 def dataset_cache_dir(cache_dir: str | Path | None) -> Path:
     """The folder holding decoded datasets: `<cache_dir>/datasets`."""
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    root = user_path(cache_dir, "cache_dir") if cache_dir is not None else default_cache_dir()
     return root / "datasets"
 
 

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import home_folder, user_path
 from tricklab.data import limits
 
 # The splits of a source as decoded: {"train": (images, labels), "test": (...)}, numpy uint8
@@ -108,7 +109,9 @@ class LoadedSource:
 def default_data_dir() -> Path:
     """Where downloads go when no data_dir is given: `$TRICKLAB_DATA`, else `~/.cache/tricklab/data`."""
     env = os.environ.get("TRICKLAB_DATA")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "tricklab" / "data"
+    if env:
+        return user_path(env, "TRICKLAB_DATA")
+    return home_folder("TRICKLAB_DATA (or give data_dir)") / ".cache" / "tricklab" / "data"
 
 
 def data_root(request: SourceRequest) -> Path:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.paths import user_path
 from tricklab.data.augment import channel_stats
 from tricklab.data.dataset import (  # noqa: F401 (Dataset, Split, default_data_dir: public here)
     Dataset,
@@ -78,7 +79,7 @@ def load_dataset(
             )
     request = SourceRequest(
         name=name,
-        data_dir=Path(data_dir).expanduser() if data_dir is not None else None,
+        data_dir=user_path(data_dir, "data_dir") if data_dir is not None else None,
         image_size=image_size,
         cache_dir=cache_dir,
         download=download,
