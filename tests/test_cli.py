@@ -507,3 +507,16 @@ def test_torchrun_variables_left_in_the_environment_are_one_line(tmp_path, env, 
     lines = err.decode().strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
     assert not (tmp_path / "r").exists()
+
+
+def test_a_torch_compile_cache_folder_torch_cannot_use_is_one_line_before_the_run(tmp_path):
+    """Seventh hostile round: TORCHINDUCTOR_CACHE_DIR naming a file failed every run with
+    torch._dynamo's FileExistsError at the model's first forward, compiled or not."""
+    (tmp_path / "file").write_text("x")
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "file")}
+    for args in (["train", *TINY, "--out", str(tmp_path / "r")], ["models", "airbench"]):
+        code, _, err = tricklab(args, env=env)
+        lines = err.decode().strip().splitlines()
+        assert code == 2 and len(lines) == 1, lines
+        assert "TORCHINDUCTOR_CACHE_DIR=" in lines[0] and "cannot be made a folder" in lines[0]
+    assert not (tmp_path / "r").exists()

@@ -44,7 +44,7 @@ from tricklab.core.errors import (
     leave_rank_error,
     this_process_speaks,
 )
-from tricklab.core.paths import disk_full_error, is_disk_full
+from tricklab.core.paths import check_torch_cache_env, disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     with stop_on_signals() as stop, say_notices():  # a weights download said once, here
         args.stop = stop
         try:
+            check_torch_cache_env()  # before torch's first forward, which may read it
             return args.func(args)
         except TrickLabError as exc:
             if this_process_speaks():  # under torchrun, rank 0 speaks for all

@@ -24,6 +24,7 @@ from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
     atomic_write,
+    check_torch_cache_env,
     claim_folder,
     disk_full_error,
     first_missing,
@@ -176,6 +177,7 @@ def train(
     recipe = Recipe.from_dict(recipe.to_dict(), source="recipe")
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
+    check_torch_cache_env()  # before torch's first forward, which may read it
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
     out = Path(out_dir) if out_dir is not None and main else None
     device = resolve_device(recipe.run.device)
