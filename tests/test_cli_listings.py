@@ -101,3 +101,20 @@ def test_a_terminal_width_of_almost_nothing_still_prints_the_listing(columns):
 def test_a_narrow_but_real_terminal_keeps_its_width(monkeypatch):
     monkeypatch.setenv("COLUMNS", "30")
     assert make_console().width == 30
+
+
+def test_models_shows_an_own_models_docstring_with_its_escapes_as_text(
+    tmp_path, monkeypatch, capsys
+):
+    """Seventh hostile round: a factory's docstring went to the terminal raw (a cursor code in it
+    could rewrite earlier lines)."""
+    (tmp_path / "evil_doc.py").write_text(
+        "from torch import nn\n\n\ndef net(num_classes, in_channels=3, image_size=32):\n"
+        '    "\\x1b[1A\\x1b[2KRED first line"\n'
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size**2, num_classes))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["models", "evil_doc:net"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[1A\\x1b[2KRED first line" in out

@@ -212,9 +212,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     ):
         table.add_column(col, justify=justify)
     for r in rows:
-        table.add_row(
-            r["name"], f"{r['params'] / 1e6:.2f} M", f"{r['forward_macs'] / 1e6:,.0f} M", r["doc"]
-        )
+        params, macs = f"{r['params'] / 1e6:.2f} M", f"{r['forward_macs'] / 1e6:,.0f} M"
+        # an own model's name and docstring are outside text: escapes shown, not sent
+        table.add_row(Text(shown(r["name"])), params, macs, Text(shown(r["doc"])))
     console.print(table)
     return 0
 
