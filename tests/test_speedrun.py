@@ -623,6 +623,32 @@ def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
     assert json.loads((out / "summary.json").read_text())["n"] == 2
 
 
+def test_a_stop_before_the_first_counted_run_leaves_nothing_and_the_same_out_runs_again(
+    tmp_path, monkeypatch, capsys
+):
+    """Seventh hostile round: SIGTERM in the first counted run left warmup/ and seed-0/ without
+    summary.json: `report` refused the folder and the same command refused it as a speedrun."""
+    from tricklab.training import api as train_api
+
+    real_train, stopped = train_api.train, []
+
+    def train(recipe, **kwargs):
+        if recipe.run.seed == 0 and not stopped:  # the first counted run, stopped in flight
+            stopped.append(True)
+            Path(kwargs["out_dir"]).mkdir(parents=True)
+            (Path(kwargs["out_dir"]) / "metrics.jsonl").write_text("")
+            raise KeyboardInterrupt
+        return real_train(recipe, **kwargs)
+
+    monkeypatch.setattr(train_api, "train", train)
+    out = tmp_path / "made" / "out"
+    args = ["speedrun", *TINY_SPEEDRUN94, "--runs", "1", "--warmup-epochs", "1", "--out", str(out)]
+    assert main(args) == 130
+    assert not (tmp_path / "made").exists()  # the warm-up's folder and the folders above it too
+    assert main(args) == 0
+    assert json.loads((out / "summary.json").read_text())["n"] == 1
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_after_the_last_run_still_writes_the_summary_and_exits_130(
     signum, tmp_path, monkeypatch, capsys

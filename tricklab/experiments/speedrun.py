@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import atomic_write
-from tricklab.core.safeio import shown
+from tricklab.core.paths import atomic_write, first_missing
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest, stop_request
 from tricklab.experiments.busy import speedrun_busy
+from tricklab.experiments.speedrun_folder import check_speedrun_folder, remove_unsummarized
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.provenance import finish_record, start_record
 from tricklab.recipe.schema import Recipe, load_recipe
@@ -258,21 +258,6 @@ class SpeedrunPlan:
     out_dir: str | Path | None = None
 
 
-def check_speedrun_folder(out: Path, runs: int) -> None:
-    """TrickLabError for an --out that holds a speedrun (finished or interrupted: a speedrun does
-    not resume; its runs are kept, and the same command runs into a new folder)."""
-    taken = [
-        f
-        for f in ("summary.json", "warmup", *(f"seed-{i}" for i in range(runs)))
-        if (out / f).exists()
-    ]
-    if taken:
-        raise TrickLabError(
-            f"--out {shown(out)} already holds a speedrun ({', '.join(taken[:3])}); a speedrun "
-            "does not resume: give another folder"
-        )
-
-
 def speedrun(
     plan: SpeedrunPlan,
     *,
@@ -283,14 +268,22 @@ def speedrun(
 
     `on_run` is called with each finished run, the warm-up included (its `warmup` is True).
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) after some counted runs raises
-    SpeedrunInterrupted with their summary (also written to summary.json)."""
+    SpeedrunInterrupted with their summary (also written to summary.json); before the first
+    counted run, KeyboardInterrupt, with the folders it made removed (the same --out runs again)."""
     check_arguments(plan.runs, plan.peak_tflops, plan.target_accuracy, plan.warmup_epochs)
     if isinstance(plan.out_dir, str) and not plan.out_dir.strip():
         raise TrickLabError("--out is empty: give a folder name")
-    if plan.out_dir is not None:  # refused now, not after a warm-up run has trained
-        check_speedrun_folder(Path(plan.out_dir), plan.runs)
+    out = Path(plan.out_dir) if plan.out_dir is not None else None
+    if out is not None:  # refused now, not after a warm-up run has trained
+        check_speedrun_folder(out, plan.runs)
+    created = first_missing(out) if out is not None else None
     with stop_request(stop) as stop:
-        return _speedrun(plan, on_run, stop)
+        try:
+            return _speedrun(plan, on_run, stop)
+        except KeyboardInterrupt as exc:
+            if out is not None and not isinstance(exc, SpeedrunInterrupted):
+                remove_unsummarized(out, plan.runs, created)  # stopped before a counted run
+            raise
 
 
 def _speedrun(
