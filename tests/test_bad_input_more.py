@@ -22,6 +22,37 @@ from tricklab.report.build import write_report
 from tricklab.training import preflight
 from tricklab.training.preflight import micro_batch_sizes
 
+
+def _profile_models(models, **kwargs):
+    from tricklab.profile.model import profile_models
+
+    return profile_models(models, **kwargs)
+
+
+def _profile_step(recipe):
+    from tricklab.profile.step import profile_step
+
+    return profile_step(recipe)
+
+
+def _study_runs(study, **kwargs):
+    from tricklab.experiments.runner import study_runs
+
+    return study_runs(study, **kwargs)
+
+
+def _parse_vary(specs):
+    from tricklab.experiments.plan import parse_vary
+
+    return parse_vary(specs)
+
+
+def _budget(**kwargs):
+    from tricklab.experiments.plan import budget_overrides
+
+    return budget_overrides(**kwargs)
+
+
 # 16x16 images: airbench's last BatchNorm sees 1x1 maps, so a batch of one image cannot train
 TINY = [*TINY_SYNTHETIC, "data.train_size=64", "loader.batch_size=32", "run.epochs=1"]
 
@@ -440,6 +471,25 @@ def test_a_cutout_that_leaves_part_of_the_image_trains(tmp_path, capsys):
         # sixth round: an AttributeError seven frames deep; a target of True taken as 1
         (lambda: AblationPlan(load_recipe(None), {5: [0]}), "each key of AblationPlan's vary"),
         (lambda: tricklab.experiments.results("any", target=True), "target takes a number"),
+        # seventh round: AttributeErrors from inside, names read letter by letter, True as 1
+        (lambda: tricklab.build_model(None, num_classes=10), "build_model's name takes str"),
+        (lambda: tricklab.build_model("airbench", num_classes=True), "num_classes takes a whole"),
+        (lambda: tricklab.build_model("airbench", num_classes=10.0), "num_classes takes a whole"),
+        (lambda: tricklab.build_model("airbench", num_classes=10, image_size=True), "image_size"),
+        (lambda: tricklab.build_model("resnet18", num_classes=10, widths="abc"), "widths takes"),
+        (lambda: tricklab.load_recipe(b"speedrun94"), "name_or_path takes str or PathLike"),
+        (lambda: tricklab.load_recipe(1), "name_or_path takes str or PathLike"),
+        (lambda: tricklab.load_dataset("synthetic", data_dir=1), "data_dir takes str or PathLike"),
+        (lambda: tricklab.load_dataset("synthetic", cache_dir=1), "cache_dir takes str"),
+        (lambda: _profile_models("airbench"), "models takes list or tuple"),
+        (lambda: _profile_models(["airbench"], device=None), "device takes str"),
+        (lambda: _profile_step(None), "profile_step's recipe takes Recipe"),
+        (lambda: _study_runs("s", storage=Path("x.db")), "storage .a URL or a file path. takes"),
+        (lambda: _study_runs(None), "study takes str"),
+        (lambda: _parse_vary("optim.lr=0.1"), "specs takes list or tuple"),
+        (lambda: _budget(epochs=True), "the budget's epochs takes a number"),
+        (lambda: _budget(epochs="3"), "the budget's epochs takes a number"),
+        (lambda: write_report(["x"], "out", title=1), "title takes str or None"),
     ],
 )
 def test_bad_python_api_argument_types_are_a_type_error_naming_what_is_expected(
@@ -526,3 +576,10 @@ def test_a_recipe_field_set_by_hand_is_checked_before_the_run_writes_anything(tm
 def test_a_recipe_path_holding_a_nul_character_is_one_line():
     with pytest.raises(TrickLabError, match="a path cannot hold a NUL character"):
         load_recipe("a\x00b.yaml")
+
+
+def test_a_run_directory_holding_a_nul_character_is_one_line(tmp_path):
+    """Seventh hostile round: a bare ValueError ("embedded null byte") from the first os call."""
+    with pytest.raises(TrickLabError, match="holds a NUL character"):
+        tricklab.train(load_recipe(None, TINY_SYNTHETIC), out_dir=f"{tmp_path}/\0x")
+    assert list(tmp_path.iterdir()) == []

@@ -1,5 +1,6 @@
 """The one exception type for user mistakes (bad config, data, files)."""
 
+import numbers
 import os
 from pathlib import Path
 
@@ -16,6 +17,15 @@ def expect_type(value: object, kinds: type | tuple[type, ...], what: str) -> Non
     if not isinstance(value, kinds):
         names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
         raise TypeError(f"{what} takes {names}, got {type(value).__name__} {value!r:.60}")
+
+
+def expect_number(value: object, what: str, whole: bool = False) -> None:
+    """`expect_type` for a number (a whole one with `whole`): True and False are none, though
+    Python counts them as ints (`epochs=True` was one epoch), nor is a tensor or a text."""
+    kind = numbers.Integral if whole else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        wanted = "a whole number (int)" if whole else "a number (int or float)"
+        raise TypeError(f"{what} takes {wanted}, got {type(value).__name__} {value!r:.60}")
 
 
 def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> None:

@@ -58,6 +58,8 @@ def load_dataset(
     without a test split holds out as test (`Sampling(seed=0, val_fraction=0.1)`).
     """
     expect_type(sampling, (Sampling, type(None)), "load_dataset's sampling")
+    for path, what in ((data_dir, "data_dir"), (cache_dir, "cache_dir")):
+        expect_type(path, (str, os.PathLike, type(None)), f"load_dataset's {what}")
     sampling = sampling if sampling is not None else Sampling()
     seed, val_fraction = sampling.seed, sampling.val_fraction
     if name not in DATASET_SOURCES:

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import TrickLabError, expect_list_of, expect_number, expect_type
 from tricklab.recipe.load import takes_text
 from tricklab.recipe.schema import SECTIONS, Recipe, all_keys
 from tricklab.recipe.yamlio import read_value
@@ -111,6 +111,7 @@ def split_values(text: str) -> list[str]:
 
 def parse_vary(specs: Iterable[str]) -> dict[str, list[str]]:
     """`["optim.lr=0.1,0.2", "aug.flip=none,random"]` -> `{"optim.lr": ["0.1", "0.2"], ...}`."""
+    expect_list_of(specs, str, "parse_vary's specs")
     vary: dict[str, list[str]] = {}
     for spec in specs:
         key, sep, text = spec.partition("=")
@@ -147,6 +148,9 @@ def budget_flags(
     """The overrides of --budget-epochs (run.epochs), --budget-seconds (stop after that many train
     seconds, or at run.epochs, whichever comes first) and --target (a fraction, or a percentage
     above 1: each run's time-to-target is recorded, the run not stopped)."""
+    for value, what in ((epochs, "epochs"), (seconds, "seconds"), (target, "target")):
+        if value is not None:
+            expect_number(value, f"the budget's {what}")
     out = []
     if epochs is not None and seconds is not None:
         raise TrickLabError("give --budget-epochs or --budget-seconds, not both")
@@ -406,6 +410,7 @@ def plan_units(configs: Sequence[Config], seeds: int) -> list[Unit]:
 
 def check_seeds(seeds: int) -> None:
     """TrickLabError unless 1 <= seeds <= MAX_SEEDS."""
+    expect_number(seeds, "seeds", whole=True)
     if seeds < 1:
         raise TrickLabError(f"--seeds {seeds} must be at least 1")
     if seeds > MAX_SEEDS:

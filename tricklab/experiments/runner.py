@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import TrickLabError, expect_number, expect_type
 from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
@@ -106,18 +106,12 @@ def _summary(
     order = "appearance" if kind == "ablation" else "accuracy"
     stats = config_stats(records, order=order, planned=planned_runs(study.user_attrs, records))
     return ExperimentSummary(
-        study=study.study_name,
-        storage=shown_url(url),  # for output: the password hidden
-        kind=kind,
-        planned=planned,
-        ran=ran,
-        already_done=done_before,
-        status_counts=counts,
-        stats=stats,
+        study=study.study_name, storage=shown_url(url), kind=kind,  # shown: the password hidden
+        planned=planned, ran=ran, already_done=done_before, status_counts=counts, stats=stats,
         **study_meta({"provenance": provenance}, records, stats),
         compile_seconds=sum(r.get("compile_seconds") or 0.0 for r in records),
         compile_seconds_max=max((r.get("compile_seconds") or 0.0 for r in records), default=0.0),
-    )
+    )  # fmt: skip
 
 
 def _default_train() -> TrainFn:
@@ -391,14 +385,10 @@ def study_results(
     target: float | None = None,
 ) -> tuple[dict[str, Any], list[ConfigStats]]:
     """(meta, rows): meta names the study, storage, kind, reference and confidence."""
-    expect_type(study, str, "study")
-    expect_type(storage, (str, type(None)), "storage")
-    expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
-    if isinstance(target, bool) or not isinstance(target, (int, float, type(None))):
-        raise TypeError(f"results' target takes a number or None, got {target!r:.60}")
+    if target is not None:
+        expect_number(target, "results' target")
     target = None if target is None else normalize_target(target)  # as --target takes it
-    url = storage_url(storage, experiment_dir(study, out_dir))
-    opened = load_study(open_storage(url, must_exist=True), study)
+    url, opened = _stored_study(study, storage, out_dir)
     kind = opened.user_attrs.get("kind", "sweep")
     records = collect_runs(opened)
     rows = config_stats(
@@ -410,9 +400,17 @@ def study_results(
     )
     ref = next((r.config_id for r in rows if r.is_reference), None)
     meta = {"study": study, "storage": shown_url(url), "kind": kind, "reference": ref}
-    meta["confidence"] = 0.95
-    meta.update(study_meta(opened.user_attrs, records, rows))  # provenance, busy_machine
+    meta |= {"confidence": 0.95, **study_meta(opened.user_attrs, records, rows)}
     return meta, rows
+
+
+def _stored_study(study: Any, storage: Any, out_dir: Any) -> tuple[str, optuna.Study]:
+    """The storage URL and the stored study a reader names, its arguments' types checked."""
+    expect_type(study, str, "study")
+    expect_type(storage, (str, type(None)), "storage (a URL or a file path)")
+    expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
+    url = storage_url(storage, experiment_dir(study, out_dir))
+    return url, load_study(open_storage(url, must_exist=True), study)
 
 
 def study_runs(
@@ -421,8 +419,7 @@ def study_runs(
     """(meta, runs) of a stored study: one run per (configuration, seed), the try that stands (as
     `results` counts it), with config_id, seed, status, accuracy, train_seconds, run_dir (its
     folder; None for a run of an older tricklab that kept none), trial and error."""
-    url = storage_url(storage, experiment_dir(study, out_dir))
-    opened = load_study(open_storage(url, must_exist=True), study)
+    url, opened = _stored_study(study, storage, out_dir)
     trials = {t.number: t for t in opened.get_trials(deepcopy=False)}
     runs = []
     for record in collect_runs(opened):

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_number, expect_type
 from tricklab.core.usercode import described, user_code
 from tricklab.models import airbench, resnet, zoo
+from tricklab.models.timm_source import create_timm, import_timm
 
 TIMM_PREFIX = "timm:"
 FACTORY_ARGUMENTS = ("num_classes", "in_channels", "image_size")
@@ -218,6 +219,15 @@ def build_model(
     `pretrained` loads ImageNet weights (torchvision families, timm). An option the model does
     not have raises TrickLabError rather than being ignored.
     """
+    expect_type(name, str, "build_model's name")
+    for value, what in ((num_classes, "num_classes"), (in_channels, "in_channels")):
+        expect_number(value, f"build_model's {what}", whole=True)
+    expect_number(image_size, "build_model's image_size", whole=True)
+    expect_number(width, "build_model's width")
+    if widths is not None:
+        expect_type(widths, (list, tuple), "build_model's widths")
+        for w in widths:
+            expect_number(w, "each of build_model's widths", whole=True)
     info = get_model_info(name)
     if num_classes < 1 or in_channels < 1:
         raise TrickLabError(
@@ -407,43 +417,14 @@ def _import_module(module_name: str) -> object:
             raise
 
 
-def _import_timm() -> object:
-    try:
-        import timm
-    except ImportError:
-        raise TrickLabError(
-            "model.name=timm:... needs the timm package, which is not installed: "
-            "pip install 'tricklab[timm]' (or pip install timm)"
-        ) from None
-    return timm
-
-
 def _timm_info(name: str) -> ModelInfo:
     """timm's model `name` (after "timm:"): its builder passes num_classes, in_chans, pretrained
     and, to models that take it (vision transformers), img_size."""
     arch = name[len(TIMM_PREFIX) :]
-    timm = _import_timm()
+    timm = import_timm()
     if not arch or not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise TrickLabError(f"timm has no model {arch!r}{hint} (timm.list_models() lists them all)")
-    builder = functools.partial(_build_own, name, functools.partial(_create_timm, timm, arch))
+    builder = functools.partial(_build_own, name, functools.partial(create_timm, timm, arch))
     return ModelInfo(name, f"timm {arch}", builder, options=("pretrained",), source="timm")
-
-
-def _create_timm(
-    timm: object,
-    arch: str,
-    *,
-    num_classes: int,
-    in_channels: int,
-    image_size: int,
-    pretrained: bool = False,
-) -> nn.Module:
-    kwargs = dict(pretrained=pretrained, num_classes=num_classes, in_chans=in_channels)
-    try:
-        return timm.create_model(arch, img_size=image_size, **kwargs)
-    except TypeError as err:  # a CNN: its size follows the input
-        if "img_size" not in str(err):
-            raise
-    return timm.create_model(arch, **kwargs)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.timing import Contender, interleave, summary_ms
 from tricklab.profile.limits import out_of_memory_as_error
@@ -151,6 +151,8 @@ def profile_loader(
     batches per measurement (default: one epoch)."""
     from tricklab.training.setup import load_data, resolve_device
 
+    expect_type(recipe, Recipe, "profile_loader's recipe")
+    expect_type(grid, (LoaderGrid, type(None)), "profile_loader's grid")
     grid = grid if grid is not None else LoaderGrid()
     check_options(grid.kinds, grid.num_workers, grid.pin_memory, batch_size, batches, repeats)
     if batch_size is not None:

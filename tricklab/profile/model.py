@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
 from tricklab.core.memory import available_memory_bytes
 from tricklab.core.usercode import described
 from tricklab.measure.flops import count_forward_flops, count_params
@@ -288,6 +288,10 @@ def profile_models(
     (compilation) is timed apart as `compile_seconds`."""
     from tricklab.training.setup import resolve_device
 
+    expect_list_of(models, str, "profile_models' models")
+    expect_type(grid, (ProfileGrid, type(None)), "profile_models' grid")
+    expect_type(build, (ModelBuild, type(None)), "profile_models' build")
+    expect_type(device, str, "profile_models' device")
     grid = grid if grid is not None else ProfileGrid()
     build = build if build is not None else ModelBuild()
     check_options(models, grid, repeats, peak_tflops_override)

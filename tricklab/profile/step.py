@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.timing import (
     Contender,
@@ -360,6 +360,7 @@ def profile_step(
     """Page's breakdown of `recipe`'s training step; a JSON-ready dict (keys in the README).
 
     With `trace`, the profiled steps are written there as a Chrome/Perfetto trace (JSON)."""
+    expect_type(recipe, Recipe, "profile_step's recipe")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
         raise TrickLabError(
             f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.recipe.coerce import shown, type_name
 from tricklab.recipe.load import builtin_recipes as builtin_recipes  # re-exported
 from tricklab.recipe.load import check_key, check_section, coerce_field, read_recipe, takes_text
@@ -170,6 +171,7 @@ def load_recipe(
     name_or_path: str | Path | None = None, overrides: typing.Iterable[str] | None = ()
 ) -> Recipe:
     """Defaults (None), a built-in recipe by name, or a YAML file; then `key=value` overrides."""
+    expect_type(name_or_path, (str, os.PathLike, type(None)), "load_recipe's name_or_path")
     if name_or_path is None:
         recipe = Recipe()
     else:

@@ -101,6 +101,7 @@ def write_report(
     expect_list_of(sources, (str, os.PathLike), "sources")
     expect_type(out_dir, (str, os.PathLike), "out_dir")
     expect_type(storage, (str, type(None)), "storage")
+    expect_type(title, (str, type(None)), "title")
     expect_list_of(profiles, (str, os.PathLike), "profiles")
     out = Path(out_dir)
     check_out_dir(out)

@@ -32,7 +32,7 @@ from tricklab.core.paths import (
     remove_empty_dirs,
 )
 from tricklab.core.progress import current as current_progress
-from tricklab.core.safeio import json_safe, read_json
+from tricklab.core.safeio import json_safe, read_json, shown
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
 from tricklab.core.usercode import raised_by_code
@@ -177,6 +177,8 @@ def train(
     recipe = Recipe.from_dict(recipe.to_dict(), source="recipe")
     if isinstance(out_dir, str) and not out_dir.strip():
         raise TrickLabError("the run directory name is empty")
+    if out_dir is not None and "\0" in os.fspath(out_dir):
+        raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
     check_torch_cache_env()  # before torch's first forward, which may read it
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
     out = Path(out_dir) if out_dir is not None and main else None
