@@ -520,3 +520,21 @@ def test_a_torch_compile_cache_folder_torch_cannot_use_is_one_line_before_the_ru
         assert code == 2 and len(lines) == 1, lines
         assert "TORCHINDUCTOR_CACHE_DIR=" in lines[0] and "cannot be made a folder" in lines[0]
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("threads", ["abc", "0", "-1", "1.5", ""])
+def test_an_omp_num_threads_openmp_cannot_take_is_one_line(tmp_path, threads):
+    """Seventh hostile round: libgomp printed a blank line and its own warning before every
+    command's output, two lines more than the one promised."""
+    code, _, err = tricklab(["train", *TINY, "--out", str(tmp_path / "r")],
+                            env={"OMP_NUM_THREADS": threads})  # fmt: skip
+    lines = err.decode().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "is no positive whole number" in lines[0], lines
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_cache_path_too_long_for_the_file_system_is_one_line_not_a_damaged_file(tmp_path):
+    code, _, err = tricklab(["data", "show", "cifar10-sample"],
+                            env={"TRICKLAB_CACHE": str(tmp_path / ("x" * 300))})  # fmt: skip
+    lines = err.decode().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "File name too long" in lines[0], lines

@@ -1528,3 +1528,16 @@ def test_a_dataset_of_one_class_is_refused_naming_it(tmp_path, archived):
         TrickLabError, match=r"holds one class folder \(ant\); a classifier needs at least two"
     ):
         load_dataset("imagefolder", data, cache_dir=tmp_path / "cache")
+
+
+def test_a_cifar_archive_that_is_a_pipe_or_a_device_is_one_line_and_no_download(tmp_path):
+    """Seventh hostile round: it read as "not found", and a download was tried."""
+    import os
+
+    (tmp_path / "pipe").mkdir()
+    os.mkfifo(tmp_path / "pipe" / "cifar-10-python.tar.gz")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "cifar-10-python.tar.gz").symlink_to("/dev/zero")
+    for root in ("pipe", "dev"):
+        with pytest.raises(TrickLabError, match="is not a regular file .a pipe, a device"):
+            load_dataset("cifar10", tmp_path / root, cache_dir=tmp_path / "cache", download=True)

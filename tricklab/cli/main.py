@@ -38,13 +38,14 @@ from tricklab.cli.common import (
     say_notices,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
+from tricklab.core.environment import check_environment
 from tricklab.core.errors import (
     TrickLabError,
     another_rank_failed,
     leave_rank_error,
     this_process_speaks,
 )
-from tricklab.core.paths import check_torch_cache_env, disk_full_error, is_disk_full
+from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     with stop_on_signals() as stop, say_notices():  # a weights download said once, here
         args.stop = stop
         try:
-            check_torch_cache_env()  # before torch's first forward, which may read it
+            check_environment()  # before torch loads, or its first forward, reads them
             return args.func(args)
         except TrickLabError as exc:
             if this_process_speaks():  # under torchrun, rank 0 speaks for all

@@ -84,29 +84,6 @@ def home_folder(instead: str) -> Path:
         ) from None
 
 
-TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-
-
-def check_torch_cache_env() -> None:
-    """TrickLabError for a TORCHINDUCTOR_CACHE_DIR torch cannot use: torch._dynamo makes that
-    folder when it is first imported, which a model's first forward can do, compiled or not
-    (a file there, or a folder it may not write, was a traceback and a failed run)."""
-    value = os.environ.get(TORCH_CACHE_ENV)
-    if not value:
-        return
-    folder = Path(value)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)  # as torch would
-        problem = None if os.access(folder, os.W_OK | os.X_OK) else "is not writable"
-    except OSError as err:
-        problem = f"cannot be made a folder ({err.strerror or err})"
-    if problem:
-        raise TrickLabError(
-            f"{TORCH_CACHE_ENV}={shown(value)} {problem}: torch keeps its compile cache there; "
-            "point it at a writable folder or unset it"
-        )
-
-
 def write_with(
     path: Path, write: Callable[[str], object], check: Callable[[str], object] | None = None
 ) -> None:

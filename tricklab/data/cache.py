@@ -18,6 +18,7 @@ and decoded again; no array larger than the file itself is ever allocated for it
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -147,6 +148,9 @@ def file_key(name: str, key: str, split: str) -> str:
     return f"{name}-{key}-{split}"
 
 
+_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM)
+
+
 def _read_split(path: Path, expected_key: str, image_size: int | None) -> SplitArrays | None:
     """One cached split, or None (logged) when the file is missing or is not exactly what
     `write_cached_splits` writes for this key (images of `image_size`² pixels when it is set)."""
@@ -159,6 +163,11 @@ def _read_split(path: Path, expected_key: str, image_size: int | None) -> SplitA
         with open(path, "rb") as f, zipfile.ZipFile(f) as archive:
             arrays = _read_arrays(archive, os.fstat(f.fileno()).st_size)
     except (FileNotFoundError, NotADirectoryError):  # none yet; a file as a folder: said on write
+        return None
+    except OSError as err:  # a path the cache cannot use (too long, a link loop, no access) is
+        if err.errno in _PATH_ERRNOS:  # said once, when the decode's result is written there
+            return None
+        log.warning("ignoring damaged cache file %s (%s); decoding the source again", path, err)
         return None
     except (MemoryError, TrickLabError):
         raise  # an intact file too large for memory: decoding again would not fit either

@@ -18,6 +18,7 @@ import numpy as np
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import format_bytes
+from tricklab.core.safeio import shown
 from tricklab.data import cache
 from tricklab.data.dataset import (
     LoadedSource,
@@ -126,6 +127,9 @@ def _find_source(fmt: CifarFormat, root: Path) -> Path | None:
         if all((folder / f).is_file() for f in fmt.files):
             return folder
     archive = root / fmt.archive
+    if os.path.lexists(archive) and not archive.is_file():  # a FIFO, a device: no download
+        raise TrickLabError(f"{shown(archive)} is not a regular file (a pipe, a device or a link "
+                            "to one); put the downloaded archive there, or remove it")  # fmt: skip
     return archive if archive.is_file() else None
 
 

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 
 from tricklab.core.device import synchronize
+from tricklab.core.environment import check_environment
 from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
     atomic_write,
-    check_torch_cache_env,
     claim_folder,
     disk_full_error,
     first_missing,
@@ -179,7 +179,7 @@ def train(
         raise TrickLabError("the run directory name is empty")
     if out_dir is not None and "\0" in os.fspath(out_dir):
         raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
-    check_torch_cache_env()  # before torch's first forward, which may read it
+    check_environment()  # before torch's first forward reads TORCHINDUCTOR_CACHE_DIR
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
     out = Path(out_dir) if out_dir is not None and main else None
     device = resolve_device(recipe.run.device)
