@@ -175,6 +175,12 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "--out", ""], "--out is empty"),
         (["speedrun", "--out", " "], "--out is empty"),
         (["speedrun", "--warmup-epochs", "-1"], "--warmup-epochs must be a number >= 0"),
+        # seventh round: the shell's bytes that are no UTF-8 read as "not valid YAML"
+        (["train", "data.dir=/x/img\udcff"], "holds bytes that are not UTF-8 text"),
+        (
+            ["ablate", "--vary", "optim.lr=0.1", "--study", "s\udcff", "--dry-run"],
+            "bytes that are not UTF-8",
+        ),
         (["models", "--num-classes", "99999999999"], "--num-classes must be in 1..100000"),
     ],
 )

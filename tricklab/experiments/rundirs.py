@@ -137,6 +137,6 @@ def check_study_name(name: str, what: str = "--study") -> None:
     if odd or name in ("", ".", ".."):
         raise TrickLabError(
             f"{what} {shown(name)} is one folder's name under runs/experiments/ (where "
-            "`tricklab results` lists studies): give one without '/', control characters or "
-            "spaces at its ends, other than '.' and '..'"
+            "`tricklab results` lists studies): give one without '/', control characters, bytes "
+            "that are not UTF-8 or spaces at its ends, other than '.' and '..'"
         )

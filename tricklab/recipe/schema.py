@@ -116,6 +116,11 @@ class Recipe:
                 raise TrickLabError(f"{source} '{assignment}' is not of the form key=value")
             key = key.strip()
             section, name = _split_key(key, source)
+            if any("\udc80" <= c <= "\udcff" for c in text):  # the shell's bytes, no UTF-8
+                raise TrickLabError(
+                    f"{source}: {key}={shown(text)} holds bytes that are not UTF-8 text, which a "
+                    "recipe (YAML, JSON) cannot keep: rename the file or folder, or link to it"
+                )
             try:
                 text_field = takes_text(SECTIONS[section], name)
                 data[section][name] = read_value(text, text_field) if text.strip() else None
