@@ -583,3 +583,11 @@ def test_a_run_directory_holding_a_nul_character_is_one_line(tmp_path):
     with pytest.raises(TrickLabError, match="holds a NUL character"):
         tricklab.train(load_recipe(None, TINY_SYNTHETIC), out_dir=f"{tmp_path}/\0x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_storage_url_ending_in_a_newline_shows_it(tmp_path):
+    """Seventh hostile round: "no study database at .../study.db" hid the newline, naming what
+    looked like the file that was there."""
+    (tmp_path / "study.db").touch()
+    with pytest.raises(TrickLabError, match=r"no study database at .*study\.db\\n;"):
+        tricklab.experiments.results("x", storage=f"sqlite:///{tmp_path}/study.db\n")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import shown
 from tricklab.core.urls import shown_url
 from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_url
 
@@ -88,7 +89,7 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     path = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
     if path is not None and not path.is_file():  # read-only: no database is made here
         names = [s.name for s in list_studies(None, out_dir)] if storage is None else []
-        where = f"{where} (no study database at {path})"
+        where = f"{where} (no study database at {shown(path)})"
     else:
         names = [s.name for s in _studies_in(url)]
         if name in names:

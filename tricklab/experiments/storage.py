@@ -40,7 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import not_a_file
-from tricklab.core.safeio import parse_json
+from tricklab.core.safeio import parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
 from tricklab.experiments.contents import RowCheckedStorage, check_contents, one_line
@@ -137,7 +137,9 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     if url.startswith("sqlite:///"):
         path = _file_path(url, "sqlite:///")
         if must_exist and not path.is_file():
-            raise TrickLabError(f"no study database at {path}; pass --storage to say where it is")
+            raise TrickLabError(
+                f"no study database at {shown(path)}; pass --storage to say where it is"
+            )
         _make_parent(path, url)
         _check_sqlite(path)
         if must_exist:
