@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
@@ -181,3 +182,25 @@ def test_run_end_names_each_way_a_run_ends(exc, status):
     requested = StopRequest()
     requested.request()
     assert api.run_end(exc, requested)[0] == "interrupted"
+
+
+def test_a_closed_terminals_sighup_stops_as_sigterm_does_unless_it_is_ignored():
+    """Seventh hostile round: SIGHUP (the terminal closed) killed a run without a word, its
+    claim file left in its folder."""
+    import signal
+
+    from tricklab.core.stopping import Interrupted, stop_on_signals
+
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with pytest.raises(Interrupted), stop_on_signals() as stop:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)
+        assert stop.requested and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup's: the caller keeps it
+        with stop_on_signals() as stop:
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert not stop.requested
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -89,8 +89,9 @@ class StopRequest:
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
-    """Within the block SIGINT and SIGTERM raise Interrupted and mark the yielded StopRequest; the
-    handlers found before (whatever they were, an ignored signal included) come back after it.
+    """Within the block SIGINT and SIGTERM raise Interrupted and mark the yielded StopRequest (and
+    SIGHUP, a closed terminal, where it is not ignored, as nohup does); the handlers found before
+    (whatever they were, an ignored signal included) come back after it.
 
     Signal handlers belong to the main thread: elsewhere the request is yielded unmarked and the
     signals stay as they are."""
@@ -114,7 +115,10 @@ def stop_on_signals() -> Iterator[StopRequest]:
 
     db_cleanup = logging.getLogger(DB_CLEANUP_LOGGER)
     previous_level = db_cleanup.level
-    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
+    # A closed terminal's SIGHUP stops as SIGTERM does, unless the caller ignores it (nohup).
+    hangup = getattr(signal, "SIGHUP", None)
+    hangup = [hangup] if hangup and signal.getsignal(hangup) == signal.SIG_DFL else []
+    previous = {signum: signal.signal(signum, on_signal) for signum in (*STOP_SIGNALS, *hangup)}
     previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
     try:
         yield stop
