@@ -288,6 +288,28 @@ def test_a_step_profile_of_no_component_is_refused_as_a_model_profile_of_no_mode
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(peak_tflops={}), r"results\[0\]\.mfu .*no peak is given"),
+        (
+            lambda d: d["models"][0].update(forward_macs=10 * d["models"][0]["forward_flops"]),
+            r"models\[0\]\.forward_macs .*half its FLOPs",
+        ),
+    ],
+    ids=["mfu-without-a-peak", "macs-above-the-flops"],
+)
+def test_a_model_profile_contradicting_itself_is_refused(tmp_path, change, message):
+    """Seventh hostile round: an MFU of 50 % on a device with no peak, GMACs ten times the
+    GFLOPs under "MACs = FLOPs / 2", were rendered."""
+    recorded = json.loads(H100_MODEL.read_text())
+    change(recorded)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(recorded))
+    with pytest.raises(TrickLabError, match=message):
+        write_report([], tmp_path / "r", profiles=[bad])
+
+
 def test_write_report_refuses_a_bad_profile_before_writing(tmp_path):
     bad = tmp_path / "bad.json"
     shutil.copy(H100_MODEL, bad)

@@ -287,15 +287,31 @@ def _step_misfit(data: dict[str, Any]) -> str | None:
 
 def _model_misfit(data: dict[str, Any]) -> str | None:
     """What a model profile that fits SCHEMA says that cannot be: no model, an image shape other
-    than channels × height × width, a result of a model it does not list."""
+    than channels × height × width, MACs other than half the FLOPs, a result of a model it does
+    not list, an MFU without a peak to measure it against, time per GMAC of a model of none."""
     if not data["models"]:
         return "models is [], not a list of the models profiled"
     if len(data["image_shape"]) != 3:
         return _wrong("image_shape", data["image_shape"], "channels, height and width")
-    names = {m.get("name") for m in data["models"]}
+    macs = {m.get("name"): m.get("forward_macs") for m in data["models"]}
+    for i, m in enumerate(data["models"]):
+        flops = m.get("forward_flops")
+        if flops is not None and m.get("forward_macs") not in (None, flops // 2):
+            return _wrong(
+                f"models[{i}].forward_macs", m["forward_macs"], f"half its FLOPs, {flops // 2}"
+            )
+    peaks = data.get("peak_tflops") or {}
     for i, row in enumerate(data["results"]):
-        if row.get("model") not in names:
+        if row.get("model") not in macs:
             return _wrong(f"results[{i}].model", row["model"], "a model in models")
+        if row.get("mfu") is not None and not peaks.get(row.get("precision")):
+            return _wrong(
+                f"results[{i}].mfu", row["mfu"], "none: no peak is given for its precision"
+            )
+        if not macs[row["model"]] and row.get("train_ms_per_gmac") is not None:
+            return _wrong(
+                f"results[{i}].train_ms_per_gmac", row["train_ms_per_gmac"], "none: 0 MACs"
+            )
     return None
 
 
