@@ -538,7 +538,7 @@ def test_an_omp_num_threads_openmp_cannot_take_is_one_line(tmp_path, threads):
     code, _, err = tricklab(["train", *TINY, "--out", str(tmp_path / "r")],
                             env={"OMP_NUM_THREADS": threads})  # fmt: skip
     lines = err.decode().strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "is no positive whole number" in lines[0], lines
+    assert code == 2 and len(lines) == 1 and "is no whole number from 1 to" in lines[0], lines
     assert not (tmp_path / "r").exists()
 
 

@@ -45,7 +45,7 @@ from tricklab.core.errors import (
     leave_rank_error,
     this_process_speaks,
 )
-from tricklab.core.paths import disk_full_error, is_disk_full
+from tricklab.core.paths import PATH_ERRNOS, disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import stop_on_signals
 from tricklab.data.names import DATASET_NAMES
@@ -329,9 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                 leave_rank_error(str(exc))
             return 2
         except OSError as exc:  # a full disk met where no file of ours was written (a storage)
-            if isinstance(exc, PermissionError) and exc.filename:  # a folder the user may not
-                print_error(f"cannot use the path {exc.filename}: {exc.strerror}")  # enter
-                return 2
+            if exc.filename and exc.errno in PATH_ERRNOS:  # a folder the user may not enter,
+                print_error(f"cannot use the path {shown(exc.filename)}: {exc.strerror}")
+                return 2  # a name past PATH_MAX met by a check before any file was written
             if not is_disk_full(exc):
                 raise
             print_error(str(disk_full_error(exc)))

@@ -38,6 +38,7 @@ def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> 
 # Under `--nproc`, rank 0 alone prints a TrickLabError; another rank leaves its line in a file of
 # this folder (named by the launcher) for the launcher to say, when rank 0 did not meet the same.
 RANK_ERRORS_ENV = "TRICKLAB_RANK_ERRORS"
+TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun in every process it starts
 
 
 def launched_by_torchrun() -> bool:
@@ -49,12 +50,14 @@ def launched_by_torchrun() -> bool:
 def this_process_speaks() -> bool:
     """Whether this process prints its errors: any process but a launched rank other than 0
     (rank 0 speaks for all, or the launcher for a rank that met an error alone). Variables that
-    describe no group a rank could be in (RANK 3 of 2) are no launch: the process says so."""
+    describe no group a rank could be in (RANK 3 of 2) are no launch: the process says so, as
+    does a rank no launcher started (no torchrun's, no `--nproc`'s): nobody would speak for it."""
     if not launched_by_torchrun():
         return True
     rank, size = os.environ["RANK"], os.environ["WORLD_SIZE"]
     in_a_group = rank.isascii() and rank.isdigit() and size.isdigit() and int(rank) < int(size)
-    return rank == "0" or not in_a_group
+    launcher = RANK_ERRORS_ENV in os.environ or TORCHRUN_ENV in os.environ
+    return not (in_a_group and launcher and int(rank) > 0)
 
 
 def leave_rank_error(message: str) -> None:

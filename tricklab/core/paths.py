@@ -27,6 +27,8 @@ except ImportError:  # Windows: a claim is an exclusively created file (see clai
 CLAIM_NAME = ".tricklab-claim"
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 NO_LOCKS_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+# A path that cannot be used as it is named (too long, a loop of links, not allowed)
+PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM)
 
 log = logging.getLogger(__name__)
 

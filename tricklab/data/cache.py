@@ -18,7 +18,6 @@ and decoded again; no array larger than the file itself is ever allocated for it
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -34,7 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import first_missing, home_folder, remove_empty_dirs, user_path
+from tricklab.core.paths import (
+    PATH_ERRNOS,
+    first_missing,
+    home_folder,
+    remove_empty_dirs,
+    user_path,
+)
 from tricklab.core.progress import decoding
 
 log = logging.getLogger(__name__)
@@ -148,9 +153,6 @@ def file_key(name: str, key: str, split: str) -> str:
     return f"{name}-{key}-{split}"
 
 
-_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM)
-
-
 def _read_split(path: Path, expected_key: str, image_size: int | None) -> SplitArrays | None:
     """One cached split, or None (logged) when the file is missing or is not exactly what
     `write_cached_splits` writes for this key (images of `image_size`² pixels when it is set)."""
@@ -165,7 +167,7 @@ def _read_split(path: Path, expected_key: str, image_size: int | None) -> SplitA
     except (FileNotFoundError, NotADirectoryError):  # none yet; a file as a folder: said on write
         return None
     except OSError as err:  # a path the cache cannot use (too long, a link loop, no access) is
-        if err.errno in _PATH_ERRNOS:  # said once, when the decode's result is written there
+        if err.errno in PATH_ERRNOS:  # said once, when the decode's result is written there
             return None
         log.warning("ignoring damaged cache file %s (%s); decoding the source again", path, err)
         return None

@@ -15,10 +15,12 @@ Colours, markers, legends and ticks are style.py's.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -381,11 +383,24 @@ FIGURES = (
 )
 
 
+def _quiet_matplotlib() -> ModuleType:
+    """matplotlib, imported without its warnings about a config or cache folder it cannot use
+    (MPLCONFIGDIR or XDG_CONFIG_HOME naming a file): it then uses a temporary one, which serves
+    a report as well, so its two lines on stderr would only alarm."""
+    logger = logging.getLogger("matplotlib")
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        import matplotlib
+        import matplotlib.font_manager  # noqa: F401 (builds its font cache: warns there too)
+    finally:
+        logger.setLevel(level)
+    return matplotlib
+
+
 def render_figures(sources: Sequence[Source], folder: Path) -> list[Figure]:
     """Draw and save every figure the data allows into `folder`; figures without data are left
     out (the report says why)."""
-    import matplotlib
-
+    matplotlib = _quiet_matplotlib()
     styles = Styles(sources)
     made = []
     with matplotlib.rc_context(RC):

@@ -18,6 +18,7 @@ import datetime
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 
@@ -97,12 +98,25 @@ def check_launch_environment() -> None:
         or int(numbers[0]) >= int(numbers[1])
         else None
     )
+    problem = problem or _meeting_problem(env["MASTER_ADDR"].strip(), env["MASTER_PORT"].strip())
     if problem:
         shown = ", ".join(f"{n}={env[n]!r}" for n in names if n in env)
         raise TrickLabError(
             f"the environment describes a torchrun process group ({shown}), but {problem}: "
             "start the processes with torchrun or `--nproc N`, or unset RANK and WORLD_SIZE"
         )
+
+
+def _meeting_problem(address: str, port: str) -> str | None:
+    """What keeps the ranks from meeting at MASTER_ADDR:MASTER_PORT (a port that is no number
+    from 1 to 65535, a host name nothing resolves), or None."""
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return "MASTER_PORT is no port number (a whole number from 1 to 65535)"
+    try:
+        socket.getaddrinfo(address, int(port), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as err:  # socket.gaierror; a label over 63 characters
+        return f"MASTER_ADDR names no host this machine can find ({err})"
+    return None
 
 
 def usable_cores() -> int:
@@ -142,7 +156,15 @@ def process_group(device: torch.device, timeout_seconds: float) -> Iterator[Worl
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_seconds))
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_seconds))
+    except dist.DistError as err:  # RANK 0 of 2 started alone waits, then fails here
+        raise TrickLabError(
+            f"the process group of {os.environ['WORLD_SIZE']} processes did not form within "
+            f"{timeout_seconds:g} s (run.dist_timeout_seconds) at {os.environ['MASTER_ADDR']}:"
+            f"{os.environ['MASTER_PORT']} ({str(err).splitlines()[0]}): start every rank, with "
+            "torchrun or `--nproc N`"
+        ) from err
     try:
         yield world()
         # Every rank done with its collectives before any closes its connections; a rank that
