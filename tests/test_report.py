@@ -343,6 +343,12 @@ def test_an_interrupted_speedrun_is_reported_unfinished_with_its_planned_runs(tm
         summary_file.write_text(json.dumps({**summary, "runs_planned": wrong}))
         with pytest.raises(TrickLabError, match="'runs_planned' is .*, not a whole number"):
             write_report([tmp_path / "sr"], tmp_path / f"bad-{wrong}")
+    # Eighth hostile round: more runs than planned was reported "2 of 2" without a word
+    twice = {**summary, "runs_planned": 1, "runs": [*summary["runs"], {**summary["runs"][0],
+                                                                       "seed": 99}]}  # fmt: skip
+    summary_file.write_text(json.dumps(twice))
+    with pytest.raises(TrickLabError, match="'runs' holds 2 runs, more than the 1 of"):
+        write_report([tmp_path / "sr"], tmp_path / "bad-more")
 
 
 def test_a_folder_holding_a_speedrun_and_a_study_reports_both(study, tmp_path):

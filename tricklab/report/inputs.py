@@ -66,6 +66,8 @@ def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any
         and not (type(planned) is int and 0 <= planned <= MAX_RUNS)
     ):
         problem = f"'runs_planned' is {planned!r}, not a whole number from 0 to {MAX_RUNS:,}"
+    if problem is None and planned and runs and len(runs) > planned:
+        problem = f"'runs' holds {len(runs)} runs, more than the {planned} of 'runs_planned'"
     seeds = set()  # a seed listed twice would count one run twice (an interval from fewer)
     for number, run in enumerate((runs or []) if problem is None else []):
         problem = record_problem(run, needs_status=True)
