@@ -47,7 +47,7 @@ from tricklab.core.errors import (
 )
 from tricklab.core.paths import PATH_ERRNOS, disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
-from tricklab.core.stopping import stop_on_signals
+from tricklab.core.stopping import exit_on_late_signals, stop_on_signals
 from tricklab.data.names import DATASET_NAMES
 from tricklab.recipe.reference import recipes_markdown, tricks_markdown
 from tricklab.recipe.schema import builtin_recipes, field_table
@@ -356,6 +356,7 @@ def run() -> None:
     streams.prepare()
     try:
         code = main()
+        exit_on_late_signals(code)  # a kill while Python shuts down: the command's own code
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

@@ -262,6 +262,8 @@ def disk_full_error(
 def _size(n_bytes: int) -> str:
     if n_bytes < 1024:
         return f"{n_bytes} bytes"
+    if n_bytes < 2**20:
+        return f"{n_bytes / 1024:.0f} KiB"
     return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:.1f} GiB"
 
 

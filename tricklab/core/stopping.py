@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import signal
 import sys
 import threading
@@ -153,3 +154,21 @@ def deferring_stops(work: Callable[..., Any]) -> Callable[..., Any]:
             return work(owner, *args, **kwargs)
 
     return deferring
+
+
+def exit_on_late_signals(code: int) -> None:
+    """From now on, a SIGINT, SIGTERM or SIGHUP (one not ignored) ends this process at once with
+    `code`: for a command whose work is done, saved and said, that lands while Python shuts down
+    (the default handlers back, a kill then read 143 or 129: "killed", though nothing was lost)."""
+
+    def leave(signum: int, frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (*STOP_SIGNALS, getattr(signal, "SIGHUP", None)):
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, leave)

@@ -55,6 +55,8 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, is_interrupt
@@ -372,7 +374,17 @@ def claim_lock(url: str) -> Iterator[None]:
         yield
         return
     path = Path(url[len(prefix) :] + ".claim-lock")
-    with path.open("a", encoding="utf-8") as handle:
+    try:
+        handle = path.open("a", encoding="utf-8")
+    except OSError as err:  # a read-only folder, a folder of that name, a full disk
+        if is_disk_full(err):
+            raise disk_full_error(err, path) from None
+        raise TrickLabError(
+            f"cannot open {shown(path)}, the lock file beside the storage ({err.strerror or err}):"
+            " the storage's folder must be writable"
+            + (", and that name free: remove the folder" if path.is_dir() else "")
+        ) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -20,7 +20,9 @@ and a call with the wrong arguments (our bug).
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import sqlite3
 import traceback
 from collections.abc import Callable
@@ -32,8 +34,10 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial
+from sqlalchemy.engine import make_url
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import disk_full_error
 from tricklab.core.safeio import check_depth, shown
 from tricklab.core.urls import shown_url
 
@@ -79,6 +83,9 @@ def _row_checked(name: str) -> Callable[..., Any]:
             raise _damaged(self.url, one_line(exc)) from None
         except optuna.exceptions.StorageInternalError as exc:
             orig = getattr(exc.__cause__, "orig", None)  # a disk full, a lock: another subclass
+            if _disk_full(orig):  # SQLITE_FULL: a write between runs, as a run's files would
+                raise disk_full_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+                                      Path(make_url(self.url).database or "."), name_path=True) from None  # fmt: skip
             if type(orig) is not sqlite3.DatabaseError:  # "database disk image is malformed"
                 raise
             raise _damaged(self.url, one_line(orig)) from None
@@ -89,6 +96,14 @@ def _row_checked(name: str) -> Callable[..., Any]:
         return result
 
     return functools.update_wrapper(checked, getattr(RDBStorage, name))
+
+
+def _disk_full(orig: object) -> bool:
+    """Whether SQLite's error `orig` says its disk is full (SQLITE_FULL)."""
+    code = getattr(orig, "sqlite_errorcode", None)  # Python >= 3.11
+    return isinstance(orig, sqlite3.OperationalError) and (
+        code == sqlite3.SQLITE_FULL if code is not None else "disk is full" in str(orig)
+    )
 
 
 def _damaged(url: str, why: str) -> TrickLabError:

@@ -310,6 +310,23 @@ def _speedrun(
             on_run(warmup)
 
     records, results, interrupted = [], [], False
+
+    def summary_of(interrupted: bool) -> SpeedrunSummary:
+        """The summary of the runs so far, also to summary.json with --out: written after each
+        counted run too (as interrupted), so a SIGKILL or a lost machine keeps what finished."""
+        summary = summarize(
+            records, results, recipe, plan.recipe_name, target, peak, peak_source, warmup
+        )
+        summary.runs_planned, summary.interrupted = runs, interrupted or stop.requested
+        summary.provenance = finish_record(provenance)
+        seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]
+        busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
+        summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
+        if out is not None:
+            with atomic_write(out / "summary.json") as handle:
+                handle.write(json.dumps(summary.to_dict(), indent=2))
+        return summary
+
     with stop.held():  # a stop between runs or after the last waits for the summary below
         try:
             for seed in range(runs):
@@ -323,23 +340,15 @@ def _speedrun(
                 record = _run_record(result, seed, peak, False, run_out)
                 records.append(record)
                 results.append(result)
+                if out is not None and seed < runs - 1:
+                    summary_of(interrupted=True)
                 if on_run is not None:
                     on_run(record)
         except KeyboardInterrupt:
             if not records:
                 raise
             interrupted = True
-        summary = summarize(
-            records, results, recipe, plan.recipe_name, target, peak, peak_source, warmup
-        )
-        summary.runs_planned, summary.interrupted = runs, interrupted or stop.requested
-        summary.provenance = finish_record(provenance)
-        seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]
-        busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
-        summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
-        if out is not None:
-            with atomic_write(out / "summary.json") as handle:
-                handle.write(json.dumps(summary.to_dict(), indent=2))
+        summary = summary_of(interrupted)
     if summary.interrupted:
         raise SpeedrunInterrupted(summary)
     return summary

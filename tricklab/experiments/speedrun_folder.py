@@ -24,9 +24,14 @@ def check_speedrun_folder(out: Path, runs: int) -> None:
     """TrickLabError for an --out that holds a speedrun, finished or interrupted."""
     taken = [f for f in (SUMMARY_FILE, *_run_folders(runs)) if (out / f).exists()]
     if taken:
+        then = (
+            f"`tricklab report {shown(out)}` reads its runs"
+            if SUMMARY_FILE in taken
+            else "it holds no counted run (no summary.json): delete it"
+        )
         raise TrickLabError(
             f"--out {shown(out)} already holds a speedrun ({', '.join(taken[:3])}); a speedrun "
-            "does not resume: give another folder"
+            f"does not resume ({then}): give another folder"
         )
 
 

@@ -17,7 +17,14 @@ from tricklab.experiments.busy import BUSY_ADVICE
 from tricklab.recipe.yamlio import dump_yaml
 from tricklab.report.collect import Source
 from tricklab.report.figures import FIGURES, Figure
-from tricklab.report.tables import TableData, per_seed_table, results_table, shown_table
+from tricklab.report.tables import (
+    NO_RESUME_WORDS,
+    RESUME_WORDS,
+    TableData,
+    per_seed_table,
+    results_table,
+    shown_table,
+)
 
 
 @dataclass
@@ -271,7 +278,8 @@ def build_document(
         if not source.rows:
             blocks.append(Paragraph(f"{source.name} has no runs yet."))
             continue
-        table = results_table(source.rows, "", source.name_of)
+        finish = NO_RESUME_WORDS if source.kind == "speedrun" else RESUME_WORDS
+        table = results_table(source.rows, "", source.name_of, finish)
         blocks.append(TableBlock(table))
         if source.busy.busy:  # beside the train seconds it is about
             blocks.append(Paragraph(f"{source.busy.note().capitalize()}: {BUSY_ADVICE}."))

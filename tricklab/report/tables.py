@@ -169,10 +169,18 @@ def unfinished(rows: Sequence[Any]) -> tuple[int, int] | None:
     return (done, planned) if any(r.planned for r in rows) and done < planned else None
 
 
+RESUME_WORDS = "rerun the same command to finish"  # a study's (ablate, sweep)
+NO_RESUME_WORDS = "a speedrun does not resume: run it again into a new folder for more runs"
+
+
 def results_table(
-    rows: Sequence[Any], title: str = "", name: Callable[[str], str] | None = None
+    rows: Sequence[Any],
+    title: str = "",
+    name: Callable[[str], str] | None = None,
+    finish: str = RESUME_WORDS,
 ) -> TableData:
-    """The results table of `stats.config_stats` rows (ConfigStats), with its `abridged` form."""
+    """The results table of `stats.config_stats` rows (ConfigStats), with its `abridged` form;
+    `finish` says how to finish what is unfinished."""
     reference_n = next((r.n for r in rows if r.is_reference), 0)
     target = target_words(rows)
     plan = unfinished(rows)
@@ -230,7 +238,7 @@ def results_table(
     if plan:
         notes.append(
             f"Unfinished: {plan[0]} of {plan[1]} planned runs done (runs done/planned, per "
-            "configuration); rerun the same command to finish."
+            f"configuration); {finish}."
         )
     align = ["l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l", "l", "l"]
     abridged = TableData(
