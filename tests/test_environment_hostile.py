@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from test_cli import TINY, tricklab
@@ -30,12 +31,13 @@ def free_port() -> int:
         ({"MASTER_ADDR": "localhost", "MASTER_PORT": "abc"}, "MASTER_PORT is no port number"),
         ({"MASTER_ADDR": "localhost", "MASTER_PORT": "99999"}, "MASTER_PORT is no port number"),
         ({"MASTER_ADDR": "localhost", "MASTER_PORT": "0"}, "MASTER_PORT is no port number"),
+        ({"MASTER_ADDR": " 127.0.0.1", "MASTER_PORT": "29500"}, "MASTER_ADDR names no host"),
         (
             {"MASTER_ADDR": "no.such.host.invalid", "MASTER_PORT": "29500"},
             "MASTER_ADDR names no host this machine can find",
         ),
     ],
-    ids=["port-no-number", "port-past-65535", "port-0", "unknown-host"],
+    ids=["port-no-number", "port-past-65535", "port-0", "spaced-address", "unknown-host"],
 )
 def test_a_meeting_place_the_ranks_cannot_use_is_one_line(tmp_path, meeting, message):
     """A MASTER_PORT of `abc` or 99999 was torch's ValueError traceback; a host nothing resolves
@@ -90,6 +92,10 @@ def test_under_a_launcher_a_rank_past_0_stays_quiet_and_rank_0_speaks(monkeypatc
         ("OMP_PROC_BIND", "bogus"),
         ("OMP_PLACES", "bogus"),
         ("OMP_DYNAMIC", "maybe"),
+        ("OMP_STACKSIZE", "abc"),  # ninth round: the variables libgomp reads beyond these
+        ("OMP_SCHEDULE", "bogus"),
+        ("OMP_THREAD_LIMIT", "0"),
+        ("OMP_MAX_ACTIVE_LEVELS", "x"),
     ],
 )
 def test_an_openmp_variable_libgomp_cannot_read_is_one_line(name, value):
@@ -98,9 +104,26 @@ def test_an_openmp_variable_libgomp_cannot_read_is_one_line(name, value):
     assert code == 2 and f"{name}={value}" in one_error_line(err)
 
 
+def test_an_openmp_value_that_spins_libgomp_is_one_line_not_a_hang(monkeypatch):
+    """Ninth hostile round: GOMP_CPU_AFFINITY=bogus spun torch's import (libgomp reading it) at
+    full CPU for ever, deaf to SIGTERM; libgomp is now asked in a child process, given a time."""
+    from tricklab.core import environment
+    from tricklab.core.errors import TrickLabError
+
+    monkeypatch.setattr(environment, "OPENMP_SECONDS", 1.0)
+    monkeypatch.setenv("GOMP_CPU_AFFINITY", "bogus")
+    if environment._libgomp() is None:
+        pytest.skip("this torch brings no libgomp of its own")
+    started = time.monotonic()
+    with pytest.raises(TrickLabError, match=r"cannot use GOMP_CPU_AFFINITY=bogus: it did not"):
+        environment.check_environment()
+    assert time.monotonic() - started < 30
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
+        ("GOMP_CPU_AFFINITY", "0-1"),
         ("OMP_NUM_THREADS", "2,1"),
         ("OMP_WAIT_POLICY", " Passive "),
         ("GOMP_SPINCOUNT", "10k"),
@@ -183,3 +206,44 @@ def test_a_report_says_nothing_of_a_matplotlib_config_folder_it_cannot_use(
     assert run.returncode == 0, run.stderr
     assert run.stderr.decode().strip().splitlines() == [f"report: {out}/report.html (and "
                                                         "report.md, 6 figure files)"]  # fmt: skip
+
+
+def test_a_link_loop_as_an_experiment_folder_is_one_line(tmp_path):
+    """Ninth hostile round: `ablate --out LOOP` (a link to a link back to it), `results --out`
+    and `report LOOP` were Python 3.11's RuntimeError 'Symlink loop' traceback from resolve()."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    loop = str(tmp_path / "a")
+    for args in (
+        ["ablate", "--baseline", "speedrun94", *TINY, "--vary", "tricks.label_smoothing=0,0.1",
+         "--out", loop, "--study", "s"],
+        ["results", "--out", loop, "s"],
+        ["report", loop],
+    ):  # fmt: skip
+        code, _, err = tricklab(args)
+        line = one_error_line(err)
+        assert code == 2 and "Too many levels of symbolic links" in line, (args[0], line)
+
+
+def test_a_working_folder_deeper_than_torch_takes_is_one_line(tmp_path):
+    """Ninth hostile round: from a folder 4,400 bytes deep torch's MKL ended the process with
+    'Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so' (its exit code 2, no `error:`)."""
+    climb = (  # a path past PATH_MAX is reached one relative step at a time
+        "import os, subprocess, sys\n"
+        f"os.chdir({str(tmp_path)!r})\n"
+        "while len(os.fsencode(os.getcwd())) < 4200:\n"
+        "    os.mkdir('d' * 200); os.chdir('d' * 200)\n"
+        "sys.exit(subprocess.run([sys.executable, '-m', 'tricklab', 'models', 'resnet18']).returncode)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", climb], capture_output=True, timeout=120)
+    line = one_error_line(run.stderr)
+    assert run.returncode == 2 and "the current folder's path is" in line and "cd into" in line
+
+
+def test_a_report_takes_no_matplotlib_backend_it_does_not_need(tmp_path, run_folder):
+    """Ninth hostile round: MPLBACKEND=bogus was matplotlib's ValueError traceback; a report
+    draws into files and needs no backend of pyplot's."""
+    for i, backend in enumerate(("bogus", "TkAgg")):
+        code, _, err = tricklab(["report", str(run_folder), "--out", str(tmp_path / f"r{i}")],
+                                env={"MPLBACKEND": backend, "DISPLAY": ""})  # fmt: skip
+        assert code == 0 and err.decode().startswith("report: "), err

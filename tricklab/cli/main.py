@@ -53,6 +53,7 @@ from tricklab.recipe.reference import recipes_markdown, tricks_markdown
 from tricklab.recipe.schema import builtin_recipes, field_table
 
 MAX_CLASSES = 100_000
+CWD_MAX_BYTES = 4096  # PATH_MAX on Linux: a working folder this deep fails torch's MKL as it loads
 
 
 # ---------------------------------------------------------------- data
@@ -311,9 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:  # a deleted working folder: torch's MKL would end the process with a "FATAL ERROR"
-        os.getcwd()
+        here = os.getcwd()
     except OSError:
         print_error("the current folder no longer exists; cd into one that does and run again")
+        return 2
+    if len(os.fsencode(here)) >= CWD_MAX_BYTES:  # ...as it would one too deep for its paths
+        print_error(f"the current folder's path is {len(os.fsencode(here)):,} bytes long, past "
+                    f"the {CWD_MAX_BYTES:,} torch's libraries take; cd into a shorter one")  # fmt: skip
         return 2
     # Every command runs with Ctrl-C and SIGTERM as one exception, Interrupted, and finds the
     # stop request in args.stop (train() and the experiment workers check it).

@@ -4,10 +4,14 @@ libgomp's own lines on every command), not a failed run."""
 
 from __future__ import annotations
 
+import functools
 import getpass
+import importlib.util
 import os
 import re
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,22 +22,8 @@ THREADS_ENV = "OMP_NUM_THREADS"
 MAX_THREADS = 65536  # past any machine's cores; libgomp takes up to 2**64 - 1 and torch tries
 # OpenMP's form: a positive count, or one per nesting level ("4,2")
 _THREADS = re.compile(r"\s*[1-9][0-9]*(\s*,\s*[1-9][0-9]*)*\s*")
-_BIND = r"(master|primary|close|spread)"
-# The other OpenMP variables libgomp reads as torch loads (it prints its own lines for a value it
-# cannot read, and goes on): what each may be, in the spellings of GCC's libgomp, any version
-OPENMP_ENV = {
-    "OMP_WAIT_POLICY": (r"(active|passive)", "active or passive"),
-    "OMP_DYNAMIC": (r"(true|false)", "true or false"),
-    "OMP_PROC_BIND": (
-        rf"(true|false|{_BIND}(\s*,\s*{_BIND})*)",
-        "true, false, or a list of master, close, spread",
-    ),
-    "GOMP_SPINCOUNT": (r"(infinite|infinity|[0-9]+\s*[kmgt]?)", "a count (10k, 1M) or infinite"),
-    "OMP_PLACES": (
-        r"((threads|cores|sockets|ll_caches|numa_domains)\s*(\(\s*[1-9][0-9]*\s*\))?|\{.*)",
-        "threads, cores or sockets, with an optional (count), or a list of {places}",
-    ),
-}
+OPENMP_PREFIXES = ("OMP_", "GOMP_")  # what GNU OpenMP (libgomp, in torch's wheels) reads
+OPENMP_SECONDS = 10.0  # libgomp reading its variables takes milliseconds; some values spin it
 
 
 def check_environment() -> None:
@@ -49,15 +39,60 @@ def check_environment() -> None:
             f"{THREADS_ENV}={shown(threads)} is no whole number from 1 to {MAX_THREADS:,} (the "
             f"threads OpenMP, and so torch, may use): set one, e.g. {THREADS_ENV}=2, or unset it"
         )
-    for name, (pattern, words) in OPENMP_ENV.items():
-        value = os.environ.get(name)
-        if value is not None and not (
-            value.isascii() and re.fullmatch(rf"\s*{pattern}\s*", value, re.IGNORECASE)
-        ):
-            raise TrickLabError(
-                f"{name}={shown(value)} is not a value OpenMP reads ({words}): set one or unset it"
-            )
+    _check_openmp_env()
     check_torch_cache_env()
+
+
+def _check_openmp_env() -> None:
+    """TrickLabError for an OpenMP variable libgomp cannot read, in libgomp's own judgement
+    (`libgomp_says`), asked once per set of values."""
+    values = tuple(sorted((n, v) for n, v in os.environ.items() if n.startswith(OPENMP_PREFIXES)))
+    said = libgomp_says(tuple(item for item in values if item[0] != THREADS_ENV))
+    if said is None:
+        return
+    shown_values = ", ".join(f"{n}={shown(v)}" for n, v in values if n != THREADS_ENV)
+    named = [f"{n}={shown(v)}" for n, v in values if said.endswith(f" {n}")]
+    raise TrickLabError(
+        f"{named[0]} is not a value OpenMP reads (libgomp: {shown(said)}): set one it reads, "
+        "or unset it"
+        if named
+        else f"OpenMP (libgomp) cannot use {shown_values}: {shown(said)}; correct or unset them"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def libgomp_says(values: tuple[tuple[str, str], ...]) -> str | None:
+    """What torch's libgomp says of the OpenMP variables `values` (its first complaint), or None.
+
+    A child process loads that library, which reads them all as it loads: it prints its own line
+    for a value it cannot read and goes on, and some values spin it for ever (in torch's own
+    import too: GOMP_CPU_AFFINITY=bogus). Spellings change between libgomp versions, so asking
+    the one torch loads is the only right answer."""
+    library = _libgomp() if values else None
+    if library is None:
+        return None
+    load = "import ctypes, sys; ctypes.CDLL(sys.argv[1])"
+    try:
+        stderr = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", load, str(library)], env=os.environ,
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=OPENMP_SECONDS,
+        ).stderr.decode(errors="replace")  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"it did not finish reading them in {OPENMP_SECONDS:g} s (spinning)"
+    except OSError:
+        return None  # no child process to be had: torch's import will say what libgomp says
+    lines = [line[8:].strip() for line in stderr.splitlines() if line.startswith("libgomp:")]
+    return lines[0] if lines else None
+
+
+def _libgomp() -> Path | None:
+    """The libgomp torch's wheel carries (torch/lib/libgomp*.so*), found without importing torch;
+    None where torch brings another OpenMP (Intel's, LLVM's) or none."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return None
+    found = sorted(Path(spec.origin).parent.joinpath("lib").glob("libgomp*.so*"))
+    return found[0] if found else None
 
 
 TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"

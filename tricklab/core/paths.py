@@ -57,6 +57,15 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
         raise
 
 
+def resolved(path: Path) -> Path:
+    """`path.resolve()`; a loop of symbolic links is the OSError (ELOOP) Python 3.13 raises, not
+    3.10-3.12's RuntimeError, so it is said in one line as any path that cannot be used."""
+    try:
+        return path.resolve()
+    except RuntimeError as err:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from err
+
+
 def user_path(text: str | os.PathLike, what: str) -> Path:
     """`text` as a path, a leading `~` or `~user` made that home folder (Path.expanduser), or a
     TrickLabError naming `what` where there is none (an unknown user, no HOME and no entry in the

@@ -39,7 +39,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import not_a_file
+from tricklab.core.paths import not_a_file, resolved
 from tricklab.core.safeio import parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
@@ -62,7 +62,7 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     """The storage as one string (journal files as `journal:PATH`): what `open_storage` connects
     to; messages and records show it as `shown_url(url)` does, without its password."""
     if spec is None:
-        return f"sqlite:///{(exp_dir / 'study.db').resolve()}"
+        return f"sqlite:///{resolved(exp_dir / 'study.db')}"
     if spec.startswith("journal:"):
         if not spec.removeprefix("journal:").strip():
             raise TrickLabError("--storage journal: names no file; give journal:PATH")
@@ -74,7 +74,7 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     if path.suffix in (".journal", ".log"):
         return f"journal:{path}"
     if path.suffix in (".db", ".sqlite", ".sqlite3"):
-        return f"sqlite:///{path.resolve()}"
+        return f"sqlite:///{resolved(path)}"
     raise TrickLabError(
         f"--storage '{spec}' is neither a database URL (sqlite:///x.db, postgresql://...) "
         "nor a journal file (journal:PATH or a path ending in .journal)"
@@ -340,7 +340,7 @@ def _sqlite_rows(path: Path, sql: str) -> list[Any] | None:
     """The rows of one query on an SQLite file opened read-only; None when it cannot be read."""
     try:
         with contextlib.closing(
-            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True)
         ) as db:
             return db.execute(sql).fetchall()
     except sqlite3.Error:  # not a database, locked, ...: opening it says why

@@ -23,6 +23,7 @@ from typing import Any
 
 from tricklab.core import safeio
 from tricklab.core.errors import TrickLabError
+from tricklab.core.paths import resolved
 from tricklab.report.fmt import config_name
 from tricklab.report.inputs import (
     check_run_result,
@@ -131,7 +132,7 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
             path = path.parent
         # One source named twice (`RUN RUN/`, overlapping globs) is read once: its runs are
         # counted once, not as seeds of their own.
-        key = str(path.resolve()) if path.exists() else f"study {text}"
+        key = str(resolved(path)) if path.exists() else f"study {text}"
         if key in seen:
             continue
         seen.add(key)

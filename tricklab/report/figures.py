@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,14 +387,19 @@ FIGURES = (
 def _quiet_matplotlib() -> ModuleType:
     """matplotlib, imported without its warnings about a config or cache folder it cannot use
     (MPLCONFIGDIR or XDG_CONFIG_HOME naming a file): it then uses a temporary one, which serves
-    a report as well, so its two lines on stderr would only alarm."""
+    a report as well, so its two lines on stderr would only alarm. MPLBACKEND is set aside: a
+    report draws on Figure objects into files, with no backend of pyplot's (a name matplotlib
+    does not know was a ValueError traceback)."""
     logger = logging.getLogger("matplotlib")
     level, logger.level = logger.level, logging.ERROR
+    backend = os.environ.pop("MPLBACKEND", None)
     try:
         import matplotlib
         import matplotlib.font_manager  # noqa: F401 (builds its font cache: warns there too)
     finally:
         logger.setLevel(level)
+        if backend is not None:
+            os.environ["MPLBACKEND"] = backend
     return matplotlib
 
 

@@ -98,7 +98,7 @@ def check_launch_environment() -> None:
         or int(numbers[0]) >= int(numbers[1])
         else None
     )
-    problem = problem or _meeting_problem(env["MASTER_ADDR"].strip(), env["MASTER_PORT"].strip())
+    problem = problem or _meeting_problem(env["MASTER_ADDR"], env["MASTER_PORT"])
     if problem:
         shown = ", ".join(f"{n}={env[n]!r}" for n in names if n in env)
         raise TrickLabError(
