@@ -42,16 +42,38 @@ def test_a_study_database_whose_disk_fills_between_runs_is_one_line_naming_it(tm
     assert message.endswith("free some space and run again") and "\n" not in message
 
 
+def test_a_study_database_whose_disk_is_full_as_it_is_made_is_one_line(tmp_path):
+    """Ninth hostile round: a disk that filled as the study database got its tables said
+    "cannot open storage ...: OperationalError: (sqlite3.OperationalError) database or disk is
+    full", not what a full disk says everywhere else."""
+    from sqlalchemy.engine import Engine
+
+    def no_room(connection, record):
+        connection.execute("PRAGMA max_page_count = 1")
+
+    event.listen(Engine, "connect", no_room)  # every engine made from now on
+    try:
+        with pytest.raises(DiskFullError) as caught:
+            open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    finally:
+        event.remove(Engine, "connect", no_room)
+    assert str(caught.value).startswith(f"cannot write {tmp_path / 'study.db'}: No space left")
+
+
 def test_a_claim_lock_that_cannot_be_opened_is_one_line(tmp_path):
     """A folder named study.db.claim-lock (or a read-only study folder) was an IsADirectoryError
     (OSError) traceback from the claim before every trial."""
     from tricklab.experiments.claims import claim_lock
 
     db = tmp_path / "study.db"
-    (tmp_path / "study.db.claim-lock").mkdir()
-    with pytest.raises(TrickLabError, match="lock file beside the storage .*remove the folder"):
-        with claim_lock(f"sqlite:///{db}"):
-            pytest.fail("claimed without its lock")
+    lock = tmp_path / "study.db.claim-lock"
+    for make in (lock.mkdir, lambda: os.mkfifo(lock), lambda: lock.symlink_to("/dev/null")):
+        make()  # a FIFO blocked the open for ever, deaf to Ctrl-C (ninth round)
+        with pytest.raises(TrickLabError, match="lock file beside the storage .*remove what is"):
+            with claim_lock(f"sqlite:///{db}"):
+                pytest.fail("claimed without its lock")
+        lock.rmdir() if lock.is_dir() and not lock.is_symlink() else lock.unlink()
+    lock.mkdir()
     code, _, err = tricklab(["ablate", "--baseline", "speedrun94", *TINY, "--vary",
                              "tricks.label_smoothing=0,0.1", "--out", str(tmp_path), "--study",
                              "study"])  # fmt: skip

@@ -44,6 +44,7 @@ import contextlib
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -374,22 +375,30 @@ def claim_lock(url: str) -> Iterator[None]:
         yield
         return
     path = Path(url[len(prefix) :] + ".claim-lock")
-    try:
-        handle = path.open("a", encoding="utf-8")
+    try:  # read-write: a FIFO there would block a write-only open until a reader came
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as err:  # a read-only folder, a folder of that name, a full disk
         if is_disk_full(err):
             raise disk_full_error(err, path) from None
-        raise TrickLabError(
-            f"cannot open {shown(path)}, the lock file beside the storage ({err.strerror or err}):"
-            " the storage's folder must be writable"
-            + (", and that name free: remove the folder" if path.is_dir() else "")
-        ) from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        raise _no_lock(path, err.strerror or str(err)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: no lock to hold
+            raise _no_lock(path, "not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _no_lock(path: Path, why: str) -> TrickLabError:
+    return TrickLabError(
+        f"cannot open {shown(path)}, the lock file beside the storage ({why}): the storage's "
+        "folder must be writable"
+        + (", and that name a file's: remove what is there" if path.exists() else "")
+    )
 
 
 def pop_waiting_trial(

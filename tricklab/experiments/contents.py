@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial
 from sqlalchemy.engine import make_url
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import disk_full_error
+from tricklab.core.paths import DiskFullError, disk_full_error
 from tricklab.core.safeio import check_depth, shown
 from tricklab.core.urls import shown_url
 
@@ -83,9 +83,9 @@ def _row_checked(name: str) -> Callable[..., Any]:
             raise _damaged(self.url, one_line(exc)) from None
         except optuna.exceptions.StorageInternalError as exc:
             orig = getattr(exc.__cause__, "orig", None)  # a disk full, a lock: another subclass
-            if _disk_full(orig):  # SQLITE_FULL: a write between runs, as a run's files would
-                raise disk_full_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
-                                      Path(make_url(self.url).database or "."), name_path=True) from None  # fmt: skip
+            full = full_disk(exc, self.url)  # a write between runs, as a run's would
+            if full is not None:
+                raise full from None
             if type(orig) is not sqlite3.DatabaseError:  # "database disk image is malformed"
                 raise
             raise _damaged(self.url, one_line(orig)) from None
@@ -98,11 +98,19 @@ def _row_checked(name: str) -> Callable[..., Any]:
     return functools.update_wrapper(checked, getattr(RDBStorage, name))
 
 
-def _disk_full(orig: object) -> bool:
-    """Whether SQLite's error `orig` says its disk is full (SQLITE_FULL)."""
+def full_disk(exc: BaseException, url: str) -> DiskFullError | None:
+    """The one line for a full disk (as a run's own files say it) when `exc`, an error of
+    Optuna's or SQLAlchemy's, or its cause, is SQLite's SQLITE_FULL; None otherwise."""
+    orig = getattr(exc, "orig", None) or getattr(exc.__cause__, "orig", None)
     code = getattr(orig, "sqlite_errorcode", None)  # Python >= 3.11
-    return isinstance(orig, sqlite3.OperationalError) and (
+    full = isinstance(orig, sqlite3.OperationalError) and (
         code == sqlite3.SQLITE_FULL if code is not None else "disk is full" in str(orig)
+    )
+    if not full:
+        return None
+    database = Path(make_url(url).database or ".")
+    return disk_full_error(
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), database, name_path=True
     )
 
 

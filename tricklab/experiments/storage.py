@@ -14,8 +14,8 @@ folder, a pipe or a device). A journal file that exists must start with an Optun
 so no other file is ever appended to; a last line a writer never finished is set aside before the
 next append (journal.py). A reader opens only a whole Optuna database (every table Optuna would
 make, its version rows written), so Optuna writes nothing into it, and refuses a storage holding
-what tricklab cannot show (a study name that is no text). A database row Optuna cannot parse is
-one line for readers and writers alike (contents.py).
+what tricklab cannot show (a study name that is no text). A database row Optuna cannot parse is one
+line for readers and writers alike (contents.py), as is SQLite's full disk.
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why);
@@ -43,7 +43,7 @@ from tricklab.core.paths import not_a_file, resolved
 from tricklab.core.safeio import parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import shown_url, without_password
-from tricklab.experiments.contents import RowCheckedStorage, check_contents, one_line
+from tricklab.experiments.contents import RowCheckedStorage, check_contents, full_disk, one_line
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
@@ -157,7 +157,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if attempt + 1 == SCHEMA_RETRIES or not racing:
-                raise _cannot_open(url, one_line(exc)) from None
+                raise full_disk(exc, url) or _cannot_open(url, one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
             continue
         if must_exist:  # its studies only: reading every trial here would double the queries
