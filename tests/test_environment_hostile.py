@@ -100,6 +100,10 @@ def test_under_a_launcher_a_rank_past_0_stays_quiet_and_rank_0_speaks(monkeypatc
 )
 def test_an_openmp_variable_libgomp_cannot_read_is_one_line(name, value):
     """libgomp printed its own 'Invalid value for environment variable' lines and went on."""
+    from tricklab.core.environment import THREADS_ENV, _libgomp
+
+    if name != THREADS_ENV and _libgomp() is None:
+        pytest.skip("this torch loads no libgomp: another OpenMP judges these")
     code, _, err = tricklab(["models", "resnet18"], env={name: value})
     assert code == 2 and f"{name}={value}" in one_error_line(err)
 

@@ -4,6 +4,7 @@ libgomp's own lines on every command), not a failed run."""
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
 import getpass
 import importlib.util
@@ -86,13 +87,19 @@ def libgomp_says(values: tuple[tuple[str, str], ...]) -> str | None:
 
 
 def _libgomp() -> Path | None:
-    """The libgomp torch's wheel carries (torch/lib/libgomp*.so*), found without importing torch;
-    None where torch brings another OpenMP (Intel's, LLVM's) or none."""
+    """The libgomp torch loads, found without importing torch: its wheel's own (torch/lib, or
+    torch.libs beside it for auditwheel's renamed copies), else the system's; None where there
+    is none (torch brings Intel's or LLVM's OpenMP)."""
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         return None
-    found = sorted(Path(spec.origin).parent.joinpath("lib").glob("libgomp*.so*"))
-    return found[0] if found else None
+    package = Path(spec.origin).parent
+    for folder in (package / "lib", package.parent / "torch.libs"):
+        found = sorted(folder.glob("libgomp*.so*"))
+        if found:
+            return found[0]
+    system = ctypes.util.find_library("gomp")
+    return Path(system) if system else None
 
 
 TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
