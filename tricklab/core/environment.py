@@ -47,11 +47,17 @@ def check_environment() -> None:
 def _check_openmp_env() -> None:
     """TrickLabError for an OpenMP variable libgomp cannot read, in libgomp's own judgement
     (`libgomp_says`), asked once per set of values."""
-    values = tuple(sorted((n, v) for n, v in os.environ.items() if n.startswith(OPENMP_PREFIXES)))
-    said = libgomp_says(tuple(item for item in values if item[0] != THREADS_ENV))
+    values = tuple(
+        sorted(
+            (n, v)
+            for n, v in os.environ.items()
+            if n.startswith(OPENMP_PREFIXES) and n != THREADS_ENV  # checked above
+        )
+    )
+    said = libgomp_says(values)
     if said is None:
         return
-    shown_values = ", ".join(f"{n}={shown(v)}" for n, v in values if n != THREADS_ENV)
+    shown_values = ", ".join(f"{n}={shown(v)}" for n, v in values)
     named = [f"{n}={shown(v)}" for n, v in values if said.endswith(f" {n}")]
     raise TrickLabError(
         f"{named[0]} is not a value OpenMP reads (libgomp: {shown(said)}): set one it reads, "
