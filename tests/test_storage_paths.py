@@ -98,3 +98,37 @@ def test_an_sqlite_url_naming_a_driver_is_refused_in_one_line(tmp_path, driver, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give an SQLite file as sqlite:///PATH" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_escaped_sqlite_url_names_one_file_for_the_writer_the_lock_and_the_readers(
+    tmp_path, monkeypatch, capsys
+):
+    """Eleventh hostile round: `sqlite:///a%20b.db` made the database `a b.db` (SQLAlchemy decodes
+    the URL) but the lock `a%20b.db.claim-lock`, and `results` with the URL ablate printed found
+    no database; a pipe or folder named through %XX passed the checks and failed in SQLite."""
+    monkeypatch.chdir(tmp_path)
+    url = "sqlite:///a%20b.db"
+    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--seeds", "1",
+            "--budget-epochs", "1", "--study", "z", "-q", "--storage", url]  # fmt: skip
+    assert main(args) == 0
+    assert {"a b.db", "a b.db.claim-lock"} <= {p.name for p in tmp_path.iterdir()}
+    assert not any("%" in p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert main(["results", "z", "--storage", url, "--format", "json"]) == 0
+    assert '"baseline"' in capsys.readouterr().out
+    os.mkfifo(tmp_path / "f1")
+    (tmp_path / "d1").mkdir()
+    for escaped, said in (("f%31", r"a pipe \(FIFO\)"), ("d%31", "a folder")):
+        with pytest.raises(TrickLabError, match=f"it is {said}, not a file"):
+            check_storage("sqlite:///" + escaped)
+
+
+@pytest.mark.parametrize("name", ["a%20b.db", "p%.db", "q?x.db", "h#1.db", "plain.db"])
+def test_a_path_given_as_a_file_becomes_a_url_that_names_that_file(tmp_path, name):
+    from tricklab.core.urls import file_of
+    from tricklab.experiments.storage import storage_url
+
+    url = storage_url(str(tmp_path / name), tmp_path)
+    assert file_of(url) == tmp_path / name
+    open_storage(url)  # SQLAlchemy itself opens that file
+    assert (tmp_path / name).is_file()

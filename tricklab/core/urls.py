@@ -7,6 +7,11 @@ command line in the reproducibility record) shows `postgresql+psycopg://user:***
 journal path or an SQLite URL has no password and is shown as given.
 
 No Optuna here: measure/provenance.py hides the passwords of the command line it records.
+
+A file storage's file is one fact: `file_of(url)` gives the file a `journal:PATH` or
+`sqlite:///PATH` URL stores in as SQLAlchemy decodes it (`sqlite:///a%20b.db` is `a b.db`), and
+`sqlite_url(path)` the URL that gives back that file; the checks, the claim lock and the run
+folders all use it, so they never name a file other than the one the database is in.
 """
 
 from __future__ import annotations
@@ -14,8 +19,16 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable
+from pathlib import Path
+
+from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import shown
 
 HIDDEN = "***"
+SQLITE_PREFIX = "sqlite:///"
+JOURNAL_PREFIX = "journal:"
+# What a URL's path may not hold as it is: SQLAlchemy decodes %XX and splits at ? and #
+_URL_ESCAPES = str.maketrans({"%": "%25", "?": "%3F", "#": "%23"})
 # scheme://user:password@ in any text, up to the last '@' of that word: the fallback for strings
 # SQLAlchemy cannot parse, and for a password holding an unquoted '@'.
 _CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^\s:/@]*):\S*@")
@@ -84,3 +97,29 @@ def shown_command(words: Iterable[str]) -> str:
     """A command line (shell-quoted) with the password of every URL in it hidden, whether the
     URL is a word of its own or follows `--storage=`."""
     return shlex.join(shown_url(word) for word in words)
+
+
+def file_of(url: str) -> Path | None:
+    """The file a `journal:PATH` or `sqlite:///PATH` storage URL stores in (None for a server):
+    for SQLite the path SQLAlchemy connects to, its `%XX` escapes decoded."""
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url[len(JOURNAL_PREFIX) :])
+    if not url.startswith(SQLITE_PREFIX):
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database
+    except Exception:  # not a URL SQLAlchemy reads: the text after the prefix, as it was given
+        database = None
+    return Path(database or url[len(SQLITE_PREFIX) :])
+
+
+def sqlite_url(path: Path) -> str:
+    """The `sqlite:///` URL of the file `path`, escaped where SQLAlchemy would read the path
+    otherwise (`%`, `?`, `#`); TrickLabError when no URL names it."""
+    for text in (str(path), str(path).translate(_URL_ESCAPES)):
+        url = SQLITE_PREFIX + text
+        if file_of(url) == path:
+            return url
+    raise TrickLabError(f"{shown(str(path))} cannot be named in an SQLite URL; rename it")

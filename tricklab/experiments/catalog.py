@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import shown
-from tricklab.core.urls import shown_url
+from tricklab.core.urls import SQLITE_PREFIX, file_of, shown_url
 from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_url
 
 DB_NAME = "study.db"
@@ -36,7 +36,7 @@ def _studies_in(url: str) -> list[StudyInfo]:
 
     from tricklab.experiments.storage import open_storage, sqlite_tables
 
-    if url.startswith("sqlite:///") and sqlite_tables(Path(url[len("sqlite:///") :])) == []:
+    if url.startswith(SQLITE_PREFIX) and sqlite_tables(file_of(url)) == []:
         return []  # an empty study.db holds no study, and reading must not give it tables
     storage = open_storage(url, must_exist=True)
     infos = []
@@ -86,7 +86,7 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     there (or listing where it looked)."""
     url = storage_url(storage, experiment_dir(name, out_dir))
     where = where_listed(storage, out_dir)
-    path = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+    path = file_of(url) if url.startswith(SQLITE_PREFIX) else None
     if path is not None and not path.is_file():  # read-only: no database is made here
         names = [s.name for s in list_studies(None, out_dir)] if storage is None else []
         where = f"{where} (no study database at {shown(path)})"

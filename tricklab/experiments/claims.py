@@ -61,6 +61,7 @@ from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, is_interrupt
+from tricklab.core.urls import file_of
 from tricklab.experiments.dashboard import trial_attrs
 from tricklab.experiments.storage import trial_status
 
@@ -370,11 +371,11 @@ def claim_lock(url: str) -> Iterator[None]:
     a sampled point's seed (claims.py). A file storage is local, so an advisory lock on a file
     beside it makes the claim atomic for every process using it.
     """
-    prefix = next((p for p in ("sqlite:///", "journal:") if url.startswith(p)), None)
-    if prefix is None or fcntl is None:
+    storage_file = file_of(url)
+    if storage_file is None or fcntl is None:
         yield
         return
-    path = Path(url[len(prefix) :] + ".claim-lock")
+    path = storage_file.with_name(storage_file.name + ".claim-lock")
     try:  # read-write: a FIFO there would block a write-only open until a reader came
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as err:  # a read-only folder, a folder of that name, a full disk

@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import claim_folder
 from tricklab.core.safeio import shown
+from tricklab.core.urls import file_of
 from tricklab.experiments.storage import experiment_dir, storage_url, stored_runs
 
 RUN_DIR_ATTR = "run_dir"
@@ -44,10 +45,9 @@ def study_dir(study: str, storage: str | None = None, out_dir: str | Path | None
         return Path(out_dir)
     if storage is not None:
         url = storage_url(storage, experiment_dir(study))
-        for prefix in ("journal:", "sqlite:///"):
-            if url.startswith(prefix):
-                folder = Path(url[len(prefix) :]).parent
-                return folder if folder.name == study else folder / study
+        if (storage_file := file_of(url)) is not None:
+            folder = storage_file.parent
+            return folder if folder.name == study else folder / study
     return experiment_dir(study)
 
 

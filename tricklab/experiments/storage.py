@@ -42,7 +42,7 @@ from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import not_a_file, resolved
 from tricklab.core.safeio import parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
-from tricklab.core.urls import shown_url, without_password
+from tricklab.core.urls import SQLITE_PREFIX, file_of, shown_url, sqlite_url, without_password
 from tricklab.experiments.contents import RowCheckedStorage, check_contents, full_disk, one_line
 from tricklab.experiments.journal import journal_backend, looks_like_record_start
 
@@ -62,7 +62,7 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     """The storage as one string (journal files as `journal:PATH`): what `open_storage` connects
     to; messages and records show it as `shown_url(url)` does, without its password."""
     if spec is None:
-        return f"sqlite:///{resolved(exp_dir / 'study.db')}"
+        return sqlite_url(resolved(exp_dir / "study.db"))
     if spec.startswith("journal:"):
         if not spec.removeprefix("journal:").strip():
             raise TrickLabError("--storage journal: names no file; give journal:PATH")
@@ -74,7 +74,7 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     if path.suffix in (".journal", ".log"):
         return f"journal:{path}"
     if path.suffix in (".db", ".sqlite", ".sqlite3"):
-        return f"sqlite:///{resolved(path)}"
+        return sqlite_url(resolved(path))
     raise TrickLabError(
         f"--storage '{spec}' is neither a database URL (sqlite:///x.db, postgresql://...) "
         "nor a journal file (journal:PATH or a path ending in .journal)"
@@ -121,7 +121,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     schema (an empty study.db, a table dropped) is one TrickLabError line, as Optuna would write
     the rest into it; so is one holding what tricklab cannot show (`contents.check_contents`)."""
     if url.startswith("journal:"):
-        path = _file_path(url, "journal:")
+        path = _file_path(url)
         if must_exist and not path.is_file():
             raise TrickLabError(f"journal file {path} does not exist")
         _make_parent(path, url)
@@ -134,8 +134,8 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             check_contents(storage, f"journal {path}", trials=True)
         return storage
     kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:///"):
-        path = _file_path(url, "sqlite:///")
+    if url.startswith(SQLITE_PREFIX):
+        path = _file_path(url)
         if must_exist and not path.is_file():
             raise TrickLabError(
                 f"no study database at {shown(path)}; pass --storage to say where it is"
@@ -202,12 +202,10 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
     refuse, found leaving nothing behind (for --dry-run): a file storage is read if it exists, else
     its folder must be one we can write in; a database server is connected to once (driver,
     address, credentials), its study read if Optuna's tables are there, and nothing created."""
-    for prefix in ("journal:", "sqlite:///"):
-        if not url.startswith(prefix):
-            continue
-        path = _file_path(url, prefix)
+    if file_of(url) is not None:
+        path = _file_path(url)
         if path.exists():
-            if prefix == "sqlite:///":
+            if url.startswith(SQLITE_PREFIX):
                 _check_sqlite(path)
                 try:
                     _check_sqlite_schema(path)
@@ -290,9 +288,10 @@ def check_study(
             )
 
 
-def _file_path(url: str, prefix: str) -> Path:
+def _file_path(url: str) -> Path:
     """The file of a journal: or sqlite:/// URL, refused if anything but a file is there."""
-    path = Path(url[len(prefix) :])  # a pipe hangs Optuna, a device fails its fsync
+    path = file_of(url)  # a pipe hangs Optuna, a device fails its fsync
+    assert path is not None, url
     if problem := not_a_file(path):
         raise _cannot_open(url, f"it is {problem}, not a file")
     return path
