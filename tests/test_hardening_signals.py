@@ -80,3 +80,47 @@ def test_a_stop_inside_a_storage_write_leaves_the_trial_marked_interrupted_at_on
     assert not isinstance(raised.value, TrialNotMarked)
     trial = storage.get_trial(trial_id)
     assert trial.state == TrialState.FAIL and trial.user_attrs["status"] == "interrupted"
+
+
+TINY = ["data.name=synthetic", "data.train_size=64", "data.test_size=32", "data.image_size=16",
+        "model.name=airbench", "model.widths=[4,8,8]", "run.epochs=1", "loader.batch_size=32",
+        "run.device=cpu"]  # fmt: skip
+
+
+@pytest.mark.parametrize("when", ["after the last run", "mid-run"])
+def test_what_a_stopped_ablation_says_is_what_its_storage_holds(tmp_path, monkeypatch, capsys, when):
+    """Eleventh hostile round: a SIGTERM that landed once the last run was stored printed "the
+    running trial is marked interrupted" (nothing ran, nothing was marked)."""
+    import os
+    import signal
+
+    from tricklab.cli.main import main
+    from tricklab.experiments import workers
+
+    real_report, real_train = workers.Worker.report, workers.train_one
+
+    def report(self, number, config_id, record, runs_left):
+        real_report(self, number, config_id, record, runs_left)
+        if runs_left == 0 and when == "after the last run":
+            os.kill(os.getpid(), signal.SIGTERM)  # lands in the worker's deferred loop
+
+    def train_one(*args, **kwargs):
+        if when == "mid-run" and workers.current_progress() is not None:
+            os.kill(os.getpid(), signal.SIGTERM)  # the first run is stopped as it trains
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(workers.Worker, "report", report)
+    monkeypatch.setattr(workers, "train_one", train_one)
+    out = tmp_path / "e"
+    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--seeds", "1",
+            "--budget-epochs", "1", "--study", "s", "--out", str(out)]  # fmt: skip
+    assert main(args) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{out / 'study.db'}").trials
+    statuses = sorted(t.user_attrs.get("status") for t in trials)
+    if when == "mid-run":
+        assert "interrupted" in statuses
+        assert err[-1].startswith("interrupted: the running trial is marked interrupted")
+    else:
+        assert statuses == ["complete", "complete"]
+        assert err[-1].startswith("interrupted: no run was in flight, every finished run is stored")

@@ -350,16 +350,15 @@ def _run_study(
 
 def _interrupted(stop: KeyboardInterrupt) -> int:
     """The line for a stopped worker: what the storage holds now (claims.claimed said)."""
-    from tricklab.experiments.claims import TrialNotMarked
+    from tricklab.experiments.claims import MARKED_ATTR, TrialNotMarked
 
     if isinstance(stop, TrialNotMarked):
-        print(shown(f"interrupted: {stop}"), file=sys.stderr)
-    else:
-        print(
-            "interrupted: the running trial is marked interrupted; rerun the same command to "
-            "resume",
-            file=sys.stderr,
-        )
+        said = str(stop)
+    elif getattr(stop, MARKED_ATTR, None) is not None:
+        said = "the running trial is marked interrupted; rerun the same command to resume"
+    else:  # it came between runs or after the last: nothing was running
+        said = "no run was in flight, every finished run is stored; rerun the same command to resume"
+    print(shown(f"interrupted: {said}"), file=sys.stderr)
     return INTERRUPTED_EXIT_CODE
 
 

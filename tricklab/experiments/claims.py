@@ -156,6 +156,18 @@ def skip(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> No
         storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
 
 
+# Set on the exception that left `claimed` once its trial is stored as finished: a stop that
+# carries it was marked; one without it came between runs (nothing was running).
+MARKED_ATTR = "tricklab_marked_trial"
+
+
+def marked_stop(trial_id: int) -> Interrupted:
+    """The stop to raise once the run it cut short is stored as interrupted in trial `trial_id`."""
+    stop = Interrupted(INTERRUPTED_ERROR)
+    setattr(stop, MARKED_ATTR, trial_id)
+    return stop
+
+
 @contextlib.contextmanager
 def claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[None]:
     """Whatever escapes while a trial is claimed leaves it FAIL (interrupted / failed), not RUNNING."""
@@ -167,6 +179,8 @@ def claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[Non
         error = INTERRUPTED_ERROR if interrupted else f"{type(exc).__name__}: {exc}"
         why = _mark_finished(storage, trial_id, status, error)
         if why is None:
+            with contextlib.suppress(AttributeError, TypeError):  # the CLI says what was marked
+                setattr(exc, MARKED_ATTR, trial_id)
             raise
         log.warning("trial %d could not be marked %s: %s", trial_id, status, why)
         if isinstance(exc, KeyboardInterrupt):  # the CLI must not say it was marked

@@ -50,7 +50,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import current as current_progress
 from tricklab.core.status import COMPLETE_STATUSES, RETRY_STATUSES, TRAINED_STATUSES, Status
-from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, deferring_stops
+from tricklab.core.stopping import StopRequest, deferring_stops
 from tricklab.experiments.claims import (
     ACTIVE,
     TRAINING_ATTR,
@@ -60,6 +60,7 @@ from tricklab.experiments.claims import (
     fail_stale_trials,
     finish_trial,
     heartbeat,
+    marked_stop,
     name_worker,
     needs_try,
     planned_runs_left,
@@ -249,7 +250,7 @@ def run_units(
         left = planned_runs_left(study.get_trials(deepcopy=False), by_key, session_start)
         worker.report(frozen.number, unit.config.config_id, record, left)
         if record["status"] == Status.INTERRUPTED:
-            raise Interrupted(INTERRUPTED_ERROR)
+            raise marked_stop(trial_id)
 
 
 # ---------------------------------------------------------------- sampled configurations
@@ -316,7 +317,7 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
             finish_trial(study, trial, records, status, error)
         ran += 1  # a sampled configuration, all its seeds: the unit `planned` counts
         if records and records[-1]["status"] == Status.INTERRUPTED:
-            raise Interrupted(INTERRUPTED_ERROR)
+            raise marked_stop(trial_id)
 
 
 def _sampled_runs_left(
