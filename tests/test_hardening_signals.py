@@ -88,7 +88,9 @@ TINY = ["data.name=synthetic", "data.train_size=64", "data.test_size=32", "data.
 
 
 @pytest.mark.parametrize("when", ["after the last run", "mid-run"])
-def test_what_a_stopped_ablation_says_is_what_its_storage_holds(tmp_path, monkeypatch, capsys, when):
+def test_what_a_stopped_ablation_says_is_what_its_storage_holds(
+    tmp_path, monkeypatch, capsys, when
+):
     """Eleventh hostile round: a SIGTERM that landed once the last run was stored printed "the
     running trial is marked interrupted" (nothing ran, nothing was marked)."""
     import os

@@ -357,7 +357,9 @@ def _interrupted(stop: KeyboardInterrupt) -> int:
     elif getattr(stop, MARKED_ATTR, None) is not None:
         said = "the running trial is marked interrupted; rerun the same command to resume"
     else:  # it came between runs or after the last: nothing was running
-        said = "no run was in flight, every finished run is stored; rerun the same command to resume"
+        said = (
+            "no run was in flight, every finished run is stored; rerun the same command to resume"
+        )
     print(shown(f"interrupted: {said}"), file=sys.stderr)
     return INTERRUPTED_EXIT_CODE
 
