@@ -581,6 +581,28 @@ def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_trainin
     assert "already holds a speedrun (seed-1); a speedrun does not resume" in err
 
 
+@pytest.mark.parametrize(
+    "out, said",
+    [("afile", "afile is a file, not a folder"), ("afile/sub", "afile is a file, not a folder"),
+     ("/dev/null", "/dev/null is a device, not a folder"),
+     ("dangling", "a link to a folder that does not exist")],
+)  # fmt: skip
+def test_a_speedrun_out_that_cannot_be_a_folder_is_one_line_before_anything_is_printed(
+    tmp_path, monkeypatch, capsys, out, said
+):
+    """Eleventh hostile round: such an --out printed the plan, the header and `run 1/2 starts`
+    (the data decoded) before its error line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    code = main(["speedrun", *TINY_SPEEDRUN94, "--runs", "2", "--out", out])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("error: ") and len(captured.err.splitlines()) == 1
+    assert said in captured.err
+    assert not (tmp_path / "nowhere").exists()
+
+
 @pytest.mark.parametrize("stop_at_call", [1, 3])
 def test_speedrun_interrupted_summarizes_the_runs_that_finished_and_exits_130(
     stop_at_call, tmp_path, monkeypatch, capsys

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import (
-    check_writable,
+    check_out_folder,
     first_missing,
     is_disk_full,
     new_numbered_dir,
@@ -129,8 +129,7 @@ class DemoResult:
 
 def check_out_dir(out_dir: Path) -> None:
     """Refuse, before any training, a folder the report could not be written into."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise TrickLabError(f"--out {out_dir} is a file; give a folder (new or holding a demo)")
+    check_out_folder(out_dir, "the demo")  # a read-only disk: before the plan is printed
     if (out_dir / "report.md").exists():
         raise TrickLabError(
             f"--out {out_dir} already holds a report (report.md); give a new folder"
@@ -146,7 +145,6 @@ def check_out_dir(out_dir: Path) -> None:
                 + (", ..." if len(foreign) > 1 else "")
                 + "); give a new folder or a demo's"
             )
-    check_writable(out_dir, "the demo")  # a read-only disk: before the plan is printed
 
 
 def check_seeds(seeds: Any) -> None:

@@ -290,14 +290,31 @@ def first_missing(path: Path) -> Path | None:
     return missing
 
 
-def check_writable(path: Path, what: str) -> None:
-    """TrickLabError, before anything is printed or made, when `path` (a folder to write in, made
-    if missing) cannot be: the first of it and its parents that exists must take new files."""
+def check_out_folder(path: Path, what: str) -> None:
+    """TrickLabError, before anything is printed or made, when `path` cannot be (made) a folder
+    to write `what` into: it or a parent is no folder (a file, a device, /dev/null), it is a link
+    to nothing, or the first of it and its parents that exists takes no new files."""
+    if path.is_symlink() and not path.exists():
+        with contextlib.suppress(OSError):
+            path = Path(f"{path} -> {os.readlink(path)}")
+        raise TrickLabError(
+            f"cannot write {what} into {shown(path)}: a link to a folder that does not exist; "
+            "make the folder or give another"
+        )
+    first_missing(path)  # a name too long, a loop of links: one line
     for folder in (path, *path.parents):
-        if folder.exists():
-            if not os.access(folder, os.W_OK | os.X_OK):  # EROFS: a read-only disk, root or not
-                raise TrickLabError(f"cannot write {what} into {path}: {folder} is read-only")
-            return
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            kind = not_a_file(folder) or "a file"
+            raise TrickLabError(
+                f"cannot write {what} into {shown(path)}: {shown(folder)} is {kind}, not a folder"
+            )
+        if not os.access(folder, os.W_OK | os.X_OK):  # EROFS: a read-only disk, root or not
+            raise TrickLabError(
+                f"cannot write {what} into {shown(path)}: {shown(folder)} is read-only"
+            )
+        return
 
 
 def remove_empty_dirs(path: Path, created: Path | None) -> None:

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import remove_empty_dirs
+from tricklab.core.paths import check_out_folder, remove_empty_dirs
 from tricklab.core.safeio import shown
 
 SUMMARY_FILE = "summary.json"
@@ -21,7 +21,9 @@ def _run_folders(runs: int) -> tuple[str, ...]:
 
 
 def check_speedrun_folder(out: Path, runs: int) -> None:
-    """TrickLabError for an --out that holds a speedrun, finished or interrupted."""
+    """TrickLabError for an --out that cannot be a folder to write in, or holds a speedrun,
+    finished or interrupted."""
+    check_out_folder(out, "the speedrun")
     taken = [f for f in (SUMMARY_FILE, *_run_folders(runs)) if (out / f).exists()]
     if taken:
         then = (

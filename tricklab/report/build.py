@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
-from tricklab.core.paths import claim_folder, first_missing, remove_empty_dirs
+from tricklab.core.paths import check_out_folder, claim_folder, first_missing, remove_empty_dirs
 from tricklab.report.collect import Source, load_sources
 
 OUTPUTS = ("report.md", "report.html", "figures")
@@ -45,27 +45,12 @@ class Report:
 
 def check_out_dir(out_dir: Path) -> None:
     """TrickLabError for an out_dir that is a file, a link to nothing, or already holds a report."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise TrickLabError(f"--out {out_dir} is a file; give a folder")
-    if out_dir.is_symlink() and not out_dir.exists():  # the report would go nowhere
-        with contextlib.suppress(OSError):
-            out_dir = Path(f"{out_dir} -> {os.readlink(out_dir)}")
-        raise TrickLabError(
-            f"--out {out_dir}: a link to a folder that does not exist; make the folder or give "
-            "another"
-        )
+    check_out_folder(out_dir, "the report")
     taken = [name for name in OUTPUTS if (out_dir / name).exists()]
     if taken and (taken[0] == "report.md" or not (out_dir / MOVING).exists()):
         raise TrickLabError(
             f"--out {out_dir} already holds a report ({', '.join(taken)}); give another folder"
         )
-    for folder in (out_dir, *out_dir.parents):  # the first that exists must take new files
-        if folder.exists():
-            if not os.access(folder, os.W_OK | os.X_OK):
-                raise TrickLabError(
-                    f"cannot write the report into {out_dir}: {folder} is read-only"
-                )
-            break
 
 
 def default_out_dir(sources: Sequence[Source]) -> Path:
