@@ -108,6 +108,14 @@ def test_a_float_field_with_int_bounds_is_a_float_range():
     assert space.distributions["optim.lr"] == FloatDistribution(1.0, 3.0)
 
 
+@pytest.mark.parametrize("key", ["optim.lr", "run.epochs"])
+def test_a_float_field_with_an_int_bound_no_float_holds_exactly_is_a_float_range(key):
+    """Eleventh hostile round: high=10**23 (1e23 as a float is not that integer) was taken for a
+    high lowered to a whole step, and the message for it (step None) raised TypeError."""
+    space = parse_space({key: {"low": 1, "high": 10**23}})
+    assert space.distributions[key] == FloatDistribution(1.0, 1e23)
+
+
 def test_an_int_field_with_float_bounds_is_a_user_error():
     with pytest.raises(TrickLabError, match="loader.batch_size is an integer field"):
         parse_space({"loader.batch_size": {"low": 32.0, "high": 64}})

@@ -241,7 +241,7 @@ def _distribution(key: str, spec: Any, source: str) -> BaseDistribution:
                 dist = FloatDistribution(
                     float(low), float(high), log=log, step=None if step is None else float(step)
                 )
-        if dist.high != high:  # Optuna lowered it to the last whole step
+        if step is not None and dist.high != type(dist.high)(high):  # lowered to a whole step
             raise TrickLabError(
                 f"{source}: {key}: high={high:g} is not low={low:g} plus whole steps of {step:g}, "
                 f"so the range would stop at {dist.high:g}; give high={dist.high:g} or another step"
