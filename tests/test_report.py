@@ -433,6 +433,25 @@ def test_the_cli_writes_to_a_new_reports_folder_and_prints_the_summary(study, ca
     shutil.rmtree(study[0] / "reports")
 
 
+def test_two_reports_started_in_the_same_second_without_out_get_two_folders(
+    study, capsys, monkeypatch
+):
+    """Eleventh hostile round: two `tricklab report S` started together picked the same
+    reports/<date>-<time>-S and the second said "--out ... was written by another report" (no
+    --out was given)."""
+    from tricklab.report import build
+
+    monkeypatch.chdir(study[0])
+    same = study[0] / "reports" / "20261127-171128-rep"
+    monkeypatch.setattr(build, "default_out_dir", lambda sources: same)
+    for _ in range(2):
+        assert run_cli(["report", "rep"], capsys)[0] == 0
+    folders = sorted(p.name for p in (study[0] / "reports").iterdir())
+    assert folders == ["20261127-171128-rep", "20261127-171128-rep-2"]
+    assert all((study[0] / "reports" / f / "report.md").is_file() for f in folders)
+    shutil.rmtree(study[0] / "reports")
+
+
 # ---------------------------------------------------------------- a browser renders it
 
 

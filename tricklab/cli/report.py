@@ -115,7 +115,7 @@ def run_report(args: argparse.Namespace) -> int:
     with quiet_optuna():
         sources = load_sources(args.sources, args.storage) if args.sources else []
     out = Path(args.out) if args.out is not None else default_out_dir(sources)
-    report = render_report(sources, out, args.title, profiles)
+    report = render_report(sources, out, args.title, profiles, numbered=args.out is None)
     if args.json:
         print(json_line(asdict(report)))
         return 0

@@ -100,9 +100,11 @@ def render_report(
     out_dir: Path,
     title: str | None = None,
     profiles: Sequence[Any] = (),
+    numbered: bool = False,
 ) -> Report:
     """Write the report of sources and profiles (profiles.Profile) already loaded (see
-    `write_report`)."""
+    `write_report`). `numbered`: `out_dir` is `default_out_dir`'s, numbered again if another
+    report takes it meanwhile."""
     from tricklab.report.conclusions import conclusions, summary
     from tricklab.report.document import build_document
     from tricklab.report.figures import render_figures
@@ -110,7 +112,10 @@ def render_report(
     from tricklab.report.markdown import render_markdown
     from tricklab.report.profiles import profile_blocks, profile_summary
 
-    check_out_dir(out_dir)
+    if numbered:  # taken meanwhile or not, the move picks a free number
+        check_out_folder(out_dir.parent, "the report")
+    else:
+        check_out_dir(out_dir)
     made = first_missing(out_dir.parent)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +144,7 @@ def render_report(
         (work / "report.html").write_text(render_html(blocks), encoding="utf-8")
         if held is not None:
             held.release()
-        _move_into(work, out_dir)
+        out_dir = _move_numbered(work, out_dir) if numbered else _move_into(work, out_dir)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         remove_empty_dirs(out_dir.parent, made)
@@ -154,7 +159,23 @@ def render_report(
     return report
 
 
-def _move_into(work: Path, out_dir: Path) -> None:
+def _move_numbered(work: Path, out_dir: Path) -> Path:
+    """The finished report renamed to `out_dir`, or to `out_dir-2`, `-3`, ... when a report
+    started at the same second took it (a rename never lands in a folder that holds files)."""
+    work.chmod(0o755)  # mkdtemp makes it private; the report is a plain folder
+    base, number = out_dir, 1
+    while True:
+        try:
+            os.rename(work, out_dir)
+            return out_dir
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+        number += 1
+        out_dir = base.with_name(f"{base.name}-{number}")
+
+
+def _move_into(work: Path, out_dir: Path) -> Path:
     """The finished files into `out_dir`: one rename when it does not exist, else file by file with
     report.md last (a report.md there means the report is whole), under the folder's claim and
     with the MOVING mark there until report.md is in. A move that fails is taken back; the files of
@@ -167,7 +188,7 @@ def _move_into(work: Path, out_dir: Path) -> None:
     if not out_dir.exists():
         try:
             os.rename(work, out_dir)  # a folder that appeared meanwhile (not empty) is refused
-            return
+            return out_dir
         except OSError as exc:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not out_dir.is_dir():
                 raise
@@ -201,6 +222,7 @@ def _move_into(work: Path, out_dir: Path) -> None:
     finally:
         claim.release()
     work.rmdir()
+    return out_dir
 
 
 def _remove(folder: Path, names: Sequence[str]) -> None:
