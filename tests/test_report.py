@@ -433,6 +433,29 @@ def test_the_cli_writes_to_a_new_reports_folder_and_prints_the_summary(study, ca
     shutil.rmtree(study[0] / "reports")
 
 
+def test_a_study_named_twice_under_two_spellings_and_its_own_run_folder_count_once(
+    study, monkeypatch
+):
+    """Eleventh hostile round: `report FOLDER NAME --storage FOLDER/study.db` reported the study
+    twice (titles, tables, conclusions), and `report FOLDER FOLDER/runs/baseline/seed-0` counted
+    that run again as a runs source."""
+    monkeypatch.chdir(study[0])
+    folder = study[1]
+    (one,) = load_sources([folder])
+    url = f"sqlite:///{folder / 'study.db'}"
+    for specs, storage in (
+        ([folder, "rep"], url),
+        (["rep", folder / "study.db", str(folder) + "/"], None),
+        ([folder, folder / "runs" / "baseline" / "seed-0"], None),
+    ):
+        sources = load_sources(specs, storage)
+        assert [(s.name, s.kind, len(s.records)) for s in sources] == [
+            ("rep", "ablation", len(one.records))
+        ], specs
+    (runs,) = load_sources([folder / "runs" / "baseline" / "seed-0"])  # alone: a runs source
+    assert runs.kind == "runs" and len(runs.records) == 1
+
+
 def test_two_reports_started_in_the_same_second_without_out_get_two_folders(
     study, capsys, monkeypatch
 ):

@@ -24,6 +24,7 @@ from typing import Any
 from tricklab.core import safeio
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import resolved
+from tricklab.core.urls import file_of
 from tricklab.report.fmt import config_name
 from tricklab.report.inputs import (
     check_run_result,
@@ -162,9 +163,30 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
             raise TrickLabError(f"{path} is a file, not a study, speedrun or run folder{hint}")
         else:
             sources.append(load_study(text, storage))
+    sources = _once(sources)
+    # A run folder of a study or speedrun also named is counted there, not again as a run.
+    counted = {
+        resolved(Path(r["run_dir"]))
+        for s in sources
+        for r in s.records
+        if isinstance(r.get("run_dir"), str)
+    }
+    counted |= {resolved(folder) / run.name for folder in speedruns for run in folder.iterdir()}
+    runs = [r for r in runs if resolved(r) not in counted]
     sources.extend(_by_machine(speedruns, _speedrun_records, "speedrun"))
     sources.extend(_by_machine(runs, _run_records, "runs"))
     return sources
+
+
+def _once(studies: list[Source]) -> list[Source]:
+    """Each study once, however it was named (its folder, its name with --storage, its
+    study.db): the same name in the same storage file or database is one study."""
+    kept: dict[tuple[str, str], Source] = {}
+    for study in studies:
+        stored = file_of(study.location)
+        where = str(resolved(stored)) if stored is not None else study.location
+        kept.setdefault((where, study.name), study)
+    return list(kept.values())
 
 
 def load_study(name: str, storage: str | None = None, out_dir: str | None = None) -> Source:
