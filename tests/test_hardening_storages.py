@@ -582,3 +582,28 @@ def test_a_writer_resuming_a_study_whose_attr_has_the_wrong_type_says_so_in_one_
     assert main([*TINY_ABLATION, "--out", str(folder)]) == 2
     assert "trial 0 holds unit of type list, not str" in one_error_line(capsys)
     assert (folder / "study.db").read_bytes() == before
+
+
+def test_another_programs_study_is_refused_by_name_and_left_out_of_a_folders_report(
+    tmp_path, capsys, monkeypatch
+):
+    """Eleventh hostile round: a study another program made (3 complete trials, no `kind`) was
+    shown as "study foreign has no runs yet" and called a sweep."""
+    from report_fixtures import make_study
+
+    monkeypatch.chdir(tmp_path)
+    folder = make_study(tmp_path, name="ours", seeds=1)
+    url = f"sqlite:///{folder / 'study.db'}"
+    foreign = optuna.create_study(storage=url, study_name="foreign", direction="maximize")
+    for value in (0.1, 0.2, 0.3):
+        foreign.tell(foreign.ask(), value)
+    before = files_in(folder)
+    for extra in ([], ["--json"]):
+        assert main(["results", "foreign", "--storage", url, *extra]) == 2
+        assert "was not made by tricklab ablate or sweep" in one_error_line(capsys)
+    assert main(["report", "foreign", "--storage", url, "--out", str(tmp_path / "r1")]) == 2
+    assert "was not made by tricklab" in one_error_line(capsys)
+    assert main(["report", str(folder), "--out", str(tmp_path / "r2"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "ours" in report["summary"] and "foreign" not in report["summary"]
+    assert files_in(folder) == before

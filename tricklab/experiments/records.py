@@ -184,15 +184,32 @@ def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
         raise wrong("overrides", overrides, (list,))
 
 
+STUDY_KINDS = ("ablation", "sweep")  # runner.ablation_attrs and sweep_attrs write them
+
+
+def study_kind(study: str, attrs: dict[str, Any]) -> str:
+    """The study's kind, ablation or sweep; TrickLabError for a study without one: every study
+    tricklab makes says which it is, so it is another program's."""
+    kind = attrs.get("kind")
+    if kind is None:
+        raise TrickLabError(
+            f"study {shown(study)} was not made by tricklab ablate or sweep (it has no 'kind' "
+            "attr); tricklab reads only the studies those commands make"
+        )
+    check_study_attrs(study, attrs)
+    return kind
+
+
 def check_study_attrs(study: str, attrs: dict[str, Any]) -> None:
     """TrickLabError naming the study and the attr when a study attr the tables read is of the
-    wrong type or out of range: `kind` (text), `seeds` (a whole number from 1 to MAX_SEEDS, as
+    wrong type or out of range: `kind` (ablation or sweep; `study_kind` refuses a study without
+    it), `seeds` (a whole number from 1 to MAX_SEEDS, as
     `--seeds` takes it), `configs` (a list of at most MAX_GRID_POINTS + 1 configuration names),
     `provenance` (the latest call's record, recordfields.PROVENANCE)."""
     kind, seeds, configs = attrs.get("kind"), attrs.get("seeds"), attrs.get("configs")
     problem = None
-    if kind is not None and not isinstance(kind, str):
-        problem = f"'kind' is {quoted(kind)}, not text"
+    if kind is not None and kind not in STUDY_KINDS:
+        problem = f"'kind' is {quoted(kind)}, not one of {', '.join(STUDY_KINDS)}"
     elif seeds is not None and not (is_whole(seeds) and 1 <= seeds <= MAX_SEEDS):
         problem = f"'seeds' is {quoted(seeds)}, not a whole number from 1 to {MAX_SEEDS:,}"
     elif configs is not None and not (

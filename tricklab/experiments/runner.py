@@ -40,7 +40,7 @@ from tricklab.experiments.plan import (
     normalize_target,
     plan_units,
 )
-from tricklab.experiments.records import checked_trials
+from tricklab.experiments.records import checked_trials, study_kind
 from tricklab.experiments.rundirs import RUN_DIR_ATTR, study_dir
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats, planned_runs
@@ -389,7 +389,7 @@ def study_results(
         expect_number(target, "results' target")
     target = None if target is None else normalize_target(target)  # as --target takes it
     url, opened = _stored_study(study, storage, out_dir)
-    kind = opened.user_attrs.get("kind", "sweep")
+    kind = study_kind(study, opened.user_attrs)
     records = collect_runs(opened)
     rows = config_stats(
         records,

@@ -206,9 +206,10 @@ def load_study(name: str, storage: str | None = None, out_dir: str | None = None
 def _folder_studies(folder: Path) -> list[Source]:
     from tricklab.experiments.catalog import list_studies
 
-    studies = list_studies(None, str(folder))
+    # another program's study beside tricklab's (no kind: records.check_study_attrs) is not read
+    studies = [s for s in list_studies(None, str(folder)) if s.kind is not None]
     if not studies:
-        raise TrickLabError(f"{folder / STUDY_FILE} holds no study")
+        raise TrickLabError(f"{folder / STUDY_FILE} holds no study of tricklab ablate or sweep")
     return [load_study(s.name, None, str(folder)) for s in studies]
 
 
