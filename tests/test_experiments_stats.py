@@ -347,6 +347,21 @@ def test_identical_runs_seed_for_seed_are_flagged_not_tested():
     assert row.accuracy_identical_per_seed and row.accuracy_paired_diff == 0.0
     assert row.accuracy_paired_p_value == 1.0
     assert row.verdict == "within noise"
+    assert row.accuracy_identical_throughout
+
+
+def test_identical_paired_seeds_beside_an_unpaired_one_are_not_called_identical():
+    """Eleventh hostile round: the reference had seeds 0 and 1, the change seed 0 only, equal to
+    the reference's: "+4.00 (identical, seed for seed)" stood beside a difference of means."""
+    from tricklab.report.conclusions import accuracy_clause
+    from tricklab.report.tables import _difference_cell
+
+    base = seeded("baseline", BASE_ACC, BASE_SECONDS)
+    ref, row = config_stats(base + seeded("t", BASE_ACC[:1], TRICK_SECONDS[:1]))
+    assert row.accuracy_identical_per_seed and row.paired_n == 1
+    assert not row.accuracy_identical_throughout and row.accuracy_diff != 0
+    assert "identical" not in _difference_cell(row, ref.n)
+    assert "seed for seed" not in accuracy_clause(row, ref)
 
 
 def test_more_than_three_rows_get_benjamini_hochberg_adjusted_p_values():

@@ -157,7 +157,7 @@ def test_the_conclusions_follow_the_verdicts_of_results_json(report, study, caps
         elif config["verdict"] == "significant":
             assert ("higher accuracy" in sentence) == (config["accuracy_diff"] > 0)
             assert ("lower accuracy" in sentence) == (config["accuracy_diff"] < 0)
-        elif config["accuracy_identical_per_seed"]:
+        elif config["accuracy_identical_throughout"]:
             assert "the same accuracy, seed for seed" in sentence
         else:
             assert "no significant change in accuracy" in sentence

@@ -126,6 +126,8 @@ class ConfigStats:
     accuracy_paired_diff_ci_high: float | None = None
     accuracy_paired_p_value: float | None = None
     accuracy_identical_per_seed: bool = False  # every paired seed gave exactly the same accuracy
+    # ... and every run of both sides has its pair: the difference of the means is 0 too
+    accuracy_identical_throughout: bool = False
     time_paired_p_value: float | None = None
     # Benjamini-Hochberg adjusted p-values (tables of more than 3 rows), one family per column.
     accuracy_p_adjusted: float | None = None
@@ -318,6 +320,9 @@ def _compare_paired(
     ref_acc = np.array([ref_runs[s][0] for s in seeds])
     row.accuracy_paired_diff = float(np.mean(acc - ref_acc))
     row.accuracy_identical_per_seed = bool(np.all(acc == ref_acc))
+    row.accuracy_identical_throughout = row.accuracy_identical_per_seed and (
+        len(seeds) == len(runs) == len(ref_runs)
+    )
     if len(seeds) < MIN_RUNS_FOR_INTERVAL:
         return
     if row.accuracy_identical_per_seed:  # no spread to test: the same numbers, seed for seed

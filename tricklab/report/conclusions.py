@@ -46,7 +46,7 @@ def accuracy_clause(row: Any, reference: Any) -> str:
     diff = f"{fmt.pp(row.accuracy_diff)} pp"
     if row.verdict == "too few runs":
         return f"too few runs to test accuracy ({diff}, {_n(row, reference)})"
-    if row.accuracy_identical_per_seed and row.paired_n == row.n == reference.n:
+    if row.accuracy_identical_throughout:
         return f"the same accuracy, seed for seed ({_n(row, reference)})"
     ci = f"95% CI {fmt.pp(row.accuracy_diff_ci_low)}..{fmt.pp(row.accuracy_diff_ci_high)}"
     evidence = f"({diff}, {ci}, {_accuracy_tests(row)}, {_n(row, reference)})"

@@ -113,7 +113,7 @@ def _seconds_cell(row: Any) -> str:
 def _difference_cell(row: Any, reference_n: int) -> str:
     if row.accuracy_diff is None:
         return ""
-    if row.accuracy_identical_per_seed and row.paired_n == row.n:
+    if row.accuracy_identical_throughout:
         return f"{fmt.pp(row.accuracy_diff)} (identical, seed for seed)"
     ci = fmt.interval(row.accuracy_diff_ci_low, row.accuracy_diff_ci_high, fmt.pp)
     ci = _or_words(ci, min(row.n, reference_n))
