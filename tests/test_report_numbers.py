@@ -137,6 +137,18 @@ def test_an_unfinished_study_shows_runs_done_and_planned_per_configuration():
     assert any("Unfinished: 7 of 15 planned runs done" in note for note in table.notes)
 
 
+@pytest.mark.parametrize("output, lead", [("md", ""), ("latex", "% "), ("table", "")])
+def test_every_format_of_results_says_an_unfinished_study_is_unfinished(capsys, output, lead):
+    """Eleventh hostile round: `--format md` left out the "Unfinished" line the table gives."""
+    from tricklab.cli.report import _print_table
+
+    planned = {"baseline": 5, "t.fast=1": 5, "t.never=1": 5}
+    table = results_table(source(BASE, FAST[:2], planned=planned).rows)
+    _print_table(table, output, True, {"study": "s"})
+    out = capsys.readouterr().out
+    assert f"\n{lead}Unfinished: 7 of 15 planned runs done" in out
+
+
 def test_a_finished_study_shows_no_plan_column():
     table = results_table(source(BASE, FAST, planned={"baseline": 5, "t.fast=1": 5}).rows)
     assert "runs done/planned" not in table.header and len(table.notes) == 1

@@ -202,10 +202,12 @@ def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) 
         return
     table = tables.shown_table(table)  # configurations and studies are named from outside
     busy = f"{BUSY_WORDS}: {meta['busy_reason']}; {BUSY_ADVICE}" if meta.get("busy_machine") else ""
+    notes = [busy] if busy else []
+    notes += table.notes  # the verdicts' meaning; an unfinished study's plan
     if output == "md":
-        print(tables.to_markdown(table) + (f"\n\n{busy}" if busy else ""))
+        print("\n\n".join([tables.to_markdown(table), *notes]))
     elif output == "latex":
-        print(tables.to_latex(table) + (f"\n% {busy}" if busy else ""))
+        print("\n".join([tables.to_latex(table), *(f"% {note}" for note in notes)]))
     else:
         console = output_console()
         console.print(tables.to_rich(table, console.width))
