@@ -467,6 +467,18 @@ def test_a_sweep_plans_its_seeds_for_each_configuration_drawn_so_far():
     assert planned_runs({"kind": "sweep"}, done) is None  # an older study: no plan stored
 
 
+def test_a_configuration_holding_more_seeds_than_the_latest_plan_is_not_done_beyond_it():
+    """Eleventh hostile round: `ablate --seeds 3`, then the same with `--seeds 2`: every row
+    read n 3, planned 2."""
+    from tricklab.experiments.stats import planned_runs
+
+    done = records("baseline", BASE_ACC[:3], BASE_SECONDS[:3])
+    attrs = {"kind": "ablation", "configs": ["baseline", "t.a=1"], "seeds": 2}
+    rows = config_stats(done, planned=planned_runs(attrs, done))
+    assert [(r.config_id, r.n, r.planned) for r in rows] == [("baseline", 3, 3), ("t.a=1", 0, 2)]
+    assert all(r.n <= r.planned for r in rows)
+
+
 # ---------------------------------------------------------------- busy machine
 
 

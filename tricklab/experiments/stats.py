@@ -204,14 +204,17 @@ def planned_runs(
     attrs: Mapping[str, Any], records: Iterable[dict[str, Any]]
 ) -> dict[str, int] | None:
     """{config id: runs} of a study's plan (its user attrs `seeds` and, for an ablation, `configs`;
-    a sweep's configurations are those drawn so far); None when the study stores no plan."""
+    a sweep's configurations are those drawn so far); None when the study stores no plan. A
+    configuration holding more seeds than the latest call's `--seeds` (an earlier call asked for
+    more) plans those it holds: no row is done beyond its plan."""
     seeds = attrs.get("seeds")
     if not isinstance(seeds, int) or isinstance(seeds, bool):
         return None
     configs = attrs.get("configs") if attrs.get("kind") == "ablation" else None
     ids = list(configs) if isinstance(configs, list) else []
-    ids += [r["config_id"] for r in records if r["config_id"] not in ids]
-    return dict.fromkeys(ids, seeds)
+    held = Counter(r["config_id"] for r in records)
+    ids += [cid for cid in held if cid not in ids]
+    return {cid: max(seeds, held[cid]) for cid in ids}
 
 
 def _samples(records: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
