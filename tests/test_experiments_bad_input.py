@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sqlite3
 import time
 
@@ -520,3 +521,16 @@ def test_any_zeroed_page_of_a_study_database_is_one_line_or_nothing(tmp_path, ca
         assert code in (0, 2) and len(err) == code // 2, (number, err)
         if code == 2:
             assert err[0].startswith("error: ") and "storage" in err[0], (number, err)
+
+
+@pytest.mark.parametrize(
+    "kwargs, said",
+    [({"reference": ["baseline"]}, "results' reference takes str or None, got list"),
+     ({"storage": 3}, "storage"), ({"target": "high"}, "results' target")],
+)  # fmt: skip
+def test_results_arguments_of_the_wrong_type_are_a_type_error_naming_them(kwargs, said):
+    """Eleventh hostile round: reference=["baseline"] raised "unhashable type: 'list'"."""
+    from tricklab.experiments import results
+
+    with pytest.raises(TypeError, match=re.escape(said)):
+        results("any", **kwargs)

@@ -96,6 +96,14 @@ def test_a_target_too_small_for_two_decimals_is_not_shown_as_zero():
     assert "≥ target 1e-07%: runs, mean s to it" in table.header
 
 
+def test_a_time_to_the_target_shorter_than_a_tenth_of_a_second_is_not_shown_as_zero():
+    """Eleventh hostile round: runs that reached the target in 0.02 s read "mean s to it 0.0"."""
+    quick = [{**r, "time_to_target_seconds": 0.02} for r in BASE]
+    table = results_table(source(quick).rows)
+    (cell,) = column(table, "≥ target 55.00%: runs, mean s to it")
+    assert cell.endswith(", 0.02"), cell
+
+
 def test_a_time_cut_by_nearly_all_of_it_never_reads_100_percent_less():
     """Seventh hostile round: a 1000x speedup read "100% less train time" (that is no time)."""
     src = source(records("baseline", [0.5, 0.51, 0.49], [1000.0, 1010.0, 990.0]),

@@ -385,6 +385,7 @@ def study_results(
     target: float | None = None,
 ) -> tuple[dict[str, Any], list[ConfigStats]]:
     """(meta, rows): meta names the study, storage, kind, reference and confidence."""
+    expect_type(reference, (str, type(None)), "results' reference")  # the others: _stored_study
     if target is not None:
         expect_number(target, "results' target")
     target = None if target is None else normalize_target(target)  # as --target takes it

@@ -157,7 +157,7 @@ def _target_cell(row: Any, one_target: bool) -> str:
     if not one_target:
         text += f" of {fmt.target(row.target)}%"
     if row.time_to_target_seconds_mean is not None:
-        text += f", {row.time_to_target_seconds_mean:.1f}"
+        text += f", {fmt.seconds(row.time_to_target_seconds_mean)}"
     return text
 
 
