@@ -294,6 +294,11 @@ def check_out_folder(path: Path, what: str) -> None:
     """TrickLabError, before anything is printed or made, when `path` cannot be (made) a folder
     to write `what` into: it or a parent is no folder (a file, a device, /dev/null), it is a link
     to nothing, or the first of it and its parents that exists takes no new files."""
+    try:
+        os.stat(path)
+    except OSError as exc:  # a loop of links, a name too long: said as the CLI says any path
+        if exc.errno in PATH_ERRNOS:
+            raise TrickLabError(f"cannot use the path {shown(path)}: {exc.strerror}") from None
     if path.is_symlink() and not path.exists():
         with contextlib.suppress(OSError):
             path = Path(f"{path} -> {os.readlink(path)}")
@@ -301,7 +306,6 @@ def check_out_folder(path: Path, what: str) -> None:
             f"cannot write {what} into {shown(path)}: a link to a folder that does not exist; "
             "make the folder or give another"
         )
-    first_missing(path)  # a name too long, a loop of links: one line
     for folder in (path, *path.parents):
         if not folder.exists():
             continue

@@ -27,7 +27,7 @@ from pathlib import Path
 from optuna.trial import FrozenTrial
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import claim_folder
+from tricklab.core.paths import check_out_folder, claim_folder
 from tricklab.core.safeio import shown
 from tricklab.core.urls import file_of
 from tricklab.experiments.storage import experiment_dir, storage_url, stored_runs
@@ -49,6 +49,13 @@ def study_dir(study: str, storage: str | None = None, out_dir: str | Path | None
             folder = storage_file.parent
             return folder if folder.name == study else folder / study
     return experiment_dir(study)
+
+
+def check_out_dir(out_dir: str | Path | None, what: str) -> None:
+    """TrickLabError, before any run, for an --out that cannot be a folder to write in (a file on
+    its path, a device, a link to nothing, read-only): paths.check_out_folder."""
+    if out_dir is not None:
+        check_out_folder(Path(out_dir), what)
 
 
 def config_folder_name(config_id: str) -> str:

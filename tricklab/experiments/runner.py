@@ -41,7 +41,7 @@ from tricklab.experiments.plan import (
     plan_units,
 )
 from tricklab.experiments.records import checked_trials, study_kind
-from tricklab.experiments.rundirs import RUN_DIR_ATTR, study_dir
+from tricklab.experiments.rundirs import RUN_DIR_ATTR, check_out_dir, study_dir
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats, planned_runs
 from tricklab.experiments.storage import (
@@ -192,6 +192,7 @@ def plan_ablation(
     that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first:
     the setup of the baseline and of one configuration per varied value is built (each distinct
     data source, model and loader once), so a large grid costs about what a small one does."""
+    check_out_dir(plan.out_dir, "the ablation")
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
     units = plan_units(planned.configs, plan.seeds)
     if check_runs:
@@ -277,6 +278,7 @@ def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> None:
     space that is not valid. With `check_runs`, also for input every run with some value of the
     space would fail on (missing data, an unknown model, ...)."""
     sampler, trials, sampler_seed = plan.sampler, plan.trials, plan.sampler_seed
+    check_out_dir(plan.out_dir, "the sweep")
     if sampler not in SAMPLERS:
         raise TrickLabError(f"unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}")
     if trials is not None and trials < 1:
