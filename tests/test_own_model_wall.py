@@ -80,6 +80,44 @@ def three_outputs(num_classes):
     return Net(num_classes, outs=3)
 
 
+class InitRaises(Net):
+    def init_from_data(self, images):
+        raise RuntimeError("boom")
+
+
+class EvalRaises(Net):
+    def forward(self, x):
+        if not self.training:
+            raise ValueError("no eval")
+        return super().forward(x)
+
+
+class ParametersRaise(Net):
+    def parameters(self, recurse=True):
+        raise RuntimeError("params boom")
+
+
+def init_raises(num_classes):
+    return InitRaises(num_classes)
+
+
+def eval_raises(num_classes):
+    return EvalRaises(num_classes)
+
+
+def parameters_raise(num_classes):
+    return ParametersRaise(num_classes)
+
+
+async def asynchronous(num_classes):
+    return Net(num_classes)
+
+
+def lazy(num_classes):
+    return nn.Sequential(nn.LazyConv2d(8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.LazyLinear(num_classes))
+
+
 def a_tuple(num_classes):
     net = Net(num_classes)
     forward = net.forward
@@ -258,6 +296,12 @@ def walled(tmp_path, monkeypatch):
         ("tuple_in_training", "its forward in train mode gives tuple for a batch of 3 images"),
         ("two_rows", "its forward in train mode gives (2, 10) for a batch of 3 images"),
         ("raises_in_train_mode", "its forward in train mode raised RuntimeError: train mode"),
+        # eleventh hostile round: a traceback and exit 1, a failed run's folder left; a
+        # coroutine's "never awaited" warning after the error line
+        ("init_raises", "its init_from_data raised RuntimeError: boom"),
+        ("eval_raises", "its forward raised ValueError: no eval"),
+        ("parameters_raise", "its parameters() raised RuntimeError: params boom"),
+        ("asynchronous", "its factory returned coroutine, not a torch.nn.Module"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(
@@ -428,3 +472,29 @@ def test_the_wall_holds_where_no_temporary_file_can_be_made(walled, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "its forward gives (2, 3)" in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("factory", "says"),
+    [("init_raises", "raised RuntimeError: boom"), ("eval_raises", "raised ValueError: no eval"),
+     ("parameters_raise", "its parameters() raised RuntimeError: params boom")],
+)  # fmt: skip
+def test_profile_model_says_what_the_models_code_raised_in_one_line(walled, capsys, factory, says):
+    """Eleventh hostile round: `profile model` over these was a traceback and exit 1."""
+    args = ["profile", "model", f"{walled}:{factory}", "--batch-sizes", "2", "--repeats", "1",
+            "--device", "cpu", "data.image_size=16"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def test_a_lazy_model_is_sized_at_its_first_forward_and_trains(walled, tmp_path, capsys):
+    """Eleventh hostile round: LazyConv2d/LazyLinear failed the memory check (numel of an
+    uninitialized parameter) with a traceback."""
+    out = tmp_path / "run"
+    assert main(["train", *TINY, f"model.name={walled}:lazy", "--out", str(out), "-q"]) == 0
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+    args = ["profile", "model", f"{walled}:lazy", "--batch-sizes", "2", "--repeats", "1",
+            "--device", "cpu", "data.image_size=16", "--json"]  # fmt: skip
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["models"][0]["params"] > 0

@@ -289,3 +289,19 @@ def raised_by_code(exc: BaseException) -> str | None:
         if handler_installed():
             return "the run's code raised KeyboardInterrupt itself (the model's?), not a Ctrl-C"
     return None
+
+
+@contextlib.contextmanager
+def checked_user_code(what: str) -> Iterator[None]:
+    """`user_code` for the checks made before a run (the first forwards, `init_from_data`, its
+    parameters): an error the code raises there is one TrickLabError line naming it, as a
+    mistake in the model, not a failed run; out of memory is left to the caller, who sizes."""
+    with user_code(what):
+        try:
+            yield
+        except TrickLabError:
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "OutOfMemoryError":  # torch's; core does not import torch
+                raise
+            raise TrickLabError(f"{what} raised {described(exc)}") from None

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError, expect_number, expect_type
-from tricklab.core.usercode import described, user_code
+from tricklab.core.usercode import checked_user_code, described, user_code
 from tricklab.models import airbench, resnet, zoo
 from tricklab.models.timm_source import create_timm, import_timm
 
@@ -338,10 +338,13 @@ def _build_own(
         who = "timm.create_model" if name.startswith(TIMM_PREFIX) else "its factory"
         raise TrickLabError(f"model {name}: {who} raised {described(err)}") from err
     if not isinstance(model, nn.Module):
+        if inspect.iscoroutine(model):  # an async factory's: closed, no warning after the line
+            model.close()
         raise TrickLabError(
             f"model {name}: its factory returned {type(model).__name__}, not a torch.nn.Module"
         )
-    tensors = [*model.parameters(), *model.buffers()]
+    with checked_user_code(f"model {name}: its parameters()"):
+        tensors = [*model.parameters(), *model.buffers()]
     if not _building_on_meta() and any(t.is_meta for t in tensors):
         raise TrickLabError(f"model {name}: its factory returned a model on the meta device "
                             "(shapes without storage); build it with real tensors")  # fmt: skip

@@ -13,6 +13,7 @@ equal across models only where MACs predict speed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import time
@@ -21,12 +22,13 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
 from tricklab.core.memory import available_memory_bytes
-from tricklab.core.usercode import described
-from tricklab.measure.flops import count_forward_flops, count_params
+from tricklab.core.usercode import checked_user_code, described
+from tricklab.measure.flops import count_forward_flops, count_params, eval_mode
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
@@ -212,6 +214,9 @@ def _build_base(name: str, build: ModelBuild) -> nn.Module:
         width=build.width,
         widths=build.widths,
     )
+    if any(is_lazy(p) for p in model.parameters()):  # sized by a first forward
+        with torch.no_grad(), eval_mode(model):
+            model(torch.zeros(2, 3, image_size, image_size))
     init = getattr(model, "init_from_data", None)
     if init is not None:  # the timings do not depend on the values, only NaN-free weights matter
         count = min(INIT_IMAGES, max(1, INIT_PIXELS // image_size**2))
@@ -318,15 +323,13 @@ def _measure(
     combos = grid.combinations(torch_device.type)  # auto: the device's mode
     model_rows, setups = [], []
     for name in models:
-        base = _build_base(name, build)
-        flops = count_forward_flops(copy.deepcopy(base), (1, *shape))  # eager, batch of one
+        own = is_own_model(name)  # a user's code: its init, forward and parameters walled
+        with checked_user_code(f"model.name={name}") if own else contextlib.nullcontext():
+            base = _build_base(name, build)
+            flops = count_forward_flops(copy.deepcopy(base), (1, *shape))  # eager, batch of one
+            params = count_params(base)
         model_rows.append(
-            {
-                "name": name,
-                "params": count_params(base),
-                "forward_flops": flops,
-                "forward_macs": flops // 2,
-            }
+            {"name": name, "params": params, "forward_flops": flops, "forward_macs": flops // 2}
         )
         for combo in combos:
             setups.append((name, flops, _Setup(base, combo, torch_device, shape)))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes, check_fits
@@ -100,8 +101,8 @@ def check_model_fits(
     m = recipe.model
     check_image_size(m.name, *image_shape[1:])
     model = None if m.pretrained else meta_model(recipe, num_classes, image_shape)
-    if model is None:
-        return
+    if model is None or any(is_lazy(p) for p in model.parameters()):
+        return  # a lazy module's size is known at its first forward only
     policy.prepare_model(model)
     params = sum(p.numel() for p in model.parameters())
     check_fits(
@@ -120,8 +121,8 @@ def check_weights_fit(recipe: Recipe, num_classes: int, image_shape: tuple[int, 
     this process may allocate on the CPU (where `tricklab models` builds it to count it)."""
     m = recipe.model
     model = None if m.pretrained else meta_model(recipe, num_classes, image_shape)
-    if model is None:
-        return
+    if model is None or any(is_lazy(p) for p in model.parameters()):
+        return  # a lazy module's size is known at its first forward only
     tensors = [*model.parameters(), *model.buffers()]
     params = sum(p.numel() for p in model.parameters())
     check_fits(

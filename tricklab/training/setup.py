@@ -24,7 +24,7 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
-from tricklab.core.usercode import user_code
+from tricklab.core.usercode import checked_user_code
 from tricklab.data.augment import channel_stats, normalize
 from tricklab.data.loaders import (
     AugmentSpec,
@@ -381,7 +381,7 @@ def build_run_model(
         macs = _forward_macs(model, m, dataset.num_classes, (1, c, h, w), own)
         if own:
             check_own_model(model, m.name, dataset.num_classes, (2, c, h, w))
-    info = {"params": count_params(model), "forward_macs": macs}
+        info = {"params": count_params(model), "forward_macs": macs}
     init = getattr(model, "init_from_data", None)
     info["whiten_seconds"] = 0.0
     if init is not None:  # timed as airbench times it: normalizing the sample and the fit
@@ -419,7 +419,7 @@ def _forward_macs(
 
 
 def _wall(own: bool, what: str) -> contextlib.AbstractContextManager:
-    return user_code(what) if own else contextlib.nullcontext()
+    return checked_user_code(what) if own else contextlib.nullcontext()
 
 
 def check_setup(recipes: Iterable[Recipe]) -> None:
