@@ -251,3 +251,18 @@ def test_a_report_takes_no_matplotlib_backend_it_does_not_need(tmp_path, run_fol
         code, _, err = tricklab(["report", str(run_folder), "--out", str(tmp_path / f"r{i}")],
                                 env={"MPLBACKEND": backend, "DISPLAY": ""})  # fmt: skip
         assert code == 0 and err.decode().startswith("report: "), err
+
+
+def test_a_file_size_limit_is_one_line_like_a_full_disk_and_leaves_no_run(tmp_path):
+    """Eleventh hostile round: under `ulimit -f 2` the run's result.json write was EFBIG, a
+    48-line traceback and exit 1."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    out = tmp_path / "run"
+    code, _, err = tricklab(["train", *TINY, "--out", str(out), "-q"], preexec_fn=limited)
+    line = one_error_line(err)
+    assert code == 2 and "File too large" in line and "ulimit -f" in line, line
+    assert not out.exists()

@@ -25,7 +25,9 @@ except ImportError:  # Windows: a claim is an exclusively created file (see clai
     fcntl = None  # type: ignore[assignment]
 
 CLAIM_NAME = ".tricklab-claim"
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# No room for the write: the disk, the user's quota on it, or the largest file allowed (EFBIG:
+# `ulimit -f`, or the file system's own limit; Python ignores SIGXFSZ, so the write says it)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 NO_LOCKS_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 # A path that cannot be used as it is named (too long, a loop of links, not allowed)
 PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM)
@@ -222,7 +224,8 @@ def claim_holder(folder: Path) -> str:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether `exc` says the disk (or the user's quota on it) is full."""
+    """Whether `exc` says the disk (or the user's quota on it) is full, or a file hit its largest
+    allowed size."""
     return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
@@ -264,7 +267,10 @@ def disk_full_error(
         on = f" on the disk mounted at {disk} ({_size(shutil.disk_usage(disk).free)} free)"
     except OSError:
         on = ""
-    message = f"cannot write {where}: {reason}{on}; free some space and run again"
+    advice = "free some space and run again"
+    if code == errno.EFBIG:  # not the disk: a limit on one file's size
+        on, advice = "", "raise the file-size limit (ulimit -f) or write elsewhere"
+    message = f"cannot write {where}: {reason}{on}; {advice}"
     return DiskFullError(code, reason, str(where), message)
 
 
