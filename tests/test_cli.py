@@ -279,9 +279,13 @@ def test_cli_import_leaves_torchvision_for_later():
     assert out.stdout.strip() == "False"
 
 
-def test_data_without_action_prints_the_data_help(capsys):
-    assert main(["data"]) == 2
-    assert "usage: tricklab data" in capsys.readouterr().out
+@pytest.mark.parametrize("words", [[], ["data"], ["profile"]])
+def test_a_command_without_its_sub_command_prints_its_help_and_one_error_line(capsys, words):
+    """Eleventh hostile round: exit 2 with nothing on stderr."""
+    assert main(words) == 2
+    captured = capsys.readouterr()
+    assert f"usage: {' '.join(['tricklab', *words])}" in captured.out
+    assert captured.err.startswith("error: tricklab") and len(captured.err.splitlines()) == 1
 
 
 def test_output_into_a_closed_pipe_ends_quietly():

@@ -61,6 +61,18 @@ def print_error(message: str) -> None:
     )
 
 
+def needs_command(parser: argparse.ArgumentParser, what: str) -> typing.Callable[..., int]:
+    """The `func` of a command given without its sub-command: the help on stdout and one line on
+    stderr naming what is missing, exit 2."""
+
+    def missing(args: argparse.Namespace) -> int:
+        parser.print_help()
+        print_error(f"{parser.prog} needs {what}; the help above lists them")
+        return 2
+
+    return missing
+
+
 def echo(console: Console, text: object, style: str | None = None, wrap: bool = False) -> None:
     """Output that names something from outside (a folder, a study, a recipe file): its control
     characters as escapes (core/safeio.shown), so a name cannot forge a line or reach the

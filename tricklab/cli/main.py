@@ -34,6 +34,7 @@ from tricklab.cli.common import (
     err_console,
     int_number,
     model_names_and_settings,
+    needs_command,
     print_error,
     say_notices,
 )
@@ -231,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     data_parser = sub.add_parser("data", help="inspect datasets")
-    data_parser.set_defaults(func=lambda args: data_parser.print_help() or 2)  # no ACTION given
+    data_parser.set_defaults(func=needs_command(data_parser, "an action"))
     data = data_parser.add_subparsers(dest="data_command", metavar="ACTION")
     show = data.add_parser("show", help="split sizes, classes, per-class counts, shape, mean/std")
     show.add_argument("name", help=" | ".join(DATASET_NAMES))
@@ -309,8 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         setattr(args, words, [*getattr(args, words), *extra])
     if not hasattr(args, "func"):
-        parser.print_help()
-        return 2
+        return needs_command(parser, "a command")(args)
     try:  # a deleted working folder: torch's MKL would end the process with a "FATAL ERROR"
         here = os.getcwd()
     except OSError:

@@ -20,6 +20,7 @@ from tricklab.cli.common import (
     echo,
     int_number,
     model_names_and_settings,
+    needs_command,
     real_number,
     recipe_and_overrides,
     split_words,
@@ -249,7 +250,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     profile = subparsers.add_parser(
         "profile", help="where the time goes: a model's cost, a recipe's step, loaders"
     )
-    profile.set_defaults(func=lambda args: profile.print_help() or 2)
+    profile.set_defaults(func=needs_command(profile, "what to profile"))
     actions = profile.add_subparsers(dest="profile_command", metavar="WHAT")
 
     def common(p: argparse.ArgumentParser, repeats: int) -> None:
