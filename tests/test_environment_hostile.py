@@ -266,3 +266,18 @@ def test_a_file_size_limit_is_one_line_like_a_full_disk_and_leaves_no_run(tmp_pa
     line = one_error_line(err)
     assert code == 2 and "File too large" in line and "ulimit -f" in line, line
     assert not out.exists()
+
+
+def test_torch_that_cannot_be_mapped_under_a_memory_limit_is_one_line(tmp_path):
+    """Eleventh hostile round: under `ulimit -v 2500000` importing torch failed ("failed to map
+    segment from shared object"): an 18-line traceback and exit 1."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (2_500_000 * 1024, 2_500_000 * 1024))
+
+    code, _, err = tricklab(["data", "show", "synthetic"], preexec_fn=limited)
+    if code == 0:
+        pytest.skip("torch loads within 2.4 GiB of address space here")
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("error: cannot load ") and "ulimit -v" in line, line

@@ -49,6 +49,7 @@ from tricklab.core.errors import (
 from tricklab.core.paths import PATH_ERRNOS, disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.stopping import exit_on_late_signals, stop_on_signals
+from tricklab.core.usercode import described
 from tricklab.data.names import DATASET_NAMES
 from tricklab.recipe.reference import recipes_markdown, tricks_markdown
 from tricklab.recipe.schema import builtin_recipes, field_table
@@ -341,10 +342,25 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             print_error(str(disk_full_error(exc)))
             return 2
+        except (ImportError, MemoryError) as exc:  # torch's libraries not mapped: `ulimit -v`
+            print_error(f"cannot load {_library(exc)}: {described(exc)}; {LOAD_ADVICE}")
+            return 2
         except KeyboardInterrupt:
             if this_process_speaks() and not another_rank_failed():  # once
                 err_console.print("interrupted", highlight=False)
             return INTERRUPTED_EXIT_CODE
+
+
+LOAD_ADVICE = (
+    "a memory limit (ulimit -v; torch maps about 4 GiB of address space) or a broken install; "
+    "raise the limit or reinstall"
+)
+
+
+def _library(exc: BaseException) -> str:
+    """What could not be loaded: the shared object an ImportError names, else torch's libraries."""
+    path = getattr(exc, "path", None)
+    return shown("/".join(path.split(os.sep)[-2:])) if path else "torch's libraries (out of memory)"
 
 
 def run() -> None:
