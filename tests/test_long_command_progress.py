@@ -4,6 +4,7 @@ torch's notices about accelerators it does not use (issue 30 §2)."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -78,6 +79,18 @@ def test_a_cpu_run_with_pin_memory_leaves_no_accelerator_notice(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "'pin_memory' argument" not in done.stderr  # "... is set as true but no accelerator"
+
+
+def test_more_loader_workers_than_cores_leave_no_torch_warning(tmp_path):
+    """Eleventh hostile round: loader.num_workers above the cores printed torch's 4-line
+    "This DataLoader will create N worker processes" warning at each loader and epoch."""
+    workers = (os.cpu_count() or 1) + 1
+    done = tricklab(
+        "train", *TINY, "loader.kind=torch", f"loader.num_workers={workers}", "-q",
+        "--out", str(tmp_path / "run"), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "This DataLoader will create" not in done.stderr and "Warning" not in done.stderr
 
 
 COMPILE_ON_CPU = """

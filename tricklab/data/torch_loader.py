@@ -4,6 +4,7 @@ data/loaders.py for what both loaders mean)."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -191,9 +192,10 @@ class TorchLoader:
         generator = torch.Generator().manual_seed(
             derived_seed(self.seed, epoch, AUGMENT_STREAM, self.rank)
         )
-        return torch.utils.data.DataLoader(
-            self._dataset, generator=generator, **self._loader_kwargs
-        )
+        with _workers_as_asked():
+            return torch.utils.data.DataLoader(
+                self._dataset, generator=generator, **self._loader_kwargs
+            )
 
     def __len__(self) -> int:
         return num_batches(self.num_samples, self.batch_size, self.drop_last)
@@ -210,7 +212,8 @@ class TorchLoader:
         self._iter_epoch = epoch
         loader = self._persistent if self._persistent is not None else self._make_loader(epoch)
         rng = _PrivateRng(derived_seed(self.seed, epoch, AUGMENT_STREAM, self.rank))
-        return self._batches(epoch, iter(loader), rng)
+        with _workers_as_asked():
+            return self._batches(epoch, iter(loader), rng)
 
     def _batches(
         self, epoch: int, batches: Iterator, rng: _PrivateRng
@@ -227,3 +230,13 @@ class TorchLoader:
                 images = images.contiguous(memory_format=torch.channels_last)
             yield images, labels.to(self.device, non_blocking=non_blocking)
         self.epoch = epoch + 1
+
+
+@contextlib.contextmanager
+def _workers_as_asked() -> Iterator[None]:
+    """Without torch's warning that loader.num_workers is above the cores it suggests (four lines
+    at each loader and epoch): the count is the user's setting, and `tricklab profile loader`
+    measures which count pays."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
+        yield
