@@ -322,3 +322,25 @@ def test_a_data_dependent_init_of_large_images_takes_few_of_them(monkeypatch):
     for side in (32, 1024):
         profile_model._build_base("airbench", ModelBuild(image_size=side))
     assert asked == [(512, 3, 32, 32), (1, 3, 1024, 1024)]
+
+
+@pytest.mark.parametrize(
+    "grid, error, said",
+    [(ProfileGrid(batch_sizes=[2], channels_last="on"), TypeError, "takes list or tuple, got str"),
+     (ProfileGrid(batch_sizes=[2], channels_last=[2]), TypeError, "takes bool, got int"),
+     (ProfileGrid(batch_sizes=[2], precisions="32-true"), TypeError, "got str '32-true'")],
+)  # fmt: skip
+def test_a_python_callers_grid_of_the_wrong_shape_is_a_type_error_naming_it(grid, error, said):
+    """Eleventh hostile round: channels_last="on" ran, precisions="32-true" was read letter by
+    letter ("unknown precision '3'")."""
+    with pytest.raises(error, match=said):
+        profile_models(["airbench"], grid, **TINY)
+
+
+def test_an_unknown_device_is_one_line_and_auto_precision_is_profiled_as_a_run_resolves_it():
+    """Eleventh hostile round: device="tpu" was a KeyError; `--precisions auto` was refused."""
+    with pytest.raises(TrickLabError, match="no tpu device is available"):
+        profile_models(["airbench"], ProfileGrid(batch_sizes=[2]), **{**TINY, "device": "tpu"})
+    grid = ProfileGrid(batch_sizes=[2], precisions=["auto", "32-true"])
+    result = profile_models(["airbench"], grid, **{**TINY, "repeats": 1})
+    assert {r["precision"] for r in result["results"]} == {"32-true"}  # auto on a CPU: fp32

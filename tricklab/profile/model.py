@@ -125,13 +125,14 @@ def check_options(
 ) -> None:
     """Raise TrickLabError on an empty list, an unknown name or a value out of range."""
     batch_sizes, precisions, compile_modes = grid.batch_sizes, grid.precisions, grid.compile_modes
-    for option, values in (
-        ("models", models),
-        ("batch sizes", batch_sizes),
-        ("precisions", precisions),
-        ("compile modes", compile_modes),
-        ("channels-last settings", grid.channels_last),
+    for option, values, kind in (
+        ("models", models, str),
+        ("batch sizes", batch_sizes, object),  # each checked below
+        ("precisions", precisions, str),
+        ("compile modes", compile_modes, str),
+        ("channels-last settings", grid.channels_last, bool),
     ):
+        expect_list_of(values, kind, option)  # a lone string would be read letter by letter
         if not values:
             raise TrickLabError(f"no {option} given; give at least one")
     for name in models:
@@ -301,6 +302,8 @@ def profile_models(
     build = build if build is not None else ModelBuild()
     check_options(models, grid, repeats, peak_tflops_override)
     torch_device = resolve_device(device)
+    auto = (_auto_precision(p, torch_device.type) for p in grid.precisions)  # as a run resolves it
+    grid = dataclasses.replace(grid, precisions=tuple(dict.fromkeys(auto)))
     for precision in grid.precisions:
         check_precision_runs(precision, torch_device)
     check_memory(models, grid, build, torch_device)

@@ -68,7 +68,7 @@ def resolve_device(name: str) -> torch.device:
     has = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
     if name == "auto":
         name = next(d for d in ("cuda", "mps", "cpu") if has[d])
-    if not has[name]:
+    if not has.get(name):  # an unknown name too (a Python caller's): none is available
         raise TrickLabError(
             f"run.device={name} but no {name} device is available; use run.device=auto"
         )
