@@ -82,6 +82,25 @@ def test_a_negative_component_is_clipped_at_zero_and_marked_within_noise():
     assert inside == []
 
 
+def test_a_part_inside_forward_backward_is_never_shown_larger_than_its_whole():
+    """Eleventh hostile round: the bare copy measured slower than forward + backward (noise), and
+    "rest of forward backward" read 5.86 ms, 97 % of the step, beside forward + backward's 5.45."""
+    samples = samples_ms(
+        full=[6.0, 6.1, 6.0, 5.9],
+        no_loading=[6.0, 6.0, 6.0, 6.0],
+        forward_backward=[5.4, 5.5, 5.4, 5.5],
+        forward=[3.2, 3.2, 3.3, 3.2],
+        forward_backward_bare=[5.9, 5.8, 5.9, 5.8],
+    )
+    components, inside = step_components(samples)
+    whole = sum(c["ms"] for c in components if c["name"] in ("forward", "backward"))
+    rest = inside[1]
+    assert rest["ms_raw"] > whole and rest["ms"] == pytest.approx(whole)
+    share = sum(c["share"] for c in components if c["name"] in ("forward", "backward"))
+    assert rest["share"] == pytest.approx(share)
+    assert inside[0]["ms"] == 0  # the bare copy slower: BatchNorm and activations cost 0 here
+
+
 def test_stripping_replaces_batchnorm_and_activation_modules_by_identity():
     net = nn.Sequential(
         nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),

@@ -293,8 +293,10 @@ def step_components(samples: dict[str, list[float]]) -> tuple[list[dict], list[d
     inside = []
     if "forward_backward_bare" in samples:
         inside = [_component(n, samples, hi, lo) for n, hi, lo in INSIDE]
-        for c in inside:  # noise can make the bare copy seem slower than the whole step
-            c["share"] = min(c["ms"] / total, 1.0) if total > 0 else 0.0
+        whole = sum(c["ms"] for c in components if c["name"] in ("forward", "backward"))
+        for c in inside:  # noise can make the bare copy seem slower than forward + backward:
+            c["ms"] = min(c["ms"], whole)  # a part is shown no larger than its whole (raw kept)
+            c["share"] = c["ms"] / total if total > 0 else 0.0
     return components, inside
 
 
