@@ -279,6 +279,11 @@ def test_cli_import_leaves_torchvision_for_later():
     assert out.stdout.strip() == "False"
 
 
+def test_a_model_named_twice_is_listed_once(capsys):
+    assert main(["models", "airbench", "airbench", "--json"]) == 0
+    assert [m["name"] for m in json.loads(capsys.readouterr().out)] == ["airbench"]
+
+
 @pytest.mark.parametrize("words", [[], ["data"], ["profile"]])
 def test_a_command_without_its_sub_command_prints_its_help_and_one_error_line(capsys, words):
     """Eleventh hostile round: exit 2 with nothing on stderr."""

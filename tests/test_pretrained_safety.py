@@ -167,3 +167,17 @@ def test_a_cached_weights_name_that_is_no_regular_file_is_one_line_not_a_hang(
     path.symlink_to("/dev/zero")
     with pytest.raises(TrickLabError, match="it is not a regular file"):
         build_model("squeezenet", num_classes=10, pretrained=True)
+
+
+def test_a_cached_weights_name_that_is_a_folder_is_told_to_be_removed_as_a_folder(
+    tmp_path, monkeypatch
+):
+    """Eleventh hostile round: the advice for a folder there was `rm '<path>'`, which fails."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    weights = torchvision.models.SqueezeNet1_1_Weights.DEFAULT
+    path = tmp_path / "torch" / "hub" / "checkpoints" / weights.url.rsplit("/", 1)[-1]
+    path.mkdir(parents=True)
+    with pytest.raises(TrickLabError, match="delete that folder") as info:
+        build_model("squeezenet", num_classes=10, pretrained=True)
+    assert f"rm -r '{path}'" in str(info.value)

@@ -106,10 +106,10 @@ def cmd_tricks(args: argparse.Namespace) -> int:
         title += f" mentioning {args.search!r}"
     if args.json or args.format == "json":
         print(json.dumps(rows))
-    if not rows:
-        err_console.print(f"no {title}", highlight=False)
-        return 1
     if args.json or args.format == "json":
+        return 0  # no match: [] (exit 0, as `results` lists no studies)
+    if not rows:
+        console.print(f"no {title}", highlight=False)
         return 0
     if args.format == "md":
         title = "Every recipe field" if title == "recipe fields" else title[0].upper() + title[1:]
@@ -181,6 +181,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         raise TrickLabError(f"--num-classes must be in 1..{MAX_CLASSES}, got {args.num_classes}")
 
     names, settings = model_names_and_settings(args.names, "models")
+    names = list(dict.fromkeys(names))  # a model named twice is listed once
     side, m = settings.data.image_size or 32, settings.model
     rows = []
     # every registered model, or those named (package.module:factory and timm:NAME too)

@@ -160,9 +160,10 @@ def _cannot_load_message(name: str, weights: Any, err: BaseException) -> str:
     if "WeightsUnpickler error:" in str(err):
         reason = "not plain weights: " + _first_line(str(err).split("WeightsUnpickler error:")[1])
     cached = weights_file(weights)
+    what, rm = ("folder", "rm -r") if cached.is_dir() else ("file", "rm")
     return (
         f"the cached ImageNet weights of {name} ({cached}) cannot be loaded ({reason}); "
-        f"delete that file to download it again: rm '{cached}'"
+        f"delete that {what} to download it again: {rm} '{cached}'"
     )
 
 
