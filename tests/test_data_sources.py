@@ -1140,15 +1140,19 @@ def test_failed_download_removes_the_folders_it_created(tmp_path, monkeypatch, n
     assert list(tmp_path.iterdir()) == []
 
 
-def test_failed_download_keeps_a_folder_that_existed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["cifar10", "mnist", "fashion-mnist"])
+def test_failed_download_keeps_a_folder_that_existed_as_it_was(tmp_path, monkeypatch, name):
+    """Eleventh hostile round: into a folder that existed, mnist left MNIST/raw/ behind."""
+
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("the user's")
     with pytest.raises(TrickLabError, match=r"downloading failed"):
-        load_dataset("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache")
-    assert (tmp_path / "data").is_dir()
+        load_dataset(name, tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["keep.txt"]
 
 
 def test_failed_decode_removes_the_cache_folder_it_created(tmp_path):

@@ -104,6 +104,7 @@ def download_with_torchvision(
 
     log.info("downloading %s into %s", name, root)
     created = first_missing(root)
+    before = set(os.listdir(root)) if created is None else set()
     try:
         # torchvision prints its progress; library code keeps stdout clean.
         with contextlib.redirect_stdout(io.StringIO()):
@@ -115,8 +116,15 @@ def download_with_torchvision(
                 for split in ("train", "test"):
                     _split(name, root, split, download=True)
     except BaseException as err:
-        if created is not None:  # everything under it was made by this failed download
-            shutil.rmtree(created, ignore_errors=True)
+        # what this failed download made: the folders it created, or what it added to root
+        # (torchvision makes MNIST/raw/ before it fetches a byte)
+        with contextlib.suppress(OSError):
+            made = [created] if created is not None else [root / n for n in os.listdir(root)]
+            for path in (p for p in made if p.name not in before):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
         if not isinstance(err, (OSError, RuntimeError, ValueError)):
             raise
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
