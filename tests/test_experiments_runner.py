@@ -606,7 +606,7 @@ def test_a_bad_value_anywhere_in_the_space_fails_before_any_run(baseline, tmp_pa
     [
         (lambda d: None, ["--storage", "journal:/proc/no/x.journal"], "cannot open storage"),
         (lambda d: (d / "adir").mkdir(), ["--storage", "journal:{d}/adir"], "it is a folder"),
-        (lambda d: (d / "afile").touch(), ["--out", "{d}/afile"], "cannot open storage"),
+        (lambda d: (d / "afile").touch(), ["--out", "{d}/afile"], "afile is a file, not a folder"),
         (lambda d: (d / "s.yaml").write_bytes(b"\xff\xfe\x00"), ["--space", "{d}/s.yaml"], "not valid YAML"),
         (lambda d: (d / "x.journal").write_text("notes\n"), ["--storage", "{d}/x.journal"],
          "not an Optuna journal file"),
