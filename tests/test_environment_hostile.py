@@ -281,3 +281,26 @@ def test_torch_that_cannot_be_mapped_under_a_memory_limit_is_one_line(tmp_path):
         pytest.skip("torch loads within 2.4 GiB of address space here")
     line = one_error_line(err)
     assert code == 2 and line.startswith("error: cannot load ") and "ulimit -v" in line, line
+
+
+@pytest.mark.parametrize("kib", [20, 118])
+def test_an_ablation_past_the_file_size_limit_is_one_line_naming_it(tmp_path, kib):
+    """Verifying the eleventh round: SQLite says EFBIG as "disk I/O error" (at 20 KiB, and a
+    half-made study.db left), and a write of a trial's runs past it was Optuna's traceback."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (kib * 1024, kib * 1024))
+
+    out = tmp_path / "study"
+    args = ["ablate", "--baseline", "speedrun94", *TINY, "--vary", "tricks.label_smoothing=0",
+            "--seeds", "1", "--budget-epochs", "1", "--out", str(out), "-q"]  # fmt: skip
+    code, _, err = tricklab(args, preexec_fn=limited)
+    if code == 0:
+        pytest.skip(f"the study fits in {kib} KiB here")
+    line = one_error_line(err)
+    assert code == 2 and "File too large" in line and "ulimit -f" in line, line
+    if kib == 20:  # the schema could not be written: no half-made database is left
+        assert not (out / "study.db").exists()
+    code, _, err = tricklab(args)  # the limit gone, the same command finishes the study
+    assert code == 0, err

@@ -260,16 +260,18 @@ def disk_full_error(
     where = fallback if name_path or not exc.filename else Path(exc.filename)
     code = exc.errno or errno.ENOSPC
     reason = exc.strerror or os.strerror(code)
+    advice = "free some space and run again"
+    if code == errno.EFBIG:  # not the disk: a limit on one file's size
+        advice = "raise the file-size limit (ulimit -f) or write elsewhere"
     if where is None:
-        return DiskFullError(code, reason, None, f"{reason}: free some space and run again")
+        return DiskFullError(code, reason, None, f"{reason}: {advice}")
     try:
         disk = mount_point(where)
         on = f" on the disk mounted at {disk} ({_size(shutil.disk_usage(disk).free)} free)"
     except OSError:
         on = ""
-    advice = "free some space and run again"
-    if code == errno.EFBIG:  # not the disk: a limit on one file's size
-        on, advice = "", "raise the file-size limit (ulimit -f) or write elsewhere"
+    if code == errno.EFBIG:
+        on = ""
     message = f"cannot write {where}: {reason}{on}; {advice}"
     return DiskFullError(code, reason, str(where), message)
 

@@ -106,12 +106,26 @@ def full_disk(exc: BaseException, url: str) -> DiskFullError | None:
     full = isinstance(orig, sqlite3.OperationalError) and (
         code == sqlite3.SQLITE_FULL if code is not None else "disk is full" in str(orig)
     )
-    if not full:
+    # SQLite says a write past the file-size limit (EFBIG, `ulimit -f`) as "disk I/O error"
+    too_large = (
+        isinstance(orig, sqlite3.OperationalError)
+        and _size_limited()
+        and ("disk I/O error" in str(orig))
+    )
+    if not (full or too_large):
         return None
     database = Path(make_url(url).database or ".")
-    return disk_full_error(
-        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), database, name_path=True
-    )
+    number = errno.EFBIG if too_large else errno.ENOSPC
+    return disk_full_error(OSError(number, os.strerror(number)), database, name_path=True)
+
+
+def _size_limited() -> bool:
+    """Whether this process runs under a limit on the size of a file it writes (ulimit -f)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return False
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
 def _damaged(url: str, why: str) -> TrickLabError:

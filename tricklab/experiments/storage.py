@@ -134,6 +134,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             check_contents(storage, f"journal {path}", trials=True)
         return storage
     kwargs: dict[str, Any] = {}
+    fresh = None  # the SQLite file this call makes: taken back if its schema cannot be written
     if url.startswith(SQLITE_PREFIX):
         path = _file_path(url)
         if must_exist and not path.is_file():
@@ -144,8 +145,8 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         _check_sqlite(path)
         if must_exist:
             _check_sqlite_schema(path)
-        # A heartbeat thread and readers share the file: wait for its lock rather than fail.
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+        fresh = None if path.exists() else path
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}  # readers wait for a lock
     elif must_exist:
         _check_whole_schema(shown_url(url), *_server_schema(url))
     for attempt in range(SCHEMA_RETRIES):
@@ -157,6 +158,8 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if attempt + 1 == SCHEMA_RETRIES or not racing:
+                for made in (fresh, Path(f"{fresh}-journal")) if fresh is not None else ():
+                    made.unlink(missing_ok=True)
                 raise full_disk(exc, url) or _cannot_open(url, one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
             continue
