@@ -541,7 +541,8 @@ def test_results_arguments_of_the_wrong_type_are_a_type_error_naming_them(kwargs
     "out, said",
     [("afile", "afile is a file, not a folder"), ("afile/sub", "afile is a file, not a folder"),
      ("/dev/null", "/dev/null is a device, not a folder"),
-     ("dangling", "a link to a folder that does not exist")],
+     ("dangling", "a link to a folder that does not exist"),
+     ("dangling/x", "a link to a folder that does not exist")],
 )  # fmt: skip
 def test_an_out_that_cannot_be_a_folder_is_one_line_naming_it(
     tmp_path, monkeypatch, capsys, command, out, said

@@ -109,6 +109,17 @@ def parameters_raise(num_classes):
     return ParametersRaise(num_classes)
 
 
+class InitLookupRaises(Net):
+    def __getattr__(self, name):
+        if name == "init_from_data":
+            raise RuntimeError("getattr boom")
+        return super().__getattr__(name)
+
+
+def init_lookup_raises(num_classes):
+    return InitLookupRaises(num_classes)
+
+
 async def asynchronous(num_classes):
     return Net(num_classes)
 
@@ -302,6 +313,7 @@ def walled(tmp_path, monkeypatch):
         ("eval_raises", "its forward raised ValueError: no eval"),
         ("parameters_raise", "its parameters() raised RuntimeError: params boom"),
         ("asynchronous", "its factory returned coroutine, not a torch.nn.Module"),
+        ("init_lookup_raises", "raised RuntimeError: getattr boom"),
     ],
 )
 def test_what_the_models_code_does_is_one_line_before_the_run(

@@ -585,7 +585,8 @@ def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_trainin
     "out, said",
     [("afile", "afile is a file, not a folder"), ("afile/sub", "afile is a file, not a folder"),
      ("/dev/null", "/dev/null is a device, not a folder"),
-     ("dangling", "a link to a folder that does not exist")],
+     ("dangling", "a link to a folder that does not exist"),
+     ("dangling/x", "a link to a folder that does not exist")],
 )  # fmt: skip
 def test_a_speedrun_out_that_cannot_be_a_folder_is_one_line_before_anything_is_printed(
     tmp_path, monkeypatch, capsys, out, said

@@ -307,25 +307,24 @@ def check_out_folder(path: Path, what: str) -> None:
     except OSError as exc:  # a loop of links, a name too long: said as the CLI says any path
         if exc.errno in PATH_ERRNOS:
             raise TrickLabError(f"cannot use the path {shown(path)}: {exc.strerror}") from None
-    if path.is_symlink() and not path.exists():
-        with contextlib.suppress(OSError):
-            path = Path(f"{path} -> {os.readlink(path)}")
-        raise TrickLabError(
-            f"cannot write {what} into {shown(path)}: a link to a folder that does not exist; "
-            "make the folder or give another"
-        )
     for folder in (path, *path.parents):
+        why = None
         if not folder.exists():
-            continue
-        if not folder.is_dir():
-            kind = not_a_file(folder) or "a file"
-            raise TrickLabError(
-                f"cannot write {what} into {shown(path)}: {shown(folder)} is {kind}, not a folder"
-            )
-        if not os.access(folder, os.W_OK | os.X_OK):  # EROFS: a read-only disk, root or not
-            raise TrickLabError(
-                f"cannot write {what} into {shown(path)}: {shown(folder)} is read-only"
-            )
+            if not folder.is_symlink():
+                continue
+            with contextlib.suppress(OSError):  # a link to nothing: mkdir would say "File exists"
+                folder = Path(f"{folder} -> {os.readlink(folder)}")
+            why = "is a link to a folder that does not exist; make the folder or give another"
+        elif not folder.is_dir():
+            why = f"is {not_a_file(folder) or 'a file'}, not a folder"
+        else:
+            try:  # a read-only disk (root or not), /proc: a folder made there and removed at once
+                tempfile.TemporaryDirectory(dir=folder).cleanup()
+            except OSError as exc:
+                ro = exc.errno in (errno.EROFS, errno.EACCES)
+                why = "is read-only" if ro else f"takes no new folder ({exc.strerror})"
+        if why is not None:
+            raise TrickLabError(f"cannot write {what} into {shown(path)}: {shown(folder)} {why}")
         return
 
 

@@ -118,7 +118,7 @@ def file_of(url: str) -> Path | None:
 def sqlite_url(path: Path) -> str:
     """The `sqlite:///` URL of the file `path`, escaped where SQLAlchemy would read the path
     otherwise (`%`, `?`, `#`); TrickLabError when no URL names it."""
-    for text in (str(path), str(path).translate(_URL_ESCAPES)):
+    for text in (str(path).translate(_URL_ESCAPES), str(path)):  # escaped: SQLAlchemy decodes
         url = SQLITE_PREFIX + text
         if file_of(url) == path:
             return url

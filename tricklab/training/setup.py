@@ -382,7 +382,7 @@ def build_run_model(
         if own:
             check_own_model(model, m.name, dataset.num_classes, (2, c, h, w))
         info = {"params": count_params(model), "forward_macs": macs}
-    init = getattr(model, "init_from_data", None)
+        init = getattr(model, "init_from_data", None)  # a property or __getattr__ may raise
     info["whiten_seconds"] = 0.0
     if init is not None:  # timed as airbench times it: normalizing the sample and the fit
         sample = init_sample(dataset.train.images, inputs.seed).to(device)
