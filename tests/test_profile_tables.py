@@ -48,6 +48,8 @@ def test_numbers_have_three_significant_digits_and_never_an_exponent():
 
 def test_a_latency_is_its_median_and_half_the_interquartile_range_in_percent():
     assert tables.spread_ms(spread(2.0, 1.8, 2.4)) == "2 ±15%"
+    # verifying the eleventh round: "30 ±104%" read as reaching below 0 ms; the quartiles instead
+    assert tables.spread_ms(spread(30.0, 25.0, 87.5)) == "30 [25, 87.5]"
 
 
 def test_a_component_below_zero_is_clipped_and_one_whose_interval_holds_zero_is_marked():

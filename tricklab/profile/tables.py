@@ -71,11 +71,15 @@ def step_interval_words(result: dict[str, Any]) -> str:
 
 def spread_ms(summary: dict[str, Any], with_spread: bool = True) -> str:
     """'5.42 ±14%': the median and half the interquartile range, in % of the median (the median
-    alone without `with_spread`)."""
+    alone without `with_spread`); '30 [25, 87]', the quartiles themselves, where half the range
+    is 100 % or more of the median (a skewed spread: ± would reach below 0 ms)."""
     median = float(summary["median_ms"])
     if not with_spread:
         return num(median)
-    half_iqr = 50 * (float(summary["q3_ms"]) - float(summary["q1_ms"])) / median if median else 0
+    q1, q3 = float(summary["q1_ms"]), float(summary["q3_ms"])
+    half_iqr = 50 * (q3 - q1) / median if median else 0
+    if half_iqr >= 100:
+        return f"{num(median)} [{num(q1)}, {num(q3)}]"
     return f"{num(median)} ±{half_iqr:.0f}%"
 
 
