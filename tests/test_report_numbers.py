@@ -226,3 +226,17 @@ def test_a_reference_with_a_run_of_0_train_seconds_is_worded_without_a_time():
     zero = records("baseline", [0.5, 0.6], [0.0, 2.0])
     text = summary([source(zero)])
     assert " - s" not in text and "0 s of training" in text, text
+
+
+def test_a_run_without_a_stored_recipe_shows_its_varied_value_as_a_value():
+    """Verifying the eleventh round: an interrupted or running trial's row read `"0.0"` (its
+    override's text) where complete rows read 0.0."""
+    from tricklab.report.tables import per_seed_runs
+
+    done = records("t.label_smoothing=0.0", [0.9], [10.0])
+    done[0]["overrides"] = ["tricks.label_smoothing=0.0"]
+    done[0]["recipe"] = {"tricks": {"label_smoothing": 0.0}}
+    cut = {**done[0], "seed": 1, "status": "interrupted", "accuracy": None, "recipe": None}
+    runs = per_seed_runs([*done, cut])
+    assert [r["tricks.label_smoothing"] for r in runs] == [0.0, 0.0]
+    assert all(isinstance(r["tricks.label_smoothing"], float) for r in runs)

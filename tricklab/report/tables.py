@@ -14,10 +14,12 @@ from dataclasses import fields, replace
 from typing import Any
 
 import tricklab.report.fmt as fmt
+from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import shown
 from tricklab.core.status import Status
 from tricklab.experiments.busy import NOT_JUDGED
 from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
+from tricklab.recipe.yamlio import read_value
 from tricklab.report.table_writers import (
     TableData,
     latex_escape,
@@ -268,6 +270,14 @@ def _recipe_value(record: dict[str, Any], key: str) -> Any:
     return values.get(name) if isinstance(values, dict) else None
 
 
+def _override_value(text: str) -> Any:
+    """`0.0` for the override `key=0.0`, read as the command line reads it (text if it cannot)."""
+    try:
+        return read_value(text)
+    except TrickLabError:
+        return text
+
+
 def per_seed_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dict per run: config, seed, one entry per varied key (its value in that run), outcome."""
     keys = varied_keys(records)
@@ -283,7 +293,9 @@ def per_seed_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         run = {"config_id": record["config_id"], "seed": record.get("seed")}
         for key in keys:
             value = _recipe_value(record, key) if record.get("recipe") else None
-            run[key] = value if value is not None else given.get(key, baseline_values.get(key))
+            if value is None:  # a run with no recipe stored: its override, else the baseline's
+                value = _override_value(given[key]) if key in given else baseline_values.get(key)
+            run[key] = value
         run.update(
             {
                 k: record.get(k)
