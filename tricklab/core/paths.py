@@ -317,6 +317,8 @@ def check_out_folder(path: Path, what: str) -> None:
             why = "is a link to a folder that does not exist; make the folder or give another"
         elif not folder.is_dir():
             why = f"is {not_a_file(folder) or 'a file'}, not a folder"
+        elif not os.access(folder, os.W_OK | os.X_OK):  # EROFS, or a folder of another user
+            why = "is read-only"
         else:
             try:  # a read-only disk (root or not), /proc: a folder made there and removed at once
                 tempfile.TemporaryDirectory(dir=folder).cleanup()
