@@ -248,7 +248,7 @@ LONG = "x" * 300  # a name longer than file systems take (255 bytes)
         (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", "a\nb"], "a\\nb"),
         (["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.2", "--study", " a"], "one folder"),
         (["demo", "--seeds", "0"], "--seeds 0 must be a whole number from 1 to 100"),
-        (["demo", "--quiet", "--seeds", "1", "--out", "/proc/tricklab-demo"], "cannot make"),
+        (["demo", "--quiet", "--seeds", "1", "--out", "/proc/tricklab-demo"], "cannot write the demo into /proc/tricklab-demo"),
     ],
     ids=[
         "train-out-long", "speedrun-out-long", "report-out-long", "results-study-long",
