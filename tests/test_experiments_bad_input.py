@@ -9,6 +9,7 @@ import sqlite3
 import time
 
 import pytest
+from bad_out_folders import BAD_OUT_FOLDERS, make_bad_out_folders
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from tiny_recipe import TINY_SYNTHETIC
 
@@ -537,21 +538,14 @@ def test_results_arguments_of_the_wrong_type_are_a_type_error_naming_them(kwargs
 
 
 @pytest.mark.parametrize("command", ["ablate", "sweep"])
-@pytest.mark.parametrize(
-    "out, said",
-    [("afile", "afile is a file, not a folder"), ("afile/sub", "afile is a file, not a folder"),
-     ("/dev/null", "/dev/null is a device, not a folder"),
-     ("dangling", "a link to a folder that does not exist"),
-     ("dangling/x", "a link to a folder that does not exist")],
-)  # fmt: skip
+@pytest.mark.parametrize("out, said", BAD_OUT_FOLDERS)
 def test_an_out_that_cannot_be_a_folder_is_one_line_naming_it(
     tmp_path, monkeypatch, capsys, command, out, said
 ):
     """Eleventh hostile round: these read "cannot open storage .../study.db: it is unusable (Not
     a directory), not a file", and a link to nothing had its target made."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    nowhere = make_bad_out_folders(tmp_path)
     (tmp_path / "space.yaml").write_text("optim.lr: [0.1, 0.2]\n")
     plan = ["--vary", "optim.lr=0.1"] if command == "ablate" else ["--space", "space.yaml"]
     for dry in (["--dry-run"], []):
@@ -561,4 +555,4 @@ def test_an_out_that_cannot_be_a_folder_is_one_line_naming_it(
         assert code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
         assert f"cannot write the {'ablation' if command == 'ablate' else 'sweep'}" in err
         assert said in err
-    assert not (tmp_path / "nowhere").exists()
+    assert not nowhere.exists()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bad_out_folders import BAD_OUT_FOLDERS, make_bad_out_folders
 from torch import nn
 
 from tricklab.cli.main import main
@@ -581,27 +582,20 @@ def test_speedrun_into_a_folder_holding_a_speedrun_is_refused_before_any_trainin
     assert "already holds a speedrun (seed-1); a speedrun does not resume" in err
 
 
-@pytest.mark.parametrize(
-    "out, said",
-    [("afile", "afile is a file, not a folder"), ("afile/sub", "afile is a file, not a folder"),
-     ("/dev/null", "/dev/null is a device, not a folder"),
-     ("dangling", "a link to a folder that does not exist"),
-     ("dangling/x", "a link to a folder that does not exist")],
-)  # fmt: skip
+@pytest.mark.parametrize("out, said", BAD_OUT_FOLDERS)
 def test_a_speedrun_out_that_cannot_be_a_folder_is_one_line_before_anything_is_printed(
     tmp_path, monkeypatch, capsys, out, said
 ):
     """Eleventh hostile round: such an --out printed the plan, the header and `run 1/2 starts`
     (the data decoded) before its error line."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    nowhere = make_bad_out_folders(tmp_path)
     code = main(["speedrun", *TINY_SPEEDRUN94, "--runs", "2", "--out", out])
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert captured.err.startswith("error: ") and len(captured.err.splitlines()) == 1
     assert said in captured.err
-    assert not (tmp_path / "nowhere").exists()
+    assert not nowhere.exists()
 
 
 @pytest.mark.parametrize("stop_at_call", [1, 3])

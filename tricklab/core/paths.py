@@ -265,13 +265,11 @@ def disk_full_error(
         advice = "raise the file-size limit (ulimit -f) or write elsewhere"
     if where is None:
         return DiskFullError(code, reason, None, f"{reason}: {advice}")
-    try:
-        disk = mount_point(where)
-        on = f" on the disk mounted at {disk} ({_size(shutil.disk_usage(disk).free)} free)"
-    except OSError:
-        on = ""
-    if code == errno.EFBIG:
-        on = ""
+    on = ""  # where a limit on one file's size stopped it, the disk's free space is beside it
+    with contextlib.suppress(OSError):
+        if code != errno.EFBIG:
+            disk = mount_point(where)
+            on = f" on the disk mounted at {disk} ({_size(shutil.disk_usage(disk).free)} free)"
     message = f"cannot write {where}: {reason}{on}; {advice}"
     return DiskFullError(code, reason, str(where), message)
 

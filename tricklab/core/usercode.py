@@ -305,3 +305,8 @@ def checked_user_code(what: str) -> Iterator[None]:
             if type(exc).__name__ == "OutOfMemoryError":  # torch's; core does not import torch
                 raise
             raise TrickLabError(f"{what} raised {described(exc)}") from None
+
+
+def checked_if(own: bool, what: str) -> contextlib.AbstractContextManager:
+    """`checked_user_code(what)` around a user's model (`own`), nothing around tricklab's own."""
+    return checked_user_code(what) if own else contextlib.nullcontext()

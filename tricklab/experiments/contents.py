@@ -34,12 +34,11 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial
-from sqlalchemy.engine import make_url
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import DiskFullError, disk_full_error
 from tricklab.core.safeio import check_depth, shown
-from tricklab.core.urls import shown_url
+from tricklab.core.urls import file_of, shown_url
 
 # What parsing a damaged row raises (JSONDecodeError is a ValueError; KeyError and IndexError
 # are LookupErrors; JSON nested too deep a RecursionError): never SQLAlchemy's connection errors.
@@ -114,7 +113,7 @@ def full_disk(exc: BaseException, url: str) -> DiskFullError | None:
     )
     if not (full or too_large):
         return None
-    database = Path(make_url(url).database or ".")
+    database = file_of(url) or Path(".")
     number = errno.EFBIG if too_large else errno.ENOSPC
     return disk_full_error(OSError(number, os.strerror(number)), database, name_path=True)
 

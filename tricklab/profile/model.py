@@ -13,7 +13,6 @@ equal across models only where MACs predict speed.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import time
@@ -27,7 +26,7 @@ from torch.nn.parameter import is_lazy
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
 from tricklab.core.memory import available_memory_bytes
-from tricklab.core.usercode import checked_user_code, described
+from tricklab.core.usercode import checked_if, described
 from tricklab.measure.flops import count_forward_flops, count_params, eval_mode
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
@@ -327,7 +326,7 @@ def _measure(
     model_rows, setups = [], []
     for name in models:
         own = is_own_model(name)  # a user's code: its init, forward and parameters walled
-        with checked_user_code(f"model.name={name}") if own else contextlib.nullcontext():
+        with checked_if(own, f"model.name={name}"):
             base = _build_base(name, build)
             flops = count_forward_flops(copy.deepcopy(base), (1, *shape))  # eager, batch of one
             params = count_params(base)

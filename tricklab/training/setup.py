@@ -24,7 +24,7 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
-from tricklab.core.usercode import checked_user_code
+from tricklab.core.usercode import checked_if
 from tricklab.data.augment import channel_stats, normalize
 from tricklab.data.loaders import (
     AugmentSpec,
@@ -377,7 +377,7 @@ def build_run_model(
         pretrained=m.pretrained,
     ).to(device)
     own = is_own_model(m.name)  # a user's code: its forward and init behind the wall
-    with _wall(own, f"model.name={m.name}: its forward"):
+    with checked_if(own, f"model.name={m.name}: its forward"):
         macs = _forward_macs(model, m, dataset.num_classes, (1, c, h, w), own)
         if own:
             check_own_model(model, m.name, dataset.num_classes, (2, c, h, w))
@@ -388,7 +388,7 @@ def build_run_model(
         sample = init_sample(dataset.train.images, inputs.seed).to(device)
         synchronize(device)
         start = time.perf_counter()
-        with _wall(own, f"model.name={m.name}: its init_from_data"):
+        with checked_if(own, f"model.name={m.name}: its init_from_data"):
             init(normalize(sample, mean, std))
         synchronize(device)
         info["whiten_seconds"] = time.perf_counter() - start
@@ -416,10 +416,6 @@ def _forward_macs(
     if key not in _MACS:
         _MACS[key] = count_forward_macs(model, shape)
     return _MACS[key]
-
-
-def _wall(own: bool, what: str) -> contextlib.AbstractContextManager:
-    return checked_user_code(what) if own else contextlib.nullcontext()
 
 
 def check_setup(recipes: Iterable[Recipe]) -> None:
