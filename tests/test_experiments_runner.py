@@ -756,3 +756,29 @@ def test_the_summary_says_the_compile_seconds_the_study_paid(baseline, tmp_path,
         "compile seconds (warm-ups, apart from the times above): 34.5 in all, the longest 30.0"
         in said
     )
+
+
+def test_a_rerun_asking_more_seeds_plans_them_even_when_it_is_stopped_part_way(tmp_path):
+    """Twelfth hostile round: the study kept its first call's `seeds`, so an ablation stopped
+    after a rerun with more seeds said "10 of 11 planned runs done" where 14 were planned."""
+    from tricklab.core.stopping import Interrupted, StopRequest
+
+    recipe = load_recipe(None, TINY)
+
+    def plan(seeds):
+        return AblationPlan(recipe, {"optim.lr": [0.1]}, seeds, study="s", out_dir=tmp_path)
+
+    ablate(plan(1), train_fn=fake_train, liveness=FAST)
+    stop = StopRequest()
+    with pytest.raises(Interrupted):
+        ablate(
+            plan(3),
+            train_fn=fake_train,
+            liveness=FAST,
+            stop=stop,
+            on_run_end=lambda _: stop.request(),
+        )
+    rows = results("s", out_dir=str(tmp_path))
+    assert sorted(r.n for r in rows) == [1, 2] and [r.planned for r in rows] == [3, 3]
+    storage = open_storage(storage_url(None, tmp_path), must_exist=True)
+    assert optuna.load_study(study_name="s", storage=storage).user_attrs["seeds"] == 3

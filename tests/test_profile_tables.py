@@ -47,16 +47,16 @@ def test_numbers_have_three_significant_digits_and_never_an_exponent():
 
 
 def test_a_latency_is_its_median_and_half_the_interquartile_range_in_percent():
-    assert tables.spread_ms(spread(2.0, 1.8, 2.4)) == "2 ±15%"
+    assert tables.spread_ms(spread(2.0, 1.8, 2.4)) == "2.00 ±15%"
     # verifying the eleventh round: "30 ±104%" read as reaching below 0 ms; the quartiles instead
-    assert tables.spread_ms(spread(30.0, 25.0, 87.5)) == "30 [25, 87.5]"
+    assert tables.spread_ms(spread(30.0, 25.0, 87.5)) == "30.0 [25.0, 87.5]"
 
 
 def test_a_component_below_zero_is_clipped_and_one_whose_interval_holds_zero_is_marked():
     table = tables.step_components(STEP)
     assert table.header == ["component", "ms/step", "share", "95% interval ms", "measured as",
                             "note"]  # fmt: skip
-    assert table.rows[0] == ["loading", "0", "0.0 %", "[-1, 1]", "a - b",
+    assert table.rows[0] == ["loading", "0", "0.0 %", "[-1.00, 1.00]", "a - b",
                              "within noise, clipped from -0.0000123"]  # fmt: skip
     assert table.rows[1][-1] == ""
 
@@ -64,7 +64,7 @@ def test_a_component_below_zero_is_clipped_and_one_whose_interval_holds_zero_is_
 def test_within_noise_is_said_only_where_the_interval_holds_zero():
     apart = {**component("loading", 5.5, 0.5, within_noise=True), "ci_low_ms": 5, "ci_high_ms": 6}
     table = tables.step_components({**STEP, "components": [apart]})
-    assert table.rows[0][3] == "[5, 6]" and table.rows[0][-1] == ""
+    assert table.rows[0][3] == "[5.00, 6.00]" and table.rows[0][-1] == ""
 
 
 def test_from_fewer_than_three_rounds_a_step_shows_no_interval_and_says_why():
@@ -83,19 +83,19 @@ def test_from_fewer_than_three_rounds_a_step_shows_no_interval_and_says_why():
 def test_from_fewer_than_three_repeats_a_latency_is_its_median_alone():
     result = {"repeats": 1, "results": [measured_row(2, "32-true")]}
     row = tables.model_measured(result).rows[0]
-    assert row[2:4] == ["2", "6"]  # forward ms, train step ms: no ±
+    assert row[2:4] == ["2.00", "6.00"]  # forward ms, train step ms: no ±
     assert tables.model_spread_words(result) == (
         "median of 1 interleaved repeats (n=1: too few for a spread)"
     )
     row = tables.model_measured({**result, "repeats": 3}).rows[0]
-    assert row[2] == "2 ±15%"
+    assert row[2] == "2.00 ±15%"
 
 
 def test_the_parts_of_forward_and_backward_open_a_section_under_a_label():
     table = tables.step_components(STEP)
     assert table.sections == (2,)
     assert table.rows[2] == ["of forward + backward:", "", "", "", "", ""]
-    assert table.rows[3][:3] == ["  batchnorm and activations", "2", "20.0 %"]
+    assert table.rows[3][:3] == ["  batchnorm and activations", "2.00", "20.0 %"]
     assert tables.step_components({**STEP, "inside_forward_backward": []}).sections == ()
 
 
@@ -109,7 +109,7 @@ def test_the_step_notes_say_what_was_replaced_evaluation_and_an_over_full_sum():
         "replaced by identity in the bare copy: 3 GELU (modules; functional calls remain)",
         "the clipped components add up to 12.0 ms, above the measured step: negative "
         "differences (noise) count as 0",
-        "evaluation: 1.5 s per pass over 10,000 images",
+        "evaluation: 1.50 s per pass over 10,000 images",
     ]
 
 
@@ -136,7 +136,15 @@ def test_a_setting_that_varies_gets_a_column_and_the_others_go_to_the_title():
     assert tables.fixed_settings(result) == "compile off, channels_last off"
     table = tables.model_measured({**result, "device": "cpu"})
     assert table.header[:3] == ["model", "batch", "precision"]
-    assert table.rows[1][:7] == ["airbench", "32", "bf16-mixed", "2 ±15%", "6 ±0%", "5,333", "0.5"]
+    assert table.rows[1][:7] == [
+        "airbench",
+        "32",
+        "bf16-mixed",
+        "2.00 ±15%",
+        "6.00 ±0%",
+        "5,333",
+        "0.500",
+    ]
     assert "MFU %" not in table.header and "compile s" not in table.header
 
 

@@ -18,6 +18,7 @@ from tiny_recipe import TINY_SYNTHETIC
 from tricklab.cli import profile as profile_cli
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
+from tricklab.profile.tables import num
 from tricklab.recipe.schema import load_recipe
 from tricklab.report import write_report
 from tricklab.training.api import train
@@ -88,8 +89,8 @@ def test_the_model_tables_show_params_macs_latency_and_time_per_gmac(saved, repo
         {
             "model": "airbench",
             "params": f"{model['params'] / 1e6:.2f} M",
-            "forward GFLOPs": f"{model['forward_flops'] / 1e9:.3f}",
-            "forward GMACs": f"{model['forward_macs'] / 1e9:.3f}",
+            "forward GFLOPs": num(model["forward_flops"] / 1e9),  # 3 significant figures
+            "forward GMACs": num(model["forward_macs"] / 1e9),
         }
     ]
     measured = md_rows(md, "model", "Measured (")
@@ -130,7 +131,7 @@ def test_the_loader_table_shows_images_per_second_per_configuration(saved, repor
     assert [(r["loader"], r["workers"]) for r in rows] == [("device", "-"), ("torch", "0")]
     for row, config in zip(rows, recorded["configs"]):
         assert row["images/s"] == f"{config['images_per_second']:,.0f}"
-    assert rows[0]["vs first"] == "1×"
+    assert rows[0]["vs first"] == "1.00×"
 
 
 def test_report_html_holds_the_same_tables(saved, report):
@@ -392,4 +393,4 @@ def test_a_difference_whose_interval_lies_below_0_is_shown(saved, tmp_path):
     good = tmp_path / "step.json"
     good.write_text(json.dumps(profile))
     md = write_report([], tmp_path / "r", profiles=[good]).md_path.read_text()
-    assert "[-5, -1]" in md and "clipped from -3" in md
+    assert "[-5.00, -1.00]" in md and "clipped from -3.00" in md

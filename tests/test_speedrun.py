@@ -925,3 +925,17 @@ def test_quiet_json_speedrun_prints_the_object_alone(tmp_path, capsys):
     assert main(["speedrun", *words, "--out", str(tmp_path / "out"), "-q", "--json"]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and json.loads(captured.out)["n"] == 1
+
+
+def test_a_small_peak_and_its_mfu_are_shown_in_three_figures_and_cpu_memory_is_named_rss(
+    speedrun_cli,
+):
+    """Twelfth hostile round: `--peak-tflops 0.001` read "MFU 84.0% of 0.0 TFLOP/s" beside
+    "achieved TFLOP/s 0.00"; a CPU's peak memory (the process's resident set) was unnamed."""
+    from types import SimpleNamespace
+
+    fields = {**_summary(speedrun_cli), "airbench": None}
+    fields.update(peak_tflops=0.001, mfu_mean=0.84, achieved_tflops_mean=0.00084)
+    text = _rendered(SimpleNamespace(**fields))
+    assert "84.0% of 0.00100 TFLOP/s" in text and "0.000840" in text
+    assert "peak memory (process RSS, all runs)" in text  # a CPU run

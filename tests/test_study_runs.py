@@ -313,7 +313,7 @@ def test_each_finished_run_prints_run_k_of_n_with_elapsed_and_eta_in_order(tmp_p
         assert re.search(r"\d+:\d\d:\d\d elapsed, eta \d+:\d\d:\d\d$", line), line
         assert "\x1b" not in line and "\r" not in line  # plain lines off a terminal
     assert lines[-1].endswith("eta 0:00:00")
-    assert "4 planned, 0 done before, 4 run now" in out
+    assert "4 runs planned, 0 done before, 4 run now" in out
 
 
 def test_a_resumed_study_counts_only_the_runs_left(tmp_path, capsys):
@@ -327,7 +327,7 @@ def test_quiet_silences_the_run_lines_but_not_the_summary(tmp_path, capsys):
     assert main(ablate_args("--out", str(tmp_path), "--quiet")) == 0
     out = capsys.readouterr().out
     assert progress_lines(out) == []
-    assert "4 planned, 0 done before, 4 run now; final: complete 4" in out
+    assert "4 runs planned, 0 done before, 4 run now; final: complete 4" in out
 
 
 def test_a_sweep_prints_run_k_of_n_too_and_quiet_silences_it(tmp_path, capsys):
@@ -340,4 +340,4 @@ def test_a_sweep_prints_run_k_of_n_too_and_quiet_silences_it(tmp_path, capsys):
     assert [line.split()[1] for line in lines] == ["1/4", "2/4", "3/4", "4/4"]
     assert main([*args, "--out", str(tmp_path / "b"), "-q"]) == 0
     out = capsys.readouterr().out
-    assert progress_lines(out) == [] and "2 planned, 0 done before, 2 run now" in out
+    assert progress_lines(out) == [] and "2 sampled trials planned, 0 done before, 2 run now" in out

@@ -391,9 +391,9 @@ def _print_summary(
     progress: Console, out: Console, summary: ExperimentSummary, as_json: bool
 ) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
-    line = (
-        f"{summary.kind} {summary.study}: {summary.planned} planned, {summary.already_done} done "
-        f"before, {summary.ran} run now; final: {counts}"
+    line = (  # runs, or a random/TPE sweep's sampled trials (with their seeds each): said
+        f"{summary.kind} {summary.study}: {summary.planned} {summary.unit} planned, "
+        f"{summary.already_done} done before, {summary.ran} run now; final: {counts}"
     )
     if as_json:
         echo(progress, line)
@@ -416,6 +416,7 @@ def _print_summary(
 
 def stats_table(rows: list[ConfigStats], title: str = "", width: int | None = None) -> Any:
     """The results table as rich renders it (tricklab/report/tables.py: the same as `results`)."""
+    from tricklab.report.fmt import config_namer
     from tricklab.report.tables import results_table, shown_table, to_rich
 
-    return to_rich(shown_table(results_table(rows, title)), width)
+    return to_rich(shown_table(results_table(rows, title, config_namer(rows))), width)

@@ -180,18 +180,13 @@ def _results(args: argparse.Namespace, output: str) -> int:
     elif output == "csv":
         print(tables.stats_csv(rows), end="")
     else:
-        name = _namer(rows)
+        from tricklab.report.fmt import config_namer
+
+        name = config_namer(rows)
         _print_table(tables.results_table(rows, title, name), output, bool(rows), meta)
         if args.csv and output == "table":
             echo(output_console(), f"rows written to {args.csv}")
     return 0
-
-
-def _namer(rows: list[Any]) -> Any:
-    from tricklab.report.fmt import config_name
-
-    overrides = {r.config_id: r.overrides for r in rows}
-    return lambda cid: config_name(cid, overrides.get(cid, []))
 
 
 def _print_table(table: Any, output: str, has_rows: bool, meta: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ from tricklab.experiments.speedrun import (
     check_speedrun_folder,
     speedrun,
 )
+from tricklab.profile.tables import num
 from tricklab.recipe.schema import load_recipe
 
 
@@ -94,7 +95,10 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     processes = f" x {world} processes ({summary.provenance.get('dist_backend')})"
     airbench = summary.airbench is not None  # record seconds are airbench's: only next to it
     table = Table(
-        title=shown(f"speedrun {summary.recipe_name}: {summary.n} runs on {summary.device_name}")
+        title=shown(
+            f"speedrun {summary.recipe_name}: {summary.n} run{'s' if summary.n != 1 else ''} "
+            f"on {summary.device_name}"
+        )
         + (processes if world > 1 else "")
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
         caption=(
@@ -134,13 +138,14 @@ def render_summary(summary: SpeedrunSummary) -> Any:
         ),
         (
             "MFU",
-            f"{_pct(summary.mfu_mean, 1)} of {_num(summary.peak_tflops, '.1f')} TFLOP/s"
+            f"{_pct(summary.mfu_mean, 1)} of {num(summary.peak_tflops)} TFLOP/s"
             + (f" x {world} devices" if world > 1 else "")
             + f" ({summary.peak_tflops_source or 'device peak unknown: --peak-tflops'})",
         ),
-        ("achieved TFLOP/s", _num(summary.achieved_tflops_mean, ".2f")),
+        ("achieved TFLOP/s", num(summary.achieved_tflops_mean)),  # 3 figures: 0.000840, not 0.00
         (
-            "peak memory",
+            "peak memory"  # a CPU's: the process's peak resident set, over all its runs
+            + ("" if summary.hardware.get("device_type") == "cuda" else " (process RSS, all runs)"),
             "-"
             if memory is None
             else f"{memory / 2**30:.2f} GiB"
@@ -259,10 +264,11 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
     out_console = err_console if args.json else console
     err = err_console
     say = functools.partial(echo, err) if display else _silent  # --quiet: summary and errors only
+    runs = f"{args.runs} run{'s' if args.runs != 1 else ''}"
     say(
-        f"speedrun {args.recipe}: 1 warm-up run (not counted) + {args.runs} runs, seeds 0..{args.runs - 1}"
+        f"speedrun {args.recipe}: 1 warm-up run (not counted) + {runs}, seeds 0..{args.runs - 1}"
         if args.warmup_epochs != 0
-        else f"speedrun {args.recipe}: {args.runs} runs (no warm-up)"
+        else f"speedrun {args.recipe}: {runs} (no warm-up)"
     )
 
     say(f"runs: {out}")

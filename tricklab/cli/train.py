@@ -75,7 +75,11 @@ def print_result(result, recipe_name: str | None = None) -> None:
         ("wall seconds", result.wall_seconds, ".2f"),
         ("time to target s", result.time_to_target_seconds, ".2f"),
         ("images/s", result.images_per_second, ",.0f"),
-        ("peak memory MiB", result.peak_memory_bytes and result.peak_memory_bytes / 2**20, ",.0f"),
+        (  # a CPU's: the process's peak resident set (Python and torch included)
+            "peak memory MiB" + ("" if result.hardware.get("device_type") == "cuda" else " (RSS)"),
+            result.peak_memory_bytes and result.peak_memory_bytes / 2**20,
+            ",.0f",
+        ),
         ("params", result.params, ","),
         ("forward MACs", result.forward_macs, ","),
         ("final lr", final_lr, ".4g"),

@@ -13,7 +13,7 @@ import contextlib
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -78,6 +78,7 @@ class ExperimentSummary:
     already_done: int
     status_counts: dict[str, int]
     stats: list[ConfigStats] = field(default_factory=list)
+    unit: str = "runs"  # what planned, ran and already_done count: "sampled trials" for random/TPE
     provenance: dict[str, Any] | None = None  # this call's record (measure/provenance.py)
     busy_machine: bool = False  # busy.results_busy: load above the cores, or times spread
     busy_reason: str | None = None
@@ -183,8 +184,6 @@ def sweep_study(plan: SweepPlan) -> str:
 
 
 # ---------------------------------------------------------------- ablations
-
-
 def plan_ablation(
     plan: AblationPlan, *, check_runs: bool = True
 ) -> tuple[list[Config], list[Unit]]:
@@ -363,7 +362,8 @@ def sweep(
         done_before = done_count(final_statuses(checked_trials(opened)))
         ran = run_sampled(worker, space, trials, seeds)
     counts = status_counts(final_statuses(checked_trials(opened)))
-    return _summary(opened, "sweep", url, trials, ran, done_before, counts, provenance)
+    summary = _summary(opened, "sweep", url, trials, ran, done_before, counts, provenance)
+    return replace(summary, unit="sampled trials")  # each with its seeds, a drawn twin reused
 
 
 def results(

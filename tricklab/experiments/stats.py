@@ -251,9 +251,11 @@ def _describe(
         outcomes = [(r["status"], r.get("accuracy")) for r in records]
         row.reached_target, row.target_runs = target_counts(outcomes, row.target)
         row.fraction_reached_target = fraction_at_target(outcomes, row.target)
-    if row.target is not None:
-        times = [_time_to(row.target, r) for r in records if r["status"] in COMPLETE_STATUSES]
-        times = [t for t in times if t is not None]
+        # The time of the runs counted as reaching it (a run touching it mid-way, ending below: not)
+        reached = [
+            r for r in records if target_counts([(r["status"], r.get("accuracy"))], row.target)[0]
+        ]
+        times = [t for t in (_time_to(row.target, r) for r in reached) if t is not None]
         row.time_to_target_seconds_mean = float(np.mean(times)) if times else None
     return row
 

@@ -51,6 +51,7 @@ SCHEMA_RETRIES = 5
 VERSION_TABLES = ("version_info", "alembic_version")  # Optuna writes their row when it is missing
 
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
+LATEST_CALL_ATTRS = ("seeds",)  # the latest call's plan (stats.planned_runs): each call stores its
 
 
 def experiment_dir(study: str, root: str | Path | None = None) -> Path:
@@ -387,8 +388,8 @@ def open_study(
     """Load the study or create it (several workers may race to create it: Optuna settles that).
 
     `check_study` refuses another program's study, or another experiment's (`attrs` and
-    `must_match`), before anything is written; `attrs` are then stored where missing. A storage
-    that fails (a damaged database, a lost server) is one TrickLabError naming `where`."""
+    `must_match`), before anything is written; `attrs` are then stored where missing (or changed,
+    LATEST_CALL_ATTRS). A failing storage (damaged, a lost server): one TrickLabError naming `where`."""
     try:
         try:
             study = optuna.load_study(
@@ -406,7 +407,7 @@ def open_study(
                 study.set_metric_names(METRIC_NAMES)
         stored = study.user_attrs
         for key, value in (attrs or {}).items():
-            if key not in stored:
+            if key not in stored or (key in LATEST_CALL_ATTRS and stored[key] != value):
                 study.set_user_attr(key, value)
     except optuna.exceptions.StorageInternalError as exc:
         raise TrickLabError(

@@ -11,6 +11,7 @@ No torch or rich import: the main CLI imports this module through profile_cli.py
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,16 +34,19 @@ class ProfileTable:
 
 # ---------------------------------------------------------------- numbers
 def num(value: float | None) -> str:
-    """Three significant digits, never an exponent: 0.0839, 2.97, 41.7, 1,090; '-' for none."""
+    """Three significant digits, trailing zeros kept, never an exponent: 0.0839, 2.90, 41.7,
+    1,090, 0.00000157; '-' for none."""
     if value is None:
         return "-"
     value = float(value)
-    if abs(value) >= 1000:
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 100:
         return f"{value:,.0f}"
     if value == 0:
         return "0"
-    text = f"{value:.3g}"
-    return f"{float(text):.12f}".rstrip("0").rstrip(".") if "e" in text else text
+    rounded = float(f"{value:.3g}")  # 9.996 -> 10.0: the decimals of the rounded value
+    return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
 
 
 MIN_REPEATS_FOR_SPREAD = 3  # as `results` asks 3 runs a side before it gives an interval
@@ -116,8 +120,8 @@ def model_counted(result: dict[str, Any]) -> ProfileTable:
         [
             m["name"],
             f"{m['params'] / 1e6:.2f} M",
-            f"{m['forward_flops'] / 1e9:.3f}",
-            f"{m['forward_macs'] / 1e9:.3f}",
+            num(m["forward_flops"] / 1e9),  # 3 figures: 0.00306 and 0.00153, MACs = FLOPs / 2
+            num(m["forward_macs"] / 1e9),
         ]
         for m in result["models"]
     ]

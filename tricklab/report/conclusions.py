@@ -124,8 +124,11 @@ def source_summary(source: Source) -> str:
     text += "s" if len(source.rows) > 1 else ""
     if seeds:
         seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
-        text += f", {seed_text} complete run{'' if seeds == [1] else 's'} each"
-        text += f" ({none} with none)" if none else ""
+        text += f", {seed_text} complete run{'' if seeds == [1] else 's'}"
+        if none:  # "3 complete runs each (1 with none)" said both
+            text += f" for each of {len(source.rows) - none}, none for {none}"
+        elif len(source.rows) > 1:
+            text += " each"
     plan = unfinished(source.rows)
     if plan:  # the runs still to come count too: 6 of 7 attempted would hide 2 never started
         text += f" ({complete} of {plan[1]} planned runs complete)."
@@ -153,7 +156,8 @@ def source_summary(source: Source) -> str:
         text += " (a run of it recorded 0 s of training: no geometric mean of its train seconds)"
     if reference.target is not None and reference.target_runs:
         text += (
-            f"; {reference.reached_target} of its {reference.target_runs} runs reached the target"
+            f"; {reference.reached_target} of its {reference.target_runs} "
+            f"run{'s' if reference.target_runs != 1 else ''} reached the target"
             f" accuracy of {fmt.target(reference.target)}%"
         )
     text += "."
@@ -174,7 +178,10 @@ def source_summary(source: Source) -> str:
         )
     if accuracy:
         shown = [f"{source.name_of(r.config_id)} ({fmt.pp(r.accuracy_diff)} pp)" for r in accuracy]
-        text += f" {len(accuracy)} of {len(others)} changes moved accuracy significantly: {_names(shown)}."
+        changes = "change" if len(others) == 1 else "changes"
+        text += f" {len(accuracy)} of {len(others)} {changes} moved accuracy significantly: {_names(shown)}."
+    elif len(others) == 1:
+        text += " The change did not move accuracy significantly."
     else:
         text += f" None of the {len(others)} changes moved accuracy significantly."
     if any(r.time_verdict == NOT_JUDGED for r in others):

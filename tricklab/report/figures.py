@@ -35,6 +35,7 @@ from tricklab.report.style import (
     RC,
     Styles,
     complete_runs,
+    geometric_ci,
     legend_below,
     mean_ci,
     new_figure,
@@ -293,10 +294,10 @@ def memory_throughput(styles: Styles) -> Any | None:
     height = 0.7 / len(styles.sources)
     for cid, si, memory, speed in bars:
         y = configs.index(cid) + (si - (len(styles.sources) - 1) / 2) * height
-        for ax, values in zip(axes, (memory, speed)):
+        for ax, values, centre in zip(axes, (memory, speed), (mean_ci, geometric_ci)):
             if ax is None:
                 continue
-            mean, low, high = mean_ci(values)
+            mean, low, high = centre(values)
             if mean is None:
                 continue
             xerr = None if low is None else [[mean - low], [high - mean]]
@@ -326,7 +327,7 @@ def memory_throughput(styles: Styles) -> Any | None:
     if with_memory:
         axes[0].set_xlabel("peak memory (MiB, CUDA allocator's peak of the run)")
         axes[0].set_title("Peak memory")
-    axes[1].set_xlabel("training throughput (images/s)")
+    axes[1].set_xlabel("training throughput (images/s, geometric mean, as the speed-ups)")
     axes[1].set_title("Throughput")
     if styles.multi:
         from matplotlib.patches import Patch

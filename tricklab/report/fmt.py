@@ -8,10 +8,12 @@ pasted into a spreadsheet stays a number.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
+
+from tricklab.profile.tables import num
 
 MIB = 2**20
 
@@ -56,6 +58,13 @@ def config_name(config_id: str, overrides: Sequence[str]) -> str:
     joined = " ".join(overrides)
     prefix = config_id[: -len(joined)].strip() if config_id.endswith(joined) else ""  # a recipe
     return " ".join([prefix, *(short_override(o) for o in overrides)]).strip()
+
+
+def config_namer(rows: Sequence[Any]) -> Callable[[str], str]:
+    """config id -> its display name (`config_name`) for rows of ConfigStats: one name for a
+    configuration in `ablate`'s, `sweep`'s and `results`' tables and in the report."""
+    overrides = {r.config_id: r.overrides for r in rows}
+    return lambda cid: config_name(cid, overrides.get(cid, []))
 
 
 def pct(fraction: float | None, digits: int = 2) -> str:
@@ -120,7 +129,7 @@ def ratio_interval(
     text = f"{ratio(value)}×"
     if low is not None and high is not None:
         text += f" [{ratio(low)}×, {ratio(high)}×]"
-    elif n is not None and 1 < n < MIN_RUNS_FOR_INTERVAL:
+    elif n is not None and 0 < n < MIN_RUNS_FOR_INTERVAL:
         text += f" ({too_few_words(n)})"
     return text
 
@@ -159,17 +168,9 @@ def time_change_range(low: float, high: float) -> str:
 
 def seconds(value: float | None) -> str:
     """Train seconds: 3 significant figures, at most 1 decimal above 10 s."""
-    if value is None:
-        return "-"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 0.001 or value <= 0:
-        return f"{value:.3g}"
-    # below a millisecond still 3 significant figures, with no exponent: a pasted table keeps
-    # plain numbers (0.00000157, not 1.57e-06)
-    return f"{value:.{2 - math.floor(math.log10(value))}f}"
+    # 3 significant figures, trailing zeros kept (1.00 beside 1.02, not 1), with no exponent: a
+    # pasted table keeps plain numbers (0.00000157, not 1.57e-06)
+    return num(value)
 
 
 def mib(num_bytes: float | None) -> str:

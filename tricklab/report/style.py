@@ -13,7 +13,7 @@ from typing import Any
 
 from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES
-from tricklab.measure.intervals import mean_interval
+from tricklab.measure.intervals import geometric_interval, mean_interval
 from tricklab.report.collect import Source
 
 PALETTE = [  # matplotlib's tab10 without its grey (grey means "within noise"), then tab20's light half
@@ -114,6 +114,12 @@ def mean_ci(values: Sequence[float]) -> tuple[float | None, float | None, float 
     interval stops at 0; none with fewer than 3 values (measure/intervals.py)."""
     mean, _, low, high = mean_interval([v for v in values if v is not None], bounds=(0, math.inf))
     return mean, low, high
+
+
+def geometric_ci(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """(geometric mean, ci_low, ci_high) of a rate (images/s): the statistic the speed-ups are
+    ratios of, so a bar's order is the table's (the arithmetic mean of rates is not)."""
+    return geometric_interval([v for v in values if v is not None and v > 0])
 
 
 def wrap_label(name: str, width: int = 34) -> str:

@@ -227,7 +227,8 @@ def results_table(
         short.append(
             [
                 shown,
-                f"{r.n}/{r.planned}" if plan and r.planned else str(r.n),
+                str(r.n),
+                progress,  # done (complete or not run again) of planned, as the note says
                 accuracy,
                 fmt.pp(r.accuracy_diff) if r.accuracy_diff is not None else "",
                 fmt.seconds(r.train_seconds_geomean),
@@ -245,9 +246,9 @@ def results_table(
     align = ["l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l", "l", "l"]
     abridged = TableData(
         title,
-        list(ABRIDGED) if not plan else ["config", "n/planned", *ABRIDGED[2:]],
+        [*ABRIDGED[:2], "done/planned", *ABRIDGED[2:]],  # its note says: runs, per configuration
         short,
-        ["l", "r", "r", "r", "r", "r", "l", "l"],
+        ["l", "r", "r", "r", "r", "r", "r", "l", "l"],
         [
             "Abridged to fit the terminal (point estimates and verdicts): `--format md` or a "
             "wider terminal shows the intervals and p-values.",
