@@ -16,6 +16,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ RESULTS_MD = HERE / "RESULTS.md"
 README = HERE.parent / "README.md"
 HEADLINE_START = "<!-- results:headline (benchmarks/make_results.py writes this table) -->"
 HEADLINE_END = "<!-- /results:headline -->"
+DEMO_START = "<!-- results:demo (benchmarks/make_results.py writes this paragraph) -->"
+DEMO_END = "<!-- /results:demo -->"
 
 
 def pct(value: float) -> str:
@@ -46,6 +49,7 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
             "step_kernels",
             "compile_cache",
             "gpu_session",
+            "demo",
             "record",
         )
     }
@@ -65,6 +69,8 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
             kinds["compile_cache"].append((path.stem, data))
         elif "sections" in data and "env" in data:
             kinds["gpu_session"].append((path.stem, data))
+        elif data.get("benchmark") == "demo" and "stats" in data:
+            kinds["demo"].append((path.stem, data))
     kinds["record"].sort(key=lambda item: (item[1].get("order", 0), item[0]))
     return kinds
 
@@ -204,6 +210,8 @@ def folder_section(folder: Path) -> list[str]:
         lines += compile_cache_table(data)
     for stem, data in kinds["gpu_session"]:
         lines += gpu_session_tables(stem, data)
+    for stem, data in kinds["demo"]:
+        lines += demo_section(stem, data)
     for stem, record in kinds["record"]:
         lines += record_block(stem, record)
     return lines
@@ -469,6 +477,133 @@ def step_kernels_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------ the demo (demo_record.py)
+def minutes(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
+
+
+def _ci(value: float | None, low: float | None, high: float | None, scale: float = 100) -> str:
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return f"{scale * value:.2f}"
+    return f"{scale * value:.2f} [{scale * low:.2f}, {scale * high:.2f}]"
+
+
+def demo_table(data: dict[str, Any]) -> list[str]:
+    """The demo's study, one row per configuration, as the study's own statistics give it."""
+    rows = [
+        "| configuration | complete runs | accuracy % mean [95 % CI] | Δ accuracy pp [95 % CI] | "
+        "train s per run (geometric mean) | speed vs baseline [95 % CI] |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in data["stats"]:
+        name = "baseline" if s["is_reference"] else ", ".join(f"`{o}`" for o in s["overrides"])
+        secs = "-" if s["train_seconds_geomean"] is None else f"{s['train_seconds_geomean']:.1f}"
+        speed = (
+            "reference"
+            if s["is_reference"]
+            else _ci(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], scale=1)
+        )
+        diff = (
+            ""
+            if s["is_reference"]
+            else _ci(s["accuracy_diff"], s["accuracy_diff_ci_low"], s["accuracy_diff_ci_high"])
+        )
+        acc = _ci(s["accuracy_mean"], s["accuracy_ci_low"], s["accuracy_ci_high"])
+        planned = s["planned"] if s["planned"] is not None else "?"
+        rows.append(f"| {name} | {s['n']} of {planned} | {acc} | {diff} | {secs} | {speed} |")
+    return rows
+
+
+def demo_how(data: dict[str, Any]) -> str:
+    cores = data["cores"]
+    return (
+        f"`{data['command']}` took {minutes(data['wall_seconds'])} in all, dataset cache empty; "
+        f"load average {data['load_start']:.2f} at its start and {data['load_end']:.2f} at its end "
+        f"on {cores} cores"
+    )
+
+
+def demo_section(stem: str, data: dict[str, Any]) -> list[str]:
+    plan = data["plan"]
+    return [
+        "",
+        f"### `tricklab demo`, the main job ({stem}.json)",
+        "",
+        f"*{data['date']}, {data['machine']}.*",
+        "",
+        f"`benchmarks/demo_record.py`: {demo_how(data)}. On {data['device']}: `speedrun94` at "
+        f"widths {plan['cpu_widths']} in {plan['cpu_precision']} (a GPU keeps the recipe's), "
+        f"{plan['epochs']:g} epochs, {data['seeds']} seeds per configuration.",
+        "",
+        *demo_table(data),
+        "",
+        "It printed:",
+        "",
+        *(f"> {line}" for line in textwrap.wrap(data["summary"], 96)),
+    ]
+
+
+def newest_demo() -> dict[str, Any] | None:
+    for folder in folders():
+        demos = read_folder(folder)["demo"]
+        if demos:
+            return demos[0][1]
+    return None
+
+
+def demo_headline(data: dict[str, Any]) -> tuple[str, str]:
+    """The headline table's CPU row and its note, from the newest demo."""
+    plan, base = data["plan"], next(s for s in data["stats"] if s["is_reference"])
+    width = (
+        "quarter width"
+        if list(plan["cpu_widths"]) == [16, 64, 64]
+        else f"widths {plan['cpu_widths']}"
+    )
+    low, high = base["accuracy_ci_low"], base["accuracy_ci_high"]
+    interval = "" if low is None or high is None else f" (95 % CI {pct(low)}–{pct(high)})"
+    row = (
+        f"| {data['cores']}-core CPU, {data['date']} | `tricklab demo`'s baseline: `speedrun94` at "
+        f"{width}, {plan['cpu_precision']}, {plan['epochs']:g} epochs on "
+        f"{plan['train_size'] or 10_000:,} images | "
+        f"{base['n']} | {pct(base['accuracy_mean'])}{interval} | "
+        f"{base['train_seconds_mean']:.1f} train | - |"
+    )
+    note = (
+        f"CPU row ({data['machine']}): {demo_how(data)}: the scaled `speedrun94` and "
+        f"{len(data['stats']) - 1} of its tricks switched off one at a time, {data['seeds']} seeds "
+        f"each, {plan['epochs']:g} epochs on {plan['train_size'] or 10_000:,} of the CIFAR-10 "
+        "images shipped with tricklab "
+        "(JPEG q75), the same budget for all."
+    )
+    return row, note
+
+
+def demo_paragraph(data: dict[str, Any]) -> str:
+    """README's Quick start paragraph: the demo's time and what it printed, from its JSON."""
+    plan = data["plan"]
+    precision = {"32-true": "fp32"}.get(plan["cpu_precision"], f"`{plan['cpu_precision']}`")
+    words = (
+        f"On a CPU the net is quarter width in {precision} ({minutes(data['wall_seconds'])} in all "
+        f"on {data['date']}, on a {data['cores']}-core {data['cpu']} at load "
+        f"{data['load_start']:.2f}; a busy machine takes longer); on a GPU it keeps the recipe's "
+        "widths and precision (fp16 weights, fp32 BatchNorm). It printed:"
+    )
+    return "\n".join(
+        [
+            DEMO_START,
+            *textwrap.wrap(words, 100),
+            "",
+            "```text",
+            *textwrap.wrap(data["summary"], 100),
+            "```",
+            DEMO_END,
+        ]
+    )
+
+
 def folders() -> list[Path]:
     """Result folders, newest date first (a folder's name starts with its date)."""
     return sorted(
@@ -553,12 +688,11 @@ def headline() -> str:
                 "(whitening fit + epochs + final TTA evaluation)."
             )
             break
-    for folder in folders():
-        demo = [r for _, r in read_folder(folder)["record"] if r.get("headline")]
-        if demo:
-            lines.append(demo[0]["headline_row"])
-            notes.append(f"CPU row ({demo[0]['machine']}): {demo[0]['summary']}.")
-            break
+    demo = newest_demo()
+    if demo is not None:
+        row, note = demo_headline(demo)
+        lines.append(row)
+        notes.append(note)
     return "\n".join([HEADLINE_START, *lines, *(f"\n{note}" for note in notes), HEADLINE_END])
 
 
@@ -624,10 +758,17 @@ def compared_row(
 
 
 def readme_with_headline(readme: str) -> str:
-    pattern = re.compile(re.escape(HEADLINE_START) + ".*?" + re.escape(HEADLINE_END), re.S)
-    if not pattern.search(readme):
-        raise SystemExit(f"error: README.md has no {HEADLINE_START} ... {HEADLINE_END} block")
-    return pattern.sub(lambda _: headline(), readme)
+    """README with its generated blocks (the headline table, the demo's paragraph) rewritten."""
+    blocks = [(HEADLINE_START, HEADLINE_END, headline)]
+    demo = newest_demo()
+    if demo is not None:
+        blocks.append((DEMO_START, DEMO_END, lambda: demo_paragraph(demo)))
+    for start, end, make in blocks:
+        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+        if not pattern.search(readme):
+            raise SystemExit(f"error: README.md has no {start} ... {end} block")
+        readme = pattern.sub(lambda _, make=make: make(), readme)
+    return readme
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -189,3 +189,37 @@ def test_an_out_folder_named_like_the_study_still_gets_its_report(
     result = demo.run_demo("demo", seeds=1, plan=tiny_plan(tricklab_cache_dir))
     assert result.report.md_path.resolve() == tmp_path / "demo" / "report.md"
     assert result.report.md_path.is_file() and len(result.report.conclusions) == 3
+
+
+def _benchmark_module(name):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(name, root / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_benchmark_record_renders_the_demos_own_numbers(smoke):
+    """benchmarks/demo_record.py keeps the demo's JSON; make_results turns that, and nothing typed
+    by hand, into RESULTS.md's section, the headline row and the README's Quick start paragraph."""
+    result, _ = smoke
+    demo_record, make_results = _benchmark_module("demo_record"), _benchmark_module("make_results")
+    data = json.loads(
+        json.dumps(demo_record.record(result.to_dict(), 61.2, (0.5, 1.5), "2099-01-01"))
+    )
+    base = next(s for s in result.summary.stats if s.is_reference)
+    section = "\n".join(make_results.demo_section("demo", data))
+    assert base.n == 1 and base.accuracy_ci_low is None  # one seed: no interval is shown
+    assert f"| 1 of 1 | {100 * base.accuracy_mean:.2f} |" in section
+    assert "1 min 1 s" in section and "load average 0.50 at its start and 1.50" in section
+    assert section.count("\n| ") == len(result.summary.stats) + 1  # a row per configuration
+    row, note = make_results.demo_headline(data)
+    assert f"| 1 | {100 * base.accuracy_mean:.2f} | " in row and "2099-01-01" in row
+    assert "600 images" in row and "3 of its tricks" in note
+    paragraph = make_results.demo_paragraph(data)
+    assert paragraph.startswith(make_results.DEMO_START)
+    assert paragraph.endswith(make_results.DEMO_END)
+    words = " ".join(paragraph.split("```text")[1].split())
+    assert " ".join(result.report.summary.split()).rstrip() in words

@@ -266,3 +266,42 @@ def test_a_long_categorical_is_described_in_one_short_line():
     text = describe(CategoricalDistribution(list(range(10_000))))
     assert text == "one of 10,000 choices: 0, 1, 2, 3, 4, ..., 9999"
     assert describe(CategoricalDistribution([1, 2])) == repr(CategoricalDistribution([1, 2]))
+
+
+def test_minus_zero_and_zero_are_one_configuration():
+    """Twelfth hostile round: `--vary tricks.label_smoothing=-0.0,0.0` trained two configurations
+    of smoothing 0 (`0`, `0.0` and `0e0` were merged, `-0.0` was not)."""
+    baseline = load_recipe(None, ["data.name=synthetic", "tricks.label_smoothing=0.2"])
+    configs = ablation_plan(
+        baseline, {"tricks.label_smoothing": ["-0.0", "0.0", "0", -0.0]}
+    ).configs
+    assert ids(configs) == ["baseline", "tricks.label_smoothing=0.0"]
+
+
+def test_a_plan_keeps_its_own_vary_and_is_checked_again_when_it_runs(tmp_path):
+    """The caller's dict changed after the plan was made (`"01"`, read letter by letter), or a
+    field set past `frozen` (a study named `a/b`), went unchecked into the study."""
+    from tricklab.experiments.plan import AblationPlan, SweepPlan
+    from tricklab.experiments.runner import ablate, plan_ablation, sweep
+
+    baseline = load_recipe(None, ["data.name=synthetic", "tricks.label_smoothing=0.2"])
+    vary = {"tricks.label_smoothing": [0.0]}
+    plan = AblationPlan(baseline, vary, seeds=1, out_dir=str(tmp_path))
+    vary["tricks.label_smoothing"] = "01"
+    vary[3] = [1]
+    assert plan.vary == {"tricks.label_smoothing": (0.0,)}
+    assert ids(plan_ablation(plan, check_runs=False)[0])[1:] == ["tricks.label_smoothing=0.0"]
+    object.__setattr__(plan, "study", "a/b")
+    with pytest.raises(TrickLabError, match="study"):
+        ablate(plan, train_fn=lambda *a, **k: None)
+    object.__setattr__(plan, "study", None)
+    object.__setattr__(plan, "baseline", "speedrun94")
+    with pytest.raises(TypeError, match="AblationPlan's baseline"):
+        plan_ablation(plan, check_runs=False)
+    swept = SweepPlan(
+        baseline, parse_space({"optim.lr": [0.1, 0.2]}), trials=1, out_dir=str(tmp_path)
+    )
+    object.__setattr__(swept, "study", "a/b")
+    with pytest.raises(TrickLabError, match="study"):
+        sweep(swept, train_fn=lambda *a, **k: None)
+    assert not list(tmp_path.iterdir())  # no study was made

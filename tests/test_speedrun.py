@@ -938,4 +938,4 @@ def test_a_small_peak_and_its_mfu_are_shown_in_three_figures_and_cpu_memory_is_n
     fields.update(peak_tflops=0.001, mfu_mean=0.84, achieved_tflops_mean=0.00084)
     text = _rendered(SimpleNamespace(**fields))
     assert "84.0% of 0.00100 TFLOP/s" in text and "0.000840" in text
-    assert "peak memory (process RSS, all runs)" in text  # a CPU run
+    assert "peak memory (RSS, all runs)" in text  # a CPU run

@@ -168,6 +168,19 @@ def test_an_error_raised_by_on_epoch_is_the_callers_and_propagates():
         api.train(TINY, on_epoch=on_epoch)
 
 
+@pytest.mark.parametrize("exc", [SystemExit("boom"), GeneratorExit("boom")])
+def test_a_sys_exit_or_generator_exit_from_on_epoch_reaches_the_caller_not_the_model(exc):
+    """Twelfth hostile round: the caller's `sys.exit` in its callback was returned as a failed
+    run, "the run's code called sys.exit('boom') (the model's?)"."""
+
+    def on_epoch(row):
+        raise exc
+
+    with pytest.raises(type(exc)) as raised:
+        api.train(TINY, on_epoch=on_epoch)
+    assert raised.value is exc
+
+
 @pytest.mark.parametrize(
     "exc, status",
     [

@@ -145,7 +145,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
         ("achieved TFLOP/s", num(summary.achieved_tflops_mean)),  # 3 figures: 0.000840, not 0.00
         (
             "peak memory"  # a CPU's: the process's peak resident set, over all its runs
-            + ("" if summary.hardware.get("device_type") == "cuda" else " (process RSS, all runs)"),
+            + ("" if summary.hardware.get("device_type") == "cuda" else " (RSS, all runs)"),
             "-"
             if memory is None
             else f"{memory / 2**30:.2f} GiB"

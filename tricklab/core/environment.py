@@ -42,6 +42,41 @@ def check_environment() -> None:
         )
     _check_openmp_env()
     check_torch_cache_env()
+    _check_torch_env()
+
+
+# What torch parses as it loads (TORCH_LOGS) or as its compiler's config loads (the others, read
+# with int() and the like even when nothing compiles: counting a model's MACs loads it)
+TORCH_PARSED_PREFIXES = ("TORCH_LOGS", "TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_")
+
+
+def _check_torch_env() -> None:
+    values = tuple(
+        sorted(
+            (n, v)
+            for n, v in os.environ.items()
+            if n.startswith(TORCH_PARSED_PREFIXES) and n != TORCH_CACHE_ENV  # checked apart
+        )
+    )
+    if values:
+        _torch_reads(values)
+
+
+@functools.lru_cache(maxsize=8)
+def _torch_reads(values: tuple[tuple[str, str], ...]) -> None:
+    """TrickLabError when torch cannot load with `values` set, in torch's own words (its first
+    line): loaded here, where it costs a second, only when one of them is set."""
+    try:
+        import torch._dynamo.config  # noqa: F401
+        import torch._inductor.config  # noqa: F401
+    except Exception as exc:
+        names = ", ".join(f"{n}={shown(v)}" for n, v in values)
+        said = " ".join(str(exc).split())  # torch's message runs over lines: its first 160 chars
+        said = said if len(said) <= 160 else said[:160].rsplit(" ", 1)[0] + " ..."
+        raise TrickLabError(
+            f"torch cannot load with {names}: {type(exc).__name__}: {shown(said)}; correct or "
+            "unset it"
+        ) from None
 
 
 def _check_openmp_env() -> None:

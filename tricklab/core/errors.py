@@ -9,6 +9,12 @@ class TrickLabError(Exception):
     """A user mistake: the CLI prints its message as one line on stderr and exits with code 2."""
 
 
+class MachineError(TrickLabError):
+    """A problem of this machine or environment (a compile cache folder it cannot use), not of
+    the run that met it: no run is recorded, and a study stops on it instead of recording each of
+    its runs failed (every run would meet it)."""
+
+
 def expect_type(value: object, kinds: type | tuple[type, ...], what: str) -> None:
     """TypeError naming `what` and what it takes, for a Python caller's argument of the wrong
     type (a lone string where a list of them is wanted is one: it would be read letter by

@@ -18,6 +18,7 @@ and decoded again; no array larger than the file itself is ever allocated for it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -248,12 +249,22 @@ def _read_arrays(archive: zipfile.ZipFile, file_bytes: int) -> dict[str, np.ndar
     return arrays
 
 
+ABANDONED_SECONDS = 600  # a partial file its writer has not touched for this long: a killed one
+
+
 def ensure_writable(folder: Path) -> None:
-    """Create the cache folder and prove a file can be written there, before any slow decode."""
+    """Create the cache folder and prove a file can be written there, before any slow decode;
+    remove the partial files of writers killed there (SIGKILL, or a signal whose default is to
+    kill: a write touches its file every few milliseconds, so one untouched for 10 minutes is
+    abandoned)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, suffix=_TEMP_SUFFIX):
             pass
+        for partial in folder.glob(f"*{_TEMP_SUFFIX}"):
+            with contextlib.suppress(OSError):  # another process removed it first
+                if time.time() - partial.lstat().st_mtime > ABANDONED_SECONDS:
+                    partial.unlink()
     except OSError as err:
         raise TrickLabError(
             f"cannot write the dataset cache in {folder} ({err.strerror or err}); "

@@ -211,6 +211,8 @@ class AblationPlan:
         for key, values in self.vary.items():  # a lone string would be read letter by letter
             expect_type(key, str, "each key of AblationPlan's vary")
             expect_type(values, (list, tuple), f"AblationPlan's vary[{key!r}]")
+        # the plan's own copy: the caller's dict changed after this check changes no plan
+        object.__setattr__(self, "vary", {k: tuple(v) for k, v in self.vary.items()})
         expect_type(self.grid, bool, "AblationPlan's grid")
         _check_where(self, "AblationPlan")
 
@@ -332,6 +334,8 @@ def _axis(baseline: Any, key: str, values: Sequence[Any]) -> list[Any]:
     unique: dict[str, Any] = {}  # lists (model.widths) included
     for value in values:
         typed = _read_value(baseline, key, value)
+        if isinstance(typed, float):
+            typed += 0.0  # -0.0 is 0.0: one configuration, not two that train alike
         unique.setdefault(json.dumps(typed), typed)
     return list(unique.values())
 

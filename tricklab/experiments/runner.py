@@ -178,9 +178,8 @@ def ablation_study(plan: AblationPlan, configs: Sequence[Config]) -> str:
 def sweep_study(plan: SweepPlan) -> str:
     """The sweep's study name: the plan's, else one derived from the baseline and the space."""
     grid_trials = plan.trials if plan.sampler == "grid" else None
-    return plan.study or default_study_name(
-        "sweep", plan.base, plan.space.to_dict(), plan.sampler, grid_trials
-    )
+    space = plan.space.to_dict()
+    return plan.study or default_study_name("sweep", plan.base, space, plan.sampler, grid_trials)
 
 
 # ---------------------------------------------------------------- ablations
@@ -191,6 +190,7 @@ def plan_ablation(
     that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first:
     the setup of the baseline and of one configuration per varied value is built (each distinct
     data source, model and loader once), so a large grid costs about what a small one does."""
+    plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_out_dir(plan.out_dir, "the ablation")
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
     units = plan_units(planned.configs, plan.seeds)
@@ -276,6 +276,7 @@ def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> None:
     """TrickLabError for sweep arguments no sweep can run with, and for a key or value of the
     space that is not valid. With `check_runs`, also for input every run with some value of the
     space would fail on (missing data, an unknown model, ...)."""
+    plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     sampler, trials, sampler_seed = plan.sampler, plan.trials, plan.sampler_seed
     check_out_dir(plan.out_dir, "the sweep")
     if sampler not in SAMPLERS:

@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from tricklab.core.errors import MachineError
 from tricklab.core.status import COMPLETE_STATUSES, Status
 from tricklab.core.stopping import StopRequest
 from tricklab.core.version import __version__
@@ -54,6 +55,8 @@ def train_one(
         record = stopped.result.to_dict()
     except optuna.TrialPruned as exc:
         record = _unfinished_record(recipe, epochs, start, Status.PRUNED, str(exc) or None)
+    except MachineError:  # every run would meet it: the study stops, one line
+        raise
     except (Exception, KeyboardInterrupt) as exc:  # a train_fn other than train() raised
         record = _unfinished_record(recipe, epochs, start, *run_end(exc, stop))
     record["accuracy"] = headline_accuracy(record)

@@ -280,9 +280,9 @@ def speedrun(
     with stop_request(stop) as stop:
         try:
             return _speedrun(plan, on_run, stop)
-        except KeyboardInterrupt as exc:
+        except BaseException as exc:  # a stop, or the caller's `on_run` (stdout a closed pipe)
             if out is not None and not isinstance(exc, SpeedrunInterrupted):
-                remove_unsummarized(out, plan.runs, created)  # stopped before a counted run
+                remove_unsummarized(out, plan.runs, created)  # ended before a counted run
             raise
 
 

@@ -26,11 +26,13 @@ def check_speedrun_folder(out: Path, runs: int) -> None:
     check_out_folder(out, "the speedrun")
     taken = [f for f in (SUMMARY_FILE, *_run_folders(runs)) if (out / f).exists()]
     if taken:
-        then = (
-            f"`tricklab report {shown(out)}` reads its runs"
-            if SUMMARY_FILE in taken
-            else "it holds no counted run (no summary.json): delete it"
-        )
+        summary = out / SUMMARY_FILE
+        if SUMMARY_FILE in taken and not summary.is_file():  # a folder, a FIFO, /dev/zero
+            then = f"its {SUMMARY_FILE} is no file `tricklab report` reads: delete the folder"
+        elif SUMMARY_FILE in taken:
+            then = f"`tricklab report {shown(out)}` reads its runs"
+        else:
+            then = "it holds no counted run (no summary.json): delete it"
         raise TrickLabError(
             f"--out {shown(out)} already holds a speedrun ({', '.join(taken[:3])}); a speedrun "
             f"does not resume ({then}): give another folder"

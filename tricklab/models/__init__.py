@@ -140,6 +140,11 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
             f"a model name must be a non-empty string without ':', control characters or "
             f"surrounding spaces, got {name!r} (':' is for package.module:factory and timm:NAME)"
         )
+    if _as_override(name) != name:  # `model.name=null` (or true, ~, [a], 'q') reads otherwise
+        raise TrickLabError(
+            f"a model name must read back as itself in model.name={name}, which YAML reads as "
+            f"{_as_override(name)!r:.60}; register under another name"
+        )
     if doc is not None and not isinstance(doc, str):
         raise TypeError(f"register_model's doc takes str or None, got {doc!r:.60}")
     if name in BUILTIN_MODELS:
@@ -154,6 +159,17 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
         functools.partial(_build_own, name, factory),
         source="registered",
     )
+
+
+def _as_override(name: str) -> object:
+    """What an override's YAML makes of `name` (an unreadable one: itself, said by the reader)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(name)
+    except yaml.YAMLError:
+        return name
+    return name if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def list_models() -> list[ModelInfo]:

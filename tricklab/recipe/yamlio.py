@@ -113,6 +113,11 @@ def read_yaml(text: str) -> Any:
         return yaml.load(text, Loader=_RecipeLoader)
     except (ValueError, OverflowError, TypeError, KeyError, AttributeError) as exc:
         # a tag its value does not fit (`!!int 1e3`, `!!bool x`), an int of 5,000 digits
+        if "digits" in str(exc) and not re.search(r"(^|[\s\[{,:-])!", text):
+            digits = max((len(m) for m in re.findall(r"\d+", text)), default=0)
+            raise TrickLabError(
+                f"a number of {digits:,} digits is longer than any setting takes"
+            ) from None
         raise TrickLabError(f"a tagged value is not what its tag says ({exc!r:.120})") from None
 
 

@@ -21,7 +21,7 @@ import torch
 
 from tricklab.core.device import synchronize
 from tricklab.core.environment import check_environment
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import MachineError, TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
     atomic_write,
@@ -241,7 +241,7 @@ def _train(
         if on_epoch is not None:
             try:
                 on_epoch(row)
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: the caller's, raised to the caller
                 callback_error.append(exc)
                 raise
 
@@ -282,11 +282,13 @@ def _train(
             stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
         _record_peak_memory(result, device)
     except BaseException as exc:
-        if (isinstance(exc, TrickLabError) and not started) or is_disk_full(exc):
+        unusable = not started or isinstance(exc, MachineError)  # the machine's, not the run's
+        if (isinstance(exc, TrickLabError) and unusable) or is_disk_full(exc):
             raise  # nothing recorded: train() removes what was written and the folders it made
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
         result.status, result.error = run_end(exc, stop)
-        why = raised_by_code(exc)  # a model's sys.exit mid-run: its failure, not a Ctrl-C
+        # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
+        why = None if exc in callback_error else raised_by_code(exc)
         if why is not None and (stop is None or not stop.requested):
             result.status, result.error = Status.FAILED, why
         if result.status == Status.FAILED:

@@ -5,21 +5,45 @@ Triton's kernels, all under TORCHINDUCTOR_CACHE_DIR); tricklab only points them 
 cache (`$TRICKLAB_CACHE/compile/<key>`) whose key changes with anything that could make an artifact
 wrong: tricklab's version and a hash of its source, torch's version, and the device (GPU name and
 compute capability; on a CPU the instruction set Inductor generates code for). A changed key is a
-new, cold folder: a stale artifact is never looked up."""
+new, cold folder: a stale artifact is never looked up.
+
+torch loads pickled graphs and compiled libraries from that folder, so only its owner may write
+it: tricklab makes it 0700 and refuses one that another user owns or others may write (as ssh
+refuses a key others can write). A folder that cannot be made, a full disk while compiling, and
+a damaged file that torch cannot load are one CompileCacheError line before anything of the run
+is recorded; a damaged graph entry that torch treats as a miss (and recompiles) is not said."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import logging
+import os
+import pickle
 import platform
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 import tricklab
+from tricklab.core.errors import MachineError, TrickLabError
+from tricklab.core.paths import check_out_folder, disk_full_error, is_disk_full
+from tricklab.core.safeio import shown
+from tricklab.core.usercode import described
 from tricklab.core.version import __version__
 from tricklab.data.cache import default_cache_dir
+
+# torch's loggers that warn, with a traceback, of a cache entry they could not load (and then
+# recompile): a miss, not the user's business
+CACHE_MISS_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+ADVICE = "set TRICKLAB_CACHE to a folder of your own"
+
+
+class CompileCacheError(MachineError):
+    """The compile cache cannot be used; raised before, or instead of, recording the run."""
 
 
 def source_hash() -> str:
@@ -56,6 +80,91 @@ def compile_cache(device: torch.device, root: Path | None = None) -> Iterator[Pa
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
     folder = compile_cache_dir(device, root)
-    folder.mkdir(parents=True, exist_ok=True)
-    with temporary_cache_dir(str(folder)):
-        yield folder
+    make_private_folder(folder)
+    try:
+        with temporary_cache_dir(str(folder)), _quiet_cache_misses():
+            yield folder
+    except Exception as exc:
+        problem = cache_problem(exc, folder)
+        if problem is None:
+            raise
+        raise problem from None
+
+
+def make_private_folder(folder: Path) -> None:
+    """`folder` and its parent (`compile/`) made 0700 where missing; CompileCacheError for one
+    that cannot be made, or that another user owns or others may write."""
+    try:
+        check_out_folder(folder, "the compile cache")
+    except TrickLabError as exc:
+        raise CompileCacheError(f"{exc}; {ADVICE}") from None
+    try:
+        folder.parent.parent.mkdir(parents=True, exist_ok=True)
+        for made in (folder.parent, folder):
+            made.mkdir(mode=0o700, exist_ok=True)
+            mode, owner = made.stat().st_mode, made.stat().st_uid
+            if owner != os.getuid() or mode & 0o022:
+                who = "another user owns it" if owner != os.getuid() else "others may write it"
+                raise CompileCacheError(
+                    f"the compile cache folder {shown(made)} is not private ({who}): torch loads "
+                    f"pickled files from it; chmod go-w it, or {ADVICE}"
+                )
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, folder) from None
+        raise CompileCacheError(
+            f"cannot make the compile cache folder {shown(folder)}: {exc.strerror or exc}; {ADVICE}"
+        ) from None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def cache_problem(exc: BaseException, folder: Path) -> Exception | None:
+    """What a compile that raised `exc` says to the user when the cache folder is the cause: a
+    full disk (the compiler's "No space left on device"), or a file of the folder that torch
+    could not load (a truncated library or pickle); None for any other error."""
+    for cause in _chain(exc):
+        text = described(cause)
+        try:
+            whole = str(cause)  # a compiler's error holds its whole output
+        except Exception:
+            whole = text
+        if is_disk_full(cause) or "No space left on device" in whole:
+            full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
+            return disk_full_error(full, folder)
+        damaged = (ImportError, EOFError, pickle.UnpicklingError, OSError)
+        if isinstance(cause, damaged) and str(folder) in whole:
+            return CompileCacheError(
+                f"torch.compile could not load a file of its cache ({text[:300]}): remove the "
+                f"folder (rm -r {shown(folder)}) and run again"
+            )
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_cache_misses() -> Iterator[None]:
+    """torch's warnings of cache entries it could not load, and the `__del__` of a half-loaded
+    graph, kept off stderr for the block: torch recompiles such an entry."""
+    loggers = [logging.getLogger(name) for name in CACHE_MISS_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    hook = sys.unraisablehook
+
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
+        if "CompiledFxGraph.__del__" not in repr(info.object):
+            hook(info)
+
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
