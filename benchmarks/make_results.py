@@ -495,8 +495,8 @@ def demo_table(data: dict[str, Any]) -> list[str]:
     """The demo's study, one row per configuration, as the study's own statistics give it."""
     rows = [
         "| configuration | complete runs | accuracy % mean [95 % CI] | Δ accuracy pp [95 % CI] | "
-        "train s per run (geometric mean) | speed vs baseline [95 % CI] |",
-        "|---|---:|---:|---:|---:|---:|",
+        "train s per run (geometric mean) | speed vs baseline [95 % CI] | verdict: accuracy; time |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for s in data["stats"]:
         name = "baseline" if s["is_reference"] else ", ".join(f"`{o}`" for o in s["overrides"])
@@ -513,7 +513,10 @@ def demo_table(data: dict[str, Any]) -> list[str]:
         )
         acc = _ci(s["accuracy_mean"], s["accuracy_ci_low"], s["accuracy_ci_high"])
         planned = s["planned"] if s["planned"] is not None else "?"
-        rows.append(f"| {name} | {s['n']} of {planned} | {acc} | {diff} | {secs} | {speed} |")
+        verdict = "reference" if s["is_reference"] else f"{s['verdict']}; {s['time_verdict']}"
+        rows.append(
+            f"| {name} | {s['n']} of {planned} | {acc} | {diff} | {secs} | {speed} | {verdict} |"
+        )
     return rows
 
 

@@ -184,16 +184,32 @@ def source_summary(source: Source) -> str:
         text += " The change did not move accuracy significantly."
     else:
         text += f" None of the {len(others)} changes moved accuracy significantly."
+    text += _taken_back(source, others, "verdict", lambda r: f"{fmt.pp(r.accuracy_diff)} pp")
     if any(r.time_verdict == NOT_JUDGED for r in others):
         text += f" Train time is {NOT_JUDGED}, {source.busy.reason}; {BUSY_ADVICE}."
-    elif speed:
-        shown = [f"{source.name_of(r.config_id)} ({fmt.ratio(r.speedup)}×)" for r in speed]
-        text += f" {len(speed)} changed train time significantly: {_names(shown)}."
     else:
-        text += " None changed train time significantly."
+        if speed:
+            shown = [f"{source.name_of(r.config_id)} ({fmt.ratio(r.speedup)}×)" for r in speed]
+            text += f" {len(speed)} changed train time significantly: {_names(shown)}."
+        else:
+            text += " None changed train time significantly."
+        text += _taken_back(source, others, "time_verdict", lambda r: f"{fmt.ratio(r.speedup)}×")
     if few:
         text += f" {len(few)} had too few runs to test."
     return text
+
+
+def _taken_back(source: Source, rows: list[Any], verdict: str, effect: Any) -> str:
+    """The changes whose own test was significant but not after Benjamini-Hochberg: said, so that
+    an interval that excludes no change beside "none moved" is not read as a contradiction."""
+    taken = [r for r in rows if getattr(r, verdict) == "not significant after BH"]
+    if not taken:
+        return ""
+    shown = [f"{source.name_of(r.config_id)} ({effect(r)})" for r in taken]
+    return (
+        f" {_names(shown)} {'was' if len(taken) == 1 else 'were'} significant alone, but not "
+        f"after correcting for the {len(rows)} comparisons (Benjamini-Hochberg)."
+    )
 
 
 def summary(sources: Sequence[Source]) -> str:
