@@ -108,7 +108,7 @@ def test_ablate_echoes_its_study_and_storage_on_one_line(forged_ablation):
     assert code == 0
     assert_echoed_safely(out, err)
     assert f"storage sqlite:///{folder.parent}/{SHOWN}/study.db" in out.splitlines()
-    assert any(line.startswith("ablation plain: 2 planned") for line in out.splitlines())
+    assert any(line.startswith("ablation plain: 2 runs planned") for line in out.splitlines())
 
 
 def test_ablate_and_sweep_dry_runs_echo_their_plan_on_one_line(tmp_path):
