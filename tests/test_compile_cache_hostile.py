@@ -121,3 +121,71 @@ def test_a_torch_variable_torch_cannot_parse_is_one_line(name, value, said):
     code, _, err = tricklab(["models", "resnet18"], env={name: value})
     line = one_error_line(err)
     assert code == 2 and f"{name}={value}" in line and said in line, line
+
+
+# ---------------------------------------------------------------- verifying the twelfth round
+
+
+def test_a_damaged_compiled_module_or_a_full_cache_disk_is_a_machine_error(tmp_path):
+    from tricklab.core.errors import MachineError
+
+    folder = tmp_path / "compile" / "key"
+    syntax = SyntaxError("invalid syntax")
+    syntax.filename = str(folder / "6z" / "c6zz.py")
+    failed = RuntimeError(f"Failed to import {folder}/6z/c6zz.py")
+    failed.__cause__ = syntax
+    outer = RuntimeError("InductorError")
+    outer.__cause__ = failed
+    assert isinstance(cache_problem(outer, folder), CompileCacheError)
+    assert isinstance(cache_problem(syntax, folder), CompileCacheError)
+    full = cache_problem(OSError(errno.ENOSPC, "No space left on device"), folder)
+    assert isinstance(full, DiskFullError) and isinstance(full, MachineError)
+
+
+def test_a_study_whose_cache_cannot_be_used_makes_no_study(tmp_path):
+    """The first run's check came after the study and its first trial were stored (FAIL)."""
+    cache = tmp_path / "c"
+    (cache / "compile").mkdir(parents=True)
+    os.chmod(cache / "compile", 0o777)
+    args = ["ablate", "--baseline", *COMPILING, "--vary", "tricks.label_smoothing=0"]
+    code, _, err = tricklab([*args, "--seeds", "1", "--out", str(tmp_path / "ab")],
+                            env={"TRICKLAB_CACHE": str(cache)})  # fmt: skip
+    assert code == 2 and "not private" in one_error_line(err)
+    assert not (tmp_path / "ab").exists()
+
+
+def test_a_machine_error_mid_study_leaves_its_trial_interrupted_to_run_again(tmp_path):
+    import optuna
+
+    from tricklab.experiments import AblationPlan, ablate
+    from tricklab.experiments.storage import open_storage, storage_url
+    from tricklab.recipe.schema import load_recipe
+
+    def train(recipe, **kwargs):
+        raise CompileCacheError("torch.compile could not load a file of its cache")
+
+    plan = AblationPlan(
+        load_recipe(None, TINY), {"optim.lr": [0.1]}, 1, study="m", out_dir=tmp_path
+    )
+    with pytest.raises(CompileCacheError):
+        ablate(plan, train_fn=train)
+    storage = open_storage(storage_url(None, tmp_path), must_exist=True)
+    (trial,) = optuna.load_study(study_name="m", storage=storage).trials
+    assert trial.user_attrs["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"TORCHINDUCTOR_AUTOTUNE_POOL_INACTIVITY_TIMEOUT": "abc"}, "invalid literal for int()"),
+        ({"TORCH_LOGS": "recompiles", "TORCH_LOGS_FORMAT": "%(bogus)s"}, "is no logging format"),
+    ],
+)
+def test_more_torch_variables_are_one_line(env, said):
+    code, _, err = tricklab(["models", "resnet18"], env=env)
+    assert code == 2 and said in one_error_line(err)
+
+
+def test_listings_that_load_no_torch_do_not_check_torchs_variables():
+    code, out, err = tricklab(["recipes"], env={"TORCH_LOGS": "bogus"})
+    assert code == 0 and b"speedrun94" in out and err == b""

@@ -39,7 +39,7 @@ from tricklab.cli.common import (
     say_notices,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
-from tricklab.core.environment import check_environment
+from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import (
     TrickLabError,
     another_rank_failed,
@@ -56,6 +56,7 @@ from tricklab.recipe.schema import builtin_recipes, field_table
 
 MAX_CLASSES = 100_000
 CWD_MAX_BYTES = 4096  # PATH_MAX on Linux: a working folder this deep fails torch's MKL as it loads
+NO_TORCH_COMMANDS = ("tricks", "recipes", None)  # listings that never load torch (None: bare)
 
 
 # ---------------------------------------------------------------- data
@@ -328,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         args.stop = stop
         try:
             check_environment()  # before torch loads, or its first forward, reads them
+            if args.command not in NO_TORCH_COMMANDS:
+                check_torch_env()
             return args.func(args)
         except TrickLabError as exc:
             if this_process_speaks():  # under torchrun, rank 0 speaks for all

@@ -42,7 +42,6 @@ def check_environment() -> None:
         )
     _check_openmp_env()
     check_torch_cache_env()
-    _check_torch_env()
 
 
 # What torch parses as it loads (TORCH_LOGS) or as its compiler's config loads (the others, read
@@ -50,7 +49,19 @@ def check_environment() -> None:
 TORCH_PARSED_PREFIXES = ("TORCH_LOGS", "TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_")
 
 
-def _check_torch_env() -> None:
+def check_torch_env() -> None:
+    """TrickLabError for a variable torch parses as it loads that it cannot use: for commands
+    that load torch (a listing of fields or recipes does not, and pays nothing)."""
+    import logging
+
+    fmt = os.environ.get("TORCH_LOGS_FORMAT")
+    if fmt:  # read at each log line, where a bad one is a logging traceback, not an error
+        try:
+            logging.Formatter(fmt).format(logging.LogRecord("torch", 20, "f", 1, "m", None, None))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise TrickLabError(
+                f"TORCH_LOGS_FORMAT={shown(fmt)} is no logging format ({exc}); correct or unset it"
+            ) from None
     values = tuple(
         sorted(
             (n, v)
@@ -65,9 +76,10 @@ def _check_torch_env() -> None:
 @functools.lru_cache(maxsize=8)
 def _torch_reads(values: tuple[tuple[str, str], ...]) -> None:
     """TrickLabError when torch cannot load with `values` set, in torch's own words (its first
-    line): loaded here, where it costs a second, only when one of them is set."""
+    line): loaded here (seconds) only when one of them is set."""
     try:
         import torch._dynamo.config  # noqa: F401
+        import torch._inductor.autotune_process  # noqa: F401  reads its own variables
         import torch._inductor.config  # noqa: F401
     except Exception as exc:
         names = ", ".join(f"{n}={shown(v)}" for n, v in values)

@@ -252,6 +252,15 @@ def _read_arrays(archive: zipfile.ZipFile, file_bytes: int) -> dict[str, np.ndar
 ABANDONED_SECONDS = 600  # a partial file its writer has not touched for this long: a killed one
 
 
+def remove_abandoned(folder: Path) -> None:
+    """Remove the partial files in `folder` no writer has touched for ABANDONED_SECONDS."""
+    with contextlib.suppress(OSError):  # a folder not there (yet), or that cannot be listed
+        for partial in folder.glob(f"*{_TEMP_SUFFIX}"):
+            with contextlib.suppress(OSError):  # another process removed it first
+                if time.time() - partial.lstat().st_mtime > ABANDONED_SECONDS:
+                    partial.unlink()
+
+
 def ensure_writable(folder: Path) -> None:
     """Create the cache folder and prove a file can be written there, before any slow decode;
     remove the partial files of writers killed there (SIGKILL, or a signal whose default is to
@@ -261,10 +270,7 @@ def ensure_writable(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, suffix=_TEMP_SUFFIX):
             pass
-        for partial in folder.glob(f"*{_TEMP_SUFFIX}"):
-            with contextlib.suppress(OSError):  # another process removed it first
-                if time.time() - partial.lstat().st_mtime > ABANDONED_SECONDS:
-                    partial.unlink()
+        remove_abandoned(folder)
     except OSError as err:
         raise TrickLabError(
             f"cannot write the dataset cache in {folder} ({err.strerror or err}); "
@@ -341,6 +347,7 @@ def cached_splits(
     start = time.perf_counter()
     cached = read_cached_splits(folder, name, key, split_names, key_parts.get("image_size"))
     if cached is not None:
+        remove_abandoned(folder)  # a killed writer's partial file, found on a hit too
         log.info("loaded %s from cache %s in %.2f s", name, folder, time.perf_counter() - start)
         classes = cached["train"][2]
         return classes, {split: (images, labels) for split, (images, labels, _) in cached.items()}

@@ -56,7 +56,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import MachineError, TrickLabError
 from tricklab.core.paths import disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, DONE_STATUSES, Status
@@ -175,7 +175,8 @@ def claimed(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[Non
         yield
     except BaseException as exc:
         interrupted = is_interrupt(exc)
-        status = Status.INTERRUPTED if interrupted else Status.FAILED
+        machine = isinstance(exc, MachineError)  # no run happened: it runs again, as after a stop
+        status = Status.INTERRUPTED if interrupted or machine else Status.FAILED
         error = INTERRUPTED_ERROR if interrupted else f"{type(exc).__name__}: {exc}"
         why = _mark_finished(storage, trial_id, status, error)
         if why is None:

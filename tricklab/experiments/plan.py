@@ -207,6 +207,8 @@ class AblationPlan:
 
     def __post_init__(self) -> None:
         expect_type(self.baseline, Recipe, "AblationPlan's baseline")
+        # checked as a file's recipe is, and its own copy: a field set by hand is refused here
+        object.__setattr__(self, "baseline", Recipe.from_dict(self.baseline.to_dict(), "recipe"))
         expect_type(self.vary, Mapping, "AblationPlan's vary")
         for key, values in self.vary.items():  # a lone string would be read letter by letter
             expect_type(key, str, "each key of AblationPlan's vary")
@@ -241,6 +243,7 @@ class SweepPlan:
 
     def __post_init__(self) -> None:
         expect_type(self.base, Recipe, "SweepPlan's base")
+        object.__setattr__(self, "base", Recipe.from_dict(self.base.to_dict(), "recipe"))
         if not callable(getattr(self.space, "grid_size", None)):  # space.py imports this module
             raise TypeError(
                 "SweepPlan's space takes a SearchSpace (space.load_space or parse_space), got "

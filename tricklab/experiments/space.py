@@ -172,7 +172,7 @@ def _number(key: str, name: str, value: Any, source: str) -> float | int:
         raise TrickLabError(f"{source}: {key}.{name}={value!r} is not a number")
     if isinstance(value, float) and not math.isfinite(value):
         raise TrickLabError(f"{source}: {key}.{name}={value!r} is not a finite number")
-    return value
+    return value + 0.0 if isinstance(value, float) else value  # -0.0 is 0.0
 
 
 def _field_type(key: str) -> str | None:
@@ -208,6 +208,7 @@ def _distribution(key: str, spec: Any, source: str) -> BaseDistribution:
         bad = [c for c in spec if not (c is None or isinstance(c, (bool, int, float, str)))]
         if bad:
             raise TrickLabError(f"{source}: {key} choices must be scalars, not {bad[0]!r}")
+        spec = [c + 0.0 if isinstance(c, float) else c for c in spec]  # -0.0 is 0.0
         return CategoricalDistribution(list(dict.fromkeys(spec)))
     if not isinstance(spec, dict) or not {"low", "high"} <= set(spec) or set(spec) - RANGE_KEYS:
         raise TrickLabError(

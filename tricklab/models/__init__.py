@@ -140,11 +140,9 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
             f"a model name must be a non-empty string without ':', control characters or "
             f"surrounding spaces, got {name!r} (':' is for package.module:factory and timm:NAME)"
         )
-    if _as_override(name) != name:  # `model.name=null` (or true, ~, [a], 'q') reads otherwise
-        raise TrickLabError(
-            f"a model name must read back as itself in model.name={name}, which YAML reads as "
-            f"{_as_override(name)!r:.60}; register under another name"
-        )
+    if not _selectable(name):  # `model.name=null` (or true, ~, [a], 'q', *a) reads otherwise
+        raise TrickLabError(f"a model name must read back as itself in model.name={name}, "
+                            "which reads as null, a bool, a list or another text; rename it")  # fmt: skip
     if doc is not None and not isinstance(doc, str):
         raise TypeError(f"register_model's doc takes str or None, got {doc!r:.60}")
     if name in BUILTIN_MODELS:
@@ -161,15 +159,18 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
     )
 
 
-def _as_override(name: str) -> object:
-    """What an override's YAML makes of `name` (an unreadable one: itself, said by the reader)."""
+def _selectable(name: str) -> bool:
+    """Whether `model.name=<name>` reads back as `name`: YAML reads it as text, a number, a date
+    or a YAML 1.1 bool (`yes`: recipes read YAML 1.2 bools), which a text field keeps as typed."""
     import yaml
 
     try:
         value = yaml.safe_load(name)
-    except yaml.YAMLError:
-        return name
-    return name if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    except yaml.YAMLError:  # `*a`, `[a`, `%x`: no override reads these as typed
+        return False
+    if isinstance(value, (str, bool)):
+        return value == name if isinstance(value, str) else name.lower() not in ("true", "false")
+    return value is not None and not isinstance(value, (list, dict))
 
 
 def list_models() -> list[ModelInfo]:

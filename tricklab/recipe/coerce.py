@@ -38,7 +38,10 @@ def type_name(tp: Any) -> str:
 
 def shown(value: Any) -> str:
     """`repr(value)`, cut to SHOWN_CHARS, so that a bad value of any size fits its error line."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4,300 digits (0x of 4,000 f's reads fine)
+        return f"a number of {value.bit_length():,} bits"
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
@@ -100,7 +103,7 @@ def _as_type(base: Any, value: Any) -> Any:
             if value is None:
                 return _BAD
         try:
-            value = float(value)
+            value = float(value) + 0.0  # -0.0 is 0.0: one recipe, one study, one name
         except OverflowError:
             return _BAD
         return value if math.isfinite(value) else _BAD  # no NaN or infinity

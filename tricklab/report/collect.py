@@ -25,7 +25,7 @@ from tricklab.core import safeio
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import resolved
 from tricklab.core.urls import file_of
-from tricklab.report.fmt import config_name
+from tricklab.report.fmt import config_namer
 from tricklab.report.inputs import (
     check_run_result,
     check_speedrun_summary,
@@ -87,9 +87,8 @@ class Source:
         return next((r.config_id for r in self.rows if r.is_reference), None)
 
     def name_of(self, config_id: str) -> str:
-        """The display name of a configuration (short numbers)."""
-        row = next((r for r in self.rows if r.config_id == config_id), None)
-        return config_name(config_id, row.overrides if row is not None else [])
+        """The display name of a configuration (short numbers, unless two would read alike)."""
+        return config_namer(self.rows)(config_id)
 
     def baseline_recipe(self) -> dict[str, Any] | None:
         """The recipe the reference configuration ran (seed aside), if any run of it stored one."""

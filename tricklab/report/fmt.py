@@ -64,7 +64,10 @@ def config_namer(rows: Sequence[Any]) -> Callable[[str], str]:
     """config id -> its display name (`config_name`) for rows of ConfigStats: one name for a
     configuration in `ablate`'s, `sweep`'s and `results`' tables and in the report."""
     overrides = {r.config_id: r.overrides for r in rows}
-    return lambda cid: config_name(cid, overrides.get(cid, []))
+    short = {cid: config_name(cid, o) for cid, o in overrides.items()}
+    twice = {name for name in short.values() if list(short.values()).count(name) > 1}
+    # two values alike in 4 figures (1.23456e-17, 1.23459e-17): their full names, told apart
+    return lambda cid: cid if short.get(cid) in twice else config_name(cid, overrides.get(cid, []))
 
 
 def pct(fraction: float | None, digits: int = 2) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tricklab.core.device import synchronize
-from tricklab.core.environment import check_environment
+from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import MachineError, TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
@@ -35,7 +35,7 @@ from tricklab.core.progress import current as current_progress
 from tricklab.core.safeio import json_safe, read_json, shown
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
-from tricklab.core.usercode import raised_by_code
+from tricklab.core.usercode import described, raised_by_code
 from tricklab.core.version import __version__
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.provenance import finish_record, start_record
@@ -180,6 +180,7 @@ def train(
     if out_dir is not None and "\0" in os.fspath(out_dir):
         raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
     check_environment()  # before torch's first forward reads TORCHINDUCTOR_CACHE_DIR
+    check_torch_env()
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
     out = Path(out_dir) if out_dir is not None and main else None
     device = resolve_device(recipe.run.device)
@@ -287,6 +288,8 @@ def _train(
             raise  # nothing recorded: train() removes what was written and the folders it made
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
         result.status, result.error = run_end(exc, stop)
+        if exc in callback_error and isinstance(exc, SystemExit):  # no Ctrl-C: the caller's exit
+            result.error = f"stopped by on_epoch raising {described(exc)}"
         # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
         why = None if exc in callback_error else raised_by_code(exc)
         if why is not None and (stop is None or not stop.requested):

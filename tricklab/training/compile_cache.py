@@ -25,12 +25,13 @@ import platform
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import tricklab
 from tricklab.core.errors import MachineError, TrickLabError
-from tricklab.core.paths import check_out_folder, disk_full_error, is_disk_full
+from tricklab.core.paths import DiskFullError, check_out_folder, disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
 from tricklab.core.usercode import described
 from tricklab.core.version import __version__
@@ -38,12 +39,29 @@ from tricklab.data.cache import default_cache_dir
 
 # torch's loggers that warn, with a traceback, of a cache entry they could not load (and then
 # recompile): a miss, not the user's business
-CACHE_MISS_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+CACHE_MISS_LOGGERS = (
+    "torch._inductor.codecache",
+    "torch._inductor.output_code",
+    "torch._functorch._aot_autograd.autograd_cache",
+)
 ADVICE = "set TRICKLAB_CACHE to a folder of your own"
 
 
 class CompileCacheError(MachineError):
     """The compile cache cannot be used; raised before, or instead of, recording the run."""
+
+
+class CompileCacheFull(DiskFullError, MachineError):
+    """The disk of the compile cache filled while torch compiled: every run would meet it."""
+
+
+def check_compile_cache(tricks: Any, device: torch.device) -> None:
+    """CompileCacheError now, before a study stores anything, for a run of `tricks` on `device`
+    that would compile into a cache folder it cannot use."""
+    from tricklab.training.resolve import compile_for_device
+
+    if compile_for_device(tricks.compile, device.type) != "off":
+        make_private_folder(compile_cache_dir(device))
 
 
 def source_hash() -> str:
@@ -104,10 +122,14 @@ def make_private_folder(folder: Path) -> None:
             made.mkdir(mode=0o700, exist_ok=True)
             mode, owner = made.stat().st_mode, made.stat().st_uid
             if owner != os.getuid() or mode & 0o022:
-                who = "another user owns it" if owner != os.getuid() else "others may write it"
+                who, fix = (
+                    ("another user owns it", "chown it")
+                    if owner != os.getuid()
+                    else ("others may write it", "chmod go-w it")
+                )
                 raise CompileCacheError(
                     f"the compile cache folder {shown(made)} is not private ({who}): torch loads "
-                    f"pickled files from it; chmod go-w it, or {ADVICE}"
+                    f"pickled files from it; {fix}, or {ADVICE}"
                 )
     except OSError as exc:
         if is_disk_full(exc):
@@ -136,10 +158,12 @@ def cache_problem(exc: BaseException, folder: Path) -> Exception | None:
         except Exception:
             whole = text
         if is_disk_full(cause) or "No space left on device" in whole:
-            full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
-            return disk_full_error(full, folder)
-        damaged = (ImportError, EOFError, pickle.UnpicklingError, OSError)
-        if isinstance(cause, damaged) and str(folder) in whole:
+            said = disk_full_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), folder)
+            return CompileCacheFull(errno.ENOSPC, said.strerror, str(folder), said.message)
+        damaged = (ImportError, EOFError, pickle.UnpicklingError, OSError, SyntaxError)
+        named = str(folder) in whole or str(folder) in str(getattr(cause, "filename", ""))
+        loading = isinstance(cause, damaged) or whole.startswith("Failed to import")
+        if loading and named:
             return CompileCacheError(
                 f"torch.compile could not load a file of its cache ({text[:300]}): remove the "
                 f"folder (rm -r {shown(folder)}) and run again"
@@ -159,8 +183,8 @@ def _quiet_cache_misses() -> Iterator[None]:
         if "CompiledFxGraph.__del__" not in repr(info.object):
             hook(info)
 
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
+    for logger in loggers:  # their errors too: "Failed to load artifact" before our one line
+        logger.setLevel(logging.CRITICAL)
     sys.unraisablehook = unraisable
     try:
         yield

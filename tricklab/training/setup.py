@@ -48,6 +48,7 @@ from tricklab.recipe.schema import (
 from tricklab.training import distributed
 from tricklab.training.averaging import WeightAverage
 from tricklab.training.backend import backend_settings, compiled
+from tricklab.training.compile_cache import check_compile_cache
 from tricklab.training.cudagraph import GraphedStep
 from tricklab.training.loggers import require_packages
 from tricklab.training.loop import Parts
@@ -437,6 +438,7 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
         try:
             device = resolve_device(recipe.run.device)
             require_packages(recipe.run.loggers)
+            check_compile_cache(recipe.tricks, device)  # before a study stores a trial
             dataset = reuse.call(load_data, recipe.data)
             with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
                 prepare(recipe, dataset, device, reuse)
