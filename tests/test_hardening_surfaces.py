@@ -48,7 +48,9 @@ def test_a_run_folder_named_twice_is_counted_once(tmp_path, capsys):
     (run / "result.json").write_text(json.dumps(RESULT))
     out = tmp_path / "r"
     assert main(["report", str(run), f"{run}/", "--out", str(out), "--json"]) == 0
-    assert "1 complete run each (1 of 1 runs complete)" in (out / "report.md").read_text()
+    assert (
+        "1 configuration, 1 complete run (1 of 1 run complete)" in (out / "report.md").read_text()
+    )
 
 
 def test_a_result_json_with_nan_for_a_time_is_one_line(tmp_path, capsys):

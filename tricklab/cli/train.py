@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -55,6 +56,10 @@ class EpochView:
         )
 
 
+def _device_type(result: Any) -> str | None:
+    return (getattr(result, "hardware", None) or {}).get("device_type")
+
+
 def print_result(result, recipe_name: str | None = None) -> None:
     """The run's summary table; record seconds (airbench's definition) only for a recipe that
     has an airbench script to compare with (experiments/speedrun.py AIRBENCH_RECORDS)."""
@@ -76,7 +81,7 @@ def print_result(result, recipe_name: str | None = None) -> None:
         ("time to target s", result.time_to_target_seconds, ".2f"),
         ("images/s", result.images_per_second, ",.0f"),
         (  # a CPU's: the process's peak resident set (Python and torch included)
-            "peak memory MiB" + ("" if result.hardware.get("device_type") == "cuda" else " (RSS)"),
+            "peak memory MiB" + ("" if _device_type(result) == "cuda" else " (RSS)"),
             result.peak_memory_bytes and result.peak_memory_bytes / 2**20,
             ",.0f",
         ),

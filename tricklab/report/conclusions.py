@@ -131,9 +131,9 @@ def source_summary(source: Source) -> str:
             text += " each"
     plan = unfinished(source.rows)
     if plan:  # the runs still to come count too: 6 of 7 attempted would hide 2 never started
-        text += f" ({complete} of {plan[1]} planned runs complete)."
+        text += f" ({complete} of {plan[1]} planned run{'s' if plan[1] != 1 else ''} complete)."
     else:
-        text += f" ({complete} of {runs} runs complete)."
+        text += f" ({complete} of {runs} run{'s' if runs != 1 else ''} complete)."
 
     failed = {k: v for k, v in statuses.items() if k not in COMPLETE_STATUSES}
     if failed:

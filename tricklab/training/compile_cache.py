@@ -36,6 +36,7 @@ from tricklab.core.safeio import shown
 from tricklab.core.usercode import described
 from tricklab.core.version import __version__
 from tricklab.data.cache import default_cache_dir
+from tricklab.training.resolve import compile_for_device
 
 # torch's loggers that warn, with a traceback, of a cache entry they could not load (and then
 # recompile): a miss, not the user's business
@@ -58,8 +59,6 @@ class CompileCacheFull(DiskFullError, MachineError):
 def check_compile_cache(tricks: Any, device: torch.device) -> None:
     """CompileCacheError now, before a study stores anything, for a run of `tricks` on `device`
     that would compile into a cache folder it cannot use."""
-    from tricklab.training.resolve import compile_for_device
-
     if compile_for_device(tricks.compile, device.type) != "off":
         make_private_folder(compile_cache_dir(device))
 
