@@ -45,6 +45,7 @@ from tricklab.experiments.speedrun import (
 )
 from tricklab.profile.tables import num
 from tricklab.recipe.schema import load_recipe
+from tricklab.report.fmt import plural
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
@@ -96,8 +97,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
     airbench = summary.airbench is not None  # record seconds are airbench's: only next to it
     table = Table(
         title=shown(
-            f"speedrun {summary.recipe_name}: {summary.n} run{'s' if summary.n != 1 else ''} "
-            f"on {summary.device_name}"
+            f"speedrun {summary.recipe_name}: {plural(summary.n, 'run')} on {summary.device_name}"
         )
         + (processes if world > 1 else "")
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
@@ -264,7 +264,7 @@ def _speedrun_here(args: argparse.Namespace, recipe, target: float | None, main:
     out_console = err_console if args.json else console
     err = err_console
     say = functools.partial(echo, err) if display else _silent  # --quiet: summary and errors only
-    runs = f"{args.runs} run{'s' if args.runs != 1 else ''}"
+    runs = plural(args.runs, "run")
     say(
         f"speedrun {args.recipe}: 1 warm-up run (not counted) + {runs}, seeds 0..{args.runs - 1}"
         if args.warmup_epochs != 0

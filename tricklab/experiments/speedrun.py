@@ -281,9 +281,9 @@ def speedrun(
         try:
             return _speedrun(plan, on_run, stop)
         except BaseException as exc:  # a stop, or the caller's `on_run` (stdout a closed pipe)
-            kept = any((out / f"seed-{i}").is_dir() for i in range(plan.runs)) if out else 0
-            kept = kept and not isinstance(exc, KeyboardInterrupt)  # a stop: none was counted
-            if out is not None and not isinstance(exc, SpeedrunInterrupted) and not kept:
+            ran = any((out / f"seed-{i}").is_dir() for i in range(plan.runs)) if out else False
+            stopped = isinstance(exc, KeyboardInterrupt)  # not SpeedrunInterrupted: none counted
+            if out and not isinstance(exc, SpeedrunInterrupted) and (stopped or not ran):
                 remove_unsummarized(out, plan.runs, created)  # ended before a counted run
             raise
 

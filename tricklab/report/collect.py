@@ -86,9 +86,13 @@ class Source:
     def reference(self) -> str | None:
         return next((r.config_id for r in self.rows if r.is_reference), None)
 
+    @functools.cached_property
+    def _namer(self) -> Any:
+        return config_namer(self.rows)  # built once: the report asks per row and sentence
+
     def name_of(self, config_id: str) -> str:
         """The display name of a configuration (short numbers, unless two would read alike)."""
-        return config_namer(self.rows)(config_id)
+        return self._namer(config_id)
 
     def baseline_recipe(self) -> dict[str, Any] | None:
         """The recipe the reference configuration ran (seed aside), if any run of it stored one."""

@@ -101,7 +101,7 @@ def conclusions(sources: Sequence[Source]) -> list[str]:
             failed = sum(row.failures.values())
             if failed:
                 kinds = ", ".join(f"{k} {v}" for k, v in row.failures.items())
-                sentence += f"; {failed} run{'s' if failed > 1 else ''} did not complete ({kinds})"
+                sentence += f"; {fmt.plural(failed, 'run')} did not complete ({kinds})"
             out.append(sentence + ".")
     return out
 
@@ -131,9 +131,9 @@ def source_summary(source: Source) -> str:
             text += " each"
     plan = unfinished(source.rows)
     if plan:  # the runs still to come count too: 6 of 7 attempted would hide 2 never started
-        text += f" ({complete} of {plan[1]} planned run{'s' if plan[1] != 1 else ''} complete)."
+        text += f" ({complete} of {fmt.plural(plan[1], 'planned run')} complete)."
     else:
-        text += f" ({complete} of {runs} run{'s' if runs != 1 else ''} complete)."
+        text += f" ({complete} of {fmt.plural(runs, 'run')} complete)."
 
     failed = {k: v for k, v in statuses.items() if k not in COMPLETE_STATUSES}
     if failed:
@@ -156,8 +156,8 @@ def source_summary(source: Source) -> str:
         text += " (a run of it recorded 0 s of training: no geometric mean of its train seconds)"
     if reference.target is not None and reference.target_runs:
         text += (
-            f"; {reference.reached_target} of its {reference.target_runs} "
-            f"run{'s' if reference.target_runs != 1 else ''} reached the target"
+            f"; {reference.reached_target} of its {fmt.plural(reference.target_runs, 'run')} "
+            "reached the target"
             f" accuracy of {fmt.target(reference.target)}%"
         )
     text += "."
@@ -178,8 +178,8 @@ def source_summary(source: Source) -> str:
         )
     if accuracy:
         shown = [f"{source.name_of(r.config_id)} ({fmt.pp(r.accuracy_diff)} pp)" for r in accuracy]
-        changes = "change" if len(others) == 1 else "changes"
-        text += f" {len(accuracy)} of {len(others)} {changes} moved accuracy significantly: {_names(shown)}."
+        changes = fmt.plural(len(others), "change")
+        text += f" {len(accuracy)} of {changes} moved accuracy significantly: {_names(shown)}."
     elif len(others) == 1:
         text += " The change did not move accuracy significantly."
     else:

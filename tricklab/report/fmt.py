@@ -8,6 +8,7 @@ pasted into a spreadsheet stays a number.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,12 +61,17 @@ def config_name(config_id: str, overrides: Sequence[str]) -> str:
     return " ".join([prefix, *(short_override(o) for o in overrides)]).strip()
 
 
+def plural(count: int, word: str) -> str:
+    """'1 run', '3 runs', '0 runs'."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
 def config_namer(rows: Sequence[Any]) -> Callable[[str], str]:
     """config id -> its display name (`config_name`) for rows of ConfigStats: one name for a
     configuration in `ablate`'s, `sweep`'s and `results`' tables and in the report."""
     overrides = {r.config_id: r.overrides for r in rows}
     short = {cid: config_name(cid, o) for cid, o in overrides.items()}
-    twice = {name for name in short.values() if list(short.values()).count(name) > 1}
+    twice = {name for name, n in Counter(short.values()).items() if n > 1}
     # two values alike in 4 figures (1.23456e-17, 1.23459e-17): their full names, told apart
     return lambda cid: cid if short.get(cid) in twice else config_name(cid, overrides.get(cid, []))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -63,8 +64,10 @@ def check_compile_cache(tricks: Any, device: torch.device) -> None:
         make_private_folder(compile_cache_dir(device))
 
 
+@functools.lru_cache(maxsize=1)
 def source_hash() -> str:
-    """sha256 of every Python file of the tricklab package (paths and contents)."""
+    """sha256 of every Python file of the tricklab package (paths and contents): read once per
+    process, not at each run's compile and each study's check."""
     package = Path(tricklab.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
@@ -119,7 +122,8 @@ def make_private_folder(folder: Path) -> None:
         folder.parent.parent.mkdir(parents=True, exist_ok=True)
         for made in (folder.parent, folder):
             made.mkdir(mode=0o700, exist_ok=True)
-            mode, owner = made.stat().st_mode, made.stat().st_uid
+            info = made.stat()
+            mode, owner = info.st_mode, info.st_uid
             if owner != os.getuid() or mode & 0o022:
                 who, fix = (
                     ("another user owns it", "chown it")
