@@ -436,7 +436,7 @@ def test_speedrun_cli_summary_has_mean_median_min_max_of_record_and_train_second
 def test_record_seconds_compare_with_airbench_only_for_the_recipe_as_airbench_ran_it(
     name, overrides, comparable
 ):
-    from tricklab.experiments.speedrun import as_airbench_ran_it
+    from tricklab.experiments.airbench_records import as_airbench_ran_it
 
     assert as_airbench_ran_it(load_recipe(name, overrides), name) is comparable
 
@@ -445,7 +445,7 @@ def test_the_summary_gives_the_median_record_seconds_over_airbenchs_when_compara
     from types import SimpleNamespace
 
     from tricklab.cli.speedrun import _airbench_rows
-    from tricklab.experiments.speedrun import AIRBENCH_RECORDS
+    from tricklab.experiments.airbench_records import AIRBENCH_RECORDS
 
     summary = SimpleNamespace(
         airbench=AIRBENCH_RECORDS["speedrun94"],

@@ -62,8 +62,8 @@ def _device_type(result: Any) -> str | None:
 
 def print_result(result, recipe_name: str | None = None) -> None:
     """The run's summary table; record seconds (airbench's definition) only for a recipe that
-    has an airbench script to compare with (experiments/speedrun.py AIRBENCH_RECORDS)."""
-    from tricklab.experiments.speedrun import AIRBENCH_RECORDS
+    has an airbench script to compare with (experiments/airbench_records.py)."""
+    from tricklab.experiments.airbench_records import AIRBENCH_RECORDS
 
     table = Table(title=f"run {result.status}", show_header=False)
     tta = result.recipe.get("tricks", {}).get("tta", "none")

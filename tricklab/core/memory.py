@@ -31,7 +31,7 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory(device: torch.device) -> dict:
-    """{"peak_memory_bytes", ...}: CUDA max allocated (and reserved, % of device total);
+    """{"peak_memory_kind", "peak_memory_bytes", ...}: CUDA max allocated (and reserved, % of device total);
     on the CPU the process's peak resident set size (a lifetime peak: it includes earlier runs)."""
     if device.type == "cuda":
         import torch
@@ -39,12 +39,16 @@ def peak_memory(device: torch.device) -> dict:
         total = torch.cuda.get_device_properties(device).total_memory
         allocated = torch.cuda.max_memory_allocated(device)
         return {
+            "peak_memory_kind": "CUDA max allocated",
             "peak_memory_bytes": allocated,
             "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device),
             "peak_memory_pct": 100.0 * allocated / total,
         }
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_memory_bytes": rss if sys.platform == "darwin" else rss * 1024}
+    return {
+        "peak_memory_kind": "process peak RSS (lifetime: earlier runs in the process included)",
+        "peak_memory_bytes": rss if sys.platform == "darwin" else rss * 1024,
+    }
 
 
 def free_memory_bytes(device: torch.device) -> int | None:

@@ -42,6 +42,9 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def __repr__(self) -> str:  # the shapes, not the pixels
+        return f"Split(images=uint8 {tuple(self.images.shape)}, labels=int64 ({len(self)},))"
+
 
 @dataclass
 class Dataset:
@@ -52,6 +55,13 @@ class Dataset:
     train: Split
     test: Split
     source: str = ""  # where it came from (a path, or "generated"), for reports
+
+    def __repr__(self) -> str:
+        classes = ", ".join(self.classes[:4]) + (", ..." if len(self.classes) > 4 else "")
+        return (
+            f"Dataset({self.name!r}, {self.num_classes} classes [{classes}], train={self.train}, "
+            f"test={self.test}, source={self.source!r})"
+        )
 
     @property
     def image_shape(self) -> tuple[int, int, int]:

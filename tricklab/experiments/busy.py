@@ -134,6 +134,8 @@ def results_busy(
     """The verdict on a results table: the runs' load (and that of `summaries`, the records of
     the calls that ran them) and the spread against each reported speedup; with `speedrun`, also
     each configuration's spread against SPREAD_LIMIT."""
+    if not any(record.get("train_seconds") is not None for record in records):
+        return Busy(False)  # no timing to flag (every run failed before its first epoch ended)
     timings = comparison_timings(records, rows)
     if speedrun:
         by_config: dict[str, list[float]] = {}

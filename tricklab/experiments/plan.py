@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,17 +65,16 @@ def format_value(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
+    if isinstance(value, numbers.Integral):  # numpy's too, written as Python writes them
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        if math.isnan(value := float(value)):
             return ".nan"
         if math.isinf(value):
             return ".inf" if value > 0 else "-.inf"
         text = repr(value)
         mantissa, e, exponent = text.partition("e")
-        # PyYAML reads 1e-05 as a string; it wants a dot in the mantissa.
-        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text  # YAML's 1.0e-05
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_value(v) for v in value) + "]"
     text = str(value)
@@ -250,22 +250,23 @@ class SweepPlan:
                 f"{type(self.space).__name__} {self.space!r:.60}"
             )
         for name in ("trials", "sampler_seed"):
-            _expect_int(getattr(self, name), f"SweepPlan's {name}", none=True)
+            _expect_int(self, name, f"SweepPlan's {name}", none=True)
         expect_type(self.sampler, str, "SweepPlan's sampler")
         expect_type(self.pruner, str, "SweepPlan's pruner")
         _check_where(self, "SweepPlan")
 
 
-def _expect_int(value: Any, what: str, none: bool = False) -> None:
-    """TypeError for what is no int (a bool is not one: True would be 1 seed)."""
-    expect_type(value, (int, type(None)) if none else int, what)
-    if isinstance(value, bool):
-        raise TypeError(f"{what} takes an int, got {value!r}")
+def _expect_int(plan: Any, name: str, what: str, none: bool = False) -> None:
+    """TypeError for what is no whole number (a bool is not one: True would be 1 seed); numpy's
+    ints become Python ints (a study's attributes are JSON)."""
+    if getattr(plan, name) is not None or not none:
+        expect_number(getattr(plan, name), what, whole=True)
+        object.__setattr__(plan, name, int(getattr(plan, name)))
 
 
 def _check_where(plan: Any, what: str) -> None:
     """The seeds, study name, storage and folder of a plan; a path-like storage becomes text."""
-    _expect_int(plan.seeds, f"{what}'s seeds")
+    _expect_int(plan, "seeds", f"{what}'s seeds")
     expect_type(plan.study, (str, type(None)), f"{what}'s study")
     if plan.study is not None:
         from tricklab.experiments.rundirs import check_study_name  # optuna: not for a speedrun
@@ -319,8 +320,7 @@ def _check_grid_size(vary: Mapping[str, Sequence[Any]]) -> None:
     """TrickLabError for a grid of more than MAX_GRID_POINTS points, counted from the values as
     given (values spelt alike counted once), never by listing the points."""
     sizes = [len({_spelling(v) for v in values}) for values in vary.values()]
-    total = math.prod(sizes)
-    if total > MAX_GRID_POINTS:
+    if (total := math.prod(sizes)) > MAX_GRID_POINTS:
         raise TrickLabError(
             f"--grid has {total:,} points ({' × '.join(f'{n:,}' for n in sizes)}), more than "
             f"{MAX_GRID_POINTS:,}; vary fewer values, or sample the space with "

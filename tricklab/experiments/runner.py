@@ -281,6 +281,7 @@ def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> None:
     check_out_dir(plan.out_dir, "the sweep")
     if sampler not in SAMPLERS:
         raise TrickLabError(f"unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}")
+    _pruner(plan.pruner)  # an unknown one is refused before any storage is opened
     if trials is not None and trials < 1:
         raise TrickLabError(f"--trials {trials} must be at least 1")
     if sampler != "grid" and trials is None:
@@ -318,11 +319,8 @@ def sweep(
     name = sweep_study(plan)
     url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
     store = open_storage(url)
-    optuna_sampler = (
-        optuna.samplers.TPESampler(seed=plan.sampler_seed)
-        if sampler == "tpe"
-        else optuna.samplers.RandomSampler(seed=plan.sampler_seed)
-    )
+    kind = optuna.samplers.TPESampler if sampler == "tpe" else optuna.samplers.RandomSampler
+    optuna_sampler = kind(seed=plan.sampler_seed)
     opened = open_study(
         store,
         name,
@@ -411,8 +409,9 @@ def study_results(
 def _stored_study(study: Any, storage: Any, out_dir: Any) -> tuple[str, optuna.Study]:
     """The storage URL and the stored study a reader names, its arguments' types checked."""
     expect_type(study, str, "study")
-    expect_type(storage, (str, type(None)), "storage (a URL or a file path)")
+    expect_type(storage, (str, os.PathLike, type(None)), "storage (a URL or a file path)")
     expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
+    storage = os.fspath(storage) if storage is not None else None  # a Path, as plans take it
     url = storage_url(storage, experiment_dir(study, out_dir))
     return url, load_study(open_storage(url, must_exist=True), study)
 

@@ -7,7 +7,7 @@ mean/median/min/max of two times, compile seconds, peak memory and MFU. The time
 device-synchronised, none holding dataset decoding, compilation or the warm-up run:
 - record_seconds, airbench's `total_time_seconds` (the figure its records quote): the whitening
   layer's fit on 5,000 train images + the training epochs + the final evaluation with the recipe's
-  TTA; compared with airbench's own figure for the recipe (AIRBENCH_RECORDS);
+  TTA; compared with airbench's own figure for the recipe (airbench_records.py);
 - train_seconds: the training epochs alone, each batch's loading and augmentation included.
 The accuracy counted is the test-time-augmented one when the recipe has TTA, as airbench reports it.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -26,43 +27,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_number, expect_type
 from tricklab.core.paths import atomic_write, first_missing
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest, stop_request
+from tricklab.experiments.airbench_records import (
+    AIRBENCH_RECORDS,
+    AirbenchRecord,
+    as_airbench_ran_it,
+)
 from tricklab.experiments.busy import speedrun_busy
+from tricklab.experiments.plan import normalize_target
 from tricklab.experiments.speedrun_folder import check_speedrun_folder, remove_unsummarized
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.provenance import finish_record, start_record
-from tricklab.recipe.schema import Recipe, load_recipe
+from tricklab.recipe.schema import Recipe
 
 DEFAULT_RECIPE = "speedrun94"
 DEFAULT_RUNS = 10
 # The warm-up's seed lies outside the counted seeds 0..N-1, so it never duplicates a counted run.
 WARMUP_SEED = 1_000_000
-
-
-@dataclass(frozen=True)
-class AirbenchRecord:
-    """airbench's published result for the script a recipe reproduces (its README and the file's
-    header; each recipe's YAML names the file). `seconds` is its total_time_seconds, which is
-    record_seconds here: whitening fit + epochs + final TTA evaluation."""
-
-    file: str  # in KellerJordan/cifar10-airbench
-    seconds: float
-    accuracy: float  # mean over `runs`
-    runs: int
-    device: str
-
-
-AIRBENCH94 = AirbenchRecord("legacy/airbench94.py", 3.83, 0.9401, 1000, "A100")
-AIRBENCH_RECORDS = {
-    "speedrun94": AIRBENCH94,
-    "seed4-airbench94": AIRBENCH94,
-    "speedrun94-muon": AirbenchRecord("airbench94_muon.py", 2.59, 0.9401, 200, "A100 (400 W)"),
-    "speedrun95": AirbenchRecord("legacy/airbench95.py", 10.4, 0.9501, 200, "A100"),
-    "speedrun96": AirbenchRecord("legacy/airbench96.py", 34.7, 0.9603, 400, "A100"),
-}
 
 
 @dataclass
@@ -257,6 +241,22 @@ class SpeedrunPlan:
     recipe_name: str = "recipe"
     out_dir: str | Path | None = None
 
+    def __post_init__(self) -> None:
+        """A Python caller's wrong type is a TypeError naming the field, as AblationPlan's; the
+        recipe checked as a file's, in the plan's own copy; numpy's numbers as Python's."""
+        expect_type(self.recipe, Recipe, "SpeedrunPlan's recipe")
+        object.__setattr__(self, "recipe", Recipe.from_dict(self.recipe.to_dict(), "recipe"))
+        expect_number(self.runs, "SpeedrunPlan's runs", whole=True)
+        object.__setattr__(self, "runs", int(self.runs))
+        for name in ("peak_tflops", "target_accuracy", "warmup_epochs"):
+            if (value := getattr(self, name)) is not None:
+                expect_number(value, f"SpeedrunPlan's {name}")
+                object.__setattr__(self, name, float(value))
+        if self.target_accuracy is not None:  # a fraction or a percentage, as --target takes it
+            object.__setattr__(self, "target_accuracy", normalize_target(self.target_accuracy))
+        expect_type(self.recipe_name, str, "SpeedrunPlan's recipe_name")
+        expect_type(self.out_dir, (str, os.PathLike, type(None)), "SpeedrunPlan's out_dir")
+
 
 def speedrun(
     plan: SpeedrunPlan,
@@ -270,6 +270,7 @@ def speedrun(
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) after some counted runs raises
     SpeedrunInterrupted with their summary (also written to summary.json); before the first
     counted run, KeyboardInterrupt, with the folders it made removed (the same --out runs again)."""
+    plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_arguments(plan.runs, plan.peak_tflops, plan.target_accuracy, plan.warmup_epochs)
     if isinstance(plan.out_dir, str) and not plan.out_dir.strip():
         raise TrickLabError("--out is empty: give a folder name")
@@ -431,20 +432,3 @@ def summarize(
         airbench=AIRBENCH_RECORDS.get(recipe_name),
         airbench_comparable=as_airbench_ran_it(recipe, recipe_name),
     )
-
-
-# What may differ from a built-in recipe whose time still compares with airbench's figure.
-WHERE_FIELDS = {"data": ("name", "dir", "cache_dir"), "run": ("seed", "device")}
-
-
-def as_airbench_ran_it(recipe: Recipe, recipe_name: str) -> bool:
-    """Whether `recipe` is the built-in `recipe_name` that reproduces an airbench script, trained on
-    the whole CIFAR-10 (downloaded, or the JPEG copy as an image folder): only where the data lies
-    and the device differ. Only then do its record seconds compare with airbench's figure."""
-    if recipe_name not in AIRBENCH_RECORDS or recipe.data.name not in ("cifar10", "imagefolder"):
-        return False
-    shipped, ours = load_recipe(recipe_name).to_dict(), recipe.to_dict()
-    for data in (shipped, ours):
-        for section, names in WHERE_FIELDS.items():
-            data[section] = {k: v for k, v in data[section].items() if k not in names}
-    return ours == shipped

@@ -179,8 +179,11 @@ def list_models() -> list[ModelInfo]:
 
 
 def is_own_model(name: str) -> bool:
-    """Whether `name` is a user's `package.module:factory` (its code runs behind core/usercode's
-    wall), not a registered model or timm's."""
+    """Whether `name` is a user's model: a `package.module:factory` or one `register_model` added
+    (its code runs behind core/usercode's wall and is checked before a run), not tricklab's own
+    nets or timm's."""
+    if name in MODELS:
+        return MODELS[name].source == "registered"
     return ":" in name and not name.startswith(TIMM_PREFIX)
 
 
@@ -255,13 +258,9 @@ def build_model(
         raise TrickLabError(f"{name}: width must be > 0, got {width}")
     if widths is not None and width != 1.0:
         raise TrickLabError(f"{name}: give either width or widths, not both")
-    requested = {}
-    if width != 1.0:
-        requested["width"] = width
-    if widths is not None:
-        requested["widths"] = tuple(widths)
-    if pretrained:
-        requested["pretrained"] = True
+    given = {"width": width != 1.0, "widths": widths is not None, "pretrained": pretrained}
+    values = {"width": width, "widths": tuple(widths or ()), "pretrained": True}
+    requested = {option: values[option] for option, on in given.items() if on}
     for option in requested:
         if option not in info.options:
             raise TrickLabError(_unsupported_option_message(info, option))

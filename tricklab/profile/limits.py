@@ -1,7 +1,7 @@
 """What the device cannot do, said in one line before or instead of a traceback: a precision it
 cannot run (checked on a tiny net first), memory it does not have.
 
-Out of memory: `train` records such a run as `oom` (training.api.out_of_memory_error tells one
+Out of memory: `train` records such a run as `oom` (core.device.out_of_memory_error tells one
 apart: torch.cuda.OutOfMemoryError, the CPU allocator's "can't allocate memory"); a profile has no
 run to record it in, so it is one TrickLabError naming what did not fit, exit 2, no traceback.
 """
@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from tricklab.core.device import out_of_memory_error
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import format_bytes
 from tricklab.training import precision as precision_lib
-from tricklab.training.api import out_of_memory_error
 
 ASKED = re.compile(r"allocate (\d+) bytes")  # DefaultCPUAllocator's words
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import types
 import typing
 from typing import Any
@@ -92,11 +93,12 @@ def _as_type(base: Any, value: Any) -> Any:
         if isinstance(value, str):
             return _YAML11_BOOL_WORDS.get(value.lower(), _BAD)
         return value if isinstance(value, bool) else _BAD
-    if base is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    if base is int:  # numpy's ints too (a notebook's np.arange), as Python ints
+        integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        return int(value) if integral else _BAD
     if base is float:
-        # a quoted number is text; an int of 400 digits overflows a float
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        # a quoted number is text; an int of 400 digits overflows a float; numpy's floats count
+        if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
             return _BAD
         if isinstance(value, str):  # not float()'s `1_0`, ` 1` or non-ASCII digits
             value = number_in_text(value)

@@ -8,6 +8,7 @@ turns it on. This module builds a `Recipe` from them: from a mapping, YAML or ov
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import json
@@ -19,7 +20,9 @@ from typing import Any
 
 import yaml
 
+from tricklab.core import safeio
 from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.paths import atomic_write
 from tricklab.recipe.coerce import shown, type_name
 from tricklab.recipe.load import builtin_recipes as builtin_recipes  # re-exported
 from tricklab.recipe.load import check_key, check_section, coerce_field, read_recipe, takes_text
@@ -56,6 +59,10 @@ class Recipe:
     run: RunConfig = field(default_factory=RunConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
+        for section in dataclasses.fields(self):  # `recipe.optim = None` set by hand
+            expect_type(
+                getattr(self, section.name), section.default_factory, f"Recipe.{section.name}"
+            )
         return dataclasses.asdict(self)
 
     def setting_key(self) -> str:
@@ -97,13 +104,15 @@ class Recipe:
         return recipe
 
     def get(self, key: str) -> Any:
+        expect_type(key, str, "Recipe.get's key")
         section, name = _split_key(key, "get")
         return getattr(getattr(self, section), name)
 
     def override(self, assignments: typing.Iterable[str], source: str = "override") -> Recipe:
         """A new recipe with `dotted.key=value` assignments applied (values read as YAML);
         `source` names where they came from in errors (a sweep's space)."""
-        if isinstance(assignments, (str, bytes)):  # a lone string would be read letter by letter
+        lone = isinstance(assignments, (str, bytes))  # a lone string would be read letter by letter
+        if lone or not isinstance(assignments, collections.abc.Iterable):
             raise TypeError(f"overrides are a list of 'key=value' strings, got {assignments!r}")
         assignments = list(assignments)
         for assignment in assignments:
@@ -136,7 +145,17 @@ class Recipe:
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = dump_yaml(self.to_dict())
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            expect_type(path, (str, os.PathLike), "Recipe.to_yaml's path")
+            where = safeio.shown(os.fspath(path))
+            if Path(path).is_dir():
+                raise TrickLabError(f"cannot write the recipe to {where}: it is a folder")
+            try:
+                with atomic_write(Path(path)) as handle:
+                    handle.write(text)
+            except TrickLabError:  # a full disk: its own line
+                raise
+            except OSError as exc:
+                raise TrickLabError(f"cannot write the recipe to {where}: {exc.strerror}") from None
         return text
 
 

@@ -17,6 +17,7 @@ field that takes text gets a number as it was typed.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,8 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
 
 def read_yaml_document(path: str | Path, what: str) -> tuple[Any, str]:
     """`read_yaml_file`'s document and the text it was read from (read once)."""
+    if not isinstance(path, (str, os.PathLike)):  # a Python caller's load_space(5)
+        raise TypeError(f"the {what}'s path takes str or PathLike, got {path!r:.60}")
     data = read_bounded_bytes(Path(path), MAX_YAML_BYTES, what)  # the one door in
     try:
         text = data.decode("utf-8")

@@ -85,7 +85,8 @@ def write_report(
 
     expect_list_of(sources, (str, os.PathLike), "sources")
     expect_type(out_dir, (str, os.PathLike), "out_dir")
-    expect_type(storage, (str, type(None)), "storage")
+    expect_type(storage, (str, os.PathLike, type(None)), "storage")
+    storage = os.fspath(storage) if storage is not None else None  # a Path, as plans take it
     expect_type(title, (str, type(None)), "title")
     expect_list_of(profiles, (str, os.PathLike), "profiles")
     out = Path(out_dir)

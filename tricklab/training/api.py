@@ -6,9 +6,11 @@ names are re-exported here."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import os
+import threading
 import time
 import traceback
 import warnings
@@ -19,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tricklab.core.device import synchronize
+from tricklab.core.device import out_of_memory_error, synchronize
 from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import MachineError, TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
@@ -84,13 +86,14 @@ __all__ = [  # with the moved names, so that `from tricklab.training.api import 
     "json_safe",
     "load_checkpoint",
     "load_data",
-    "out_of_memory_error",
     "prepare",
     "resolve_device",
     "run_end",
     "save_checkpoint",
     "train",
 ]
+
+_ONE_RUN = threading.Lock()  # one train() at a time in a process: torch's RNG is global
 
 
 @dataclass
@@ -179,6 +182,25 @@ def train(
         raise TrickLabError("the run directory name is empty")
     if out_dir is not None and "\0" in os.fspath(out_dir):
         raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
+    if not _ONE_RUN.acquire(blocking=False):
+        raise TrickLabError(
+            "a run is already training in this process (another thread): runs share torch's "
+            "global random state and threads, so two at once would not be reproducible; run them "
+            "one after another, or in separate processes"
+        )
+    try:
+        return _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
+    finally:
+        _ONE_RUN.release()
+
+
+def _claimed_train(
+    recipe: Recipe,
+    out_dir: str | Path | None,
+    on_epoch: Callable[[dict], None] | None,
+    stop: StopRequest | None,
+    wall_start: float,
+) -> RunResult:
     check_environment()  # before torch's first forward reads TORCHINDUCTOR_CACHE_DIR
     check_torch_env()
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
@@ -241,12 +263,14 @@ def _train(
             stop.check()
         if on_epoch is not None:
             try:
-                on_epoch(row)
+                on_epoch(copy.deepcopy(row))  # the caller's copy: the run's record stays its own
             except BaseException as exc:  # SystemExit too: the caller's, raised to the caller
                 callback_error.append(exc)
                 raise
 
     try:
+        if stop is not None:
+            stop.check()  # a stop requested before this run (a StopRequest used again)
         dataset = load_data(recipe)
         reset_peak_memory(device)
         compiling = compile_for_device(recipe.tricks.compile, device.type) != "off"
@@ -288,8 +312,8 @@ def _train(
             raise  # nothing recorded: train() removes what was written and the folders it made
         _record_peak_memory(result, device)  # for an oom run, the number that matters most
         result.status, result.error = run_end(exc, stop)
-        if exc in callback_error and isinstance(exc, SystemExit):  # no Ctrl-C: the caller's exit
-            result.error = f"stopped by on_epoch raising {described(exc)}"
+        if exc in callback_error and not isinstance(exc, KeyboardInterrupt):  # the caller's
+            result.error = f"stopped by on_epoch raising {described(exc)}"  # (an exit: no Ctrl-C)
         # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
         why = None if exc in callback_error else raised_by_code(exc)
         if why is not None and (stop is None or not stop.requested):
@@ -347,23 +371,6 @@ def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, s
 def _record_peak_memory(result: RunResult, device: torch.device) -> None:
     result.peak_memory = peak_memory(device)
     result.peak_memory_bytes = result.peak_memory["peak_memory_bytes"]
-
-
-def out_of_memory_error(exc: BaseException) -> str | None:
-    """The one-line error of an out-of-memory (torch.cuda.OutOfMemoryError, a CUDA error from a
-    library such as cuBLAS or cuDNN: `CUDA error: out of memory`, the CPU allocator's `can't
-    allocate memory`); None for other errors."""
-    try:
-        text = str(exc).lower()
-    except Exception:  # an exception of a model's code whose __str__ itself fails
-        return None
-    oom = isinstance(exc, torch.cuda.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError)
-        and ("out of memory" in text or "can't allocate memory" in text)  # CPU: DefaultCPUAllocator
-    )
-    if not oom:
-        return None
-    return str(exc).splitlines()[0] if str(exc) else "out of memory"
 
 
 def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -> None:
