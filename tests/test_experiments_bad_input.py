@@ -220,7 +220,7 @@ def test_liveness_refuses_a_grace_period_a_live_worker_could_outlast():
         ("garbage\n", "is not an Optuna journal file"),
         ("[1, 2]\n", "is not an Optuna journal file"),
         ("\xff\xfe\n", "is not an Optuna journal file"),
-        ('{"op_code": 99}\n', "cannot read journal"),
+        ('{"op_code": 99}\n', "cannot open journal"),
     ],
     ids=["text", "json-list", "binary", "unknown-op"],
 )

@@ -116,6 +116,17 @@ def test_without_a_baseline_the_best_config_is_the_reference():
     )
     assert [r.config_id for r in rows] == ["optim.lr=0.2", "optim.lr=0.1"]
     assert rows[0].is_reference and rows[1].accuracy_diff < 0
+    # picked after the runs: the table says so (the winner's curse), a given reference not
+    from tricklab.report.tables import PICKED_NOTE, results_table
+
+    assert rows[0].picked_best and PICKED_NOTE in results_table(rows).notes
+    given = config_stats(
+        records("optim.lr=0.1", TRICK_ACC, TRICK_SECONDS)
+        + records("optim.lr=0.2", BASE_ACC, BASE_SECONDS),
+        reference="optim.lr=0.1",
+    )
+    assert not any(r.picked_best for r in given)
+    assert PICKED_NOTE not in results_table(given).notes
 
 
 def test_rows_round_trip_through_dicts_and_csv(tmp_path):

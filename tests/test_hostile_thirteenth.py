@@ -254,3 +254,57 @@ def test_a_study_whose_runs_all_failed_is_not_called_busy():
     failed = {"status": "failed", "train_seconds": None, "config_id": "baseline", **loaded}
     assert not results_busy([failed], []).busy
     assert results_busy([{**failed, "status": "complete", "train_seconds": 3.0}], []).busy
+
+
+# ---------------------------------------------------------------- the newcomer's round (CLI)
+
+
+def test_a_read_only_storage_folder_is_one_line_for_sqlite_and_journal(tmp_path):
+    """`--storage sqlite:///ro/x.db` on a read-only mount was a 137-line traceback, exit 1."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    try:
+        for storage in (f"sqlite:///{folder}/x.db", f"journal:{folder}/x.journal"):
+            done = subprocess.run(
+                [sys.executable, "-m", "tricklab", "ablate", "--baseline", "speedrun94", *TINY,
+                 "--vary", "aug.flip=none", "--seeds", "1", "--storage", storage],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            assert done.returncode == 2 and done.stderr.count("\n") == 1
+            assert done.stderr.startswith("error: cannot open")
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_the_report_says_the_shipped_sample_is_a_jpeg_copy_not_cifar10(tmp_path):
+    from tricklab.report import write_report
+
+    recipe = load_recipe(None, [*TINY, "data.name=cifar10-sample", "data.train_size=100",
+                                "data.test_size=50"])  # fmt: skip
+    train(recipe, out_dir=tmp_path / "run")
+    write_report([tmp_path / "run"], tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "cifar10-sample (100 train / 50 test images, data.seed 0); real CIFAR-10" in text
+    assert "JPEG q75 copy" in text and "not CIFAR-10 results" in text
+    # the throughput bars are geometric means, and the caption says so
+    assert "throughput the geometric mean (as the speed-ups)" in text
+
+
+def test_tables_and_run_lines_say_the_accuracy_is_the_tta_one(tmp_path):
+    from tricklab.report.tables import VERDICT_NOTE
+
+    assert (
+        "acc: with test-time augmentation where the configuration's recipe has it" in VERDICT_NOTE
+    )
+    events = []
+    ablate(AblationPlan(load_recipe(None, TINY), {"tricks.tta": ["flip"]}, 1, out_dir=tmp_path),
+           on_run_end=events.append)  # fmt: skip
+    tta = {event.config_id: event.tta for event in events}
+    assert tta == {"baseline": False, "tricks.tta=flip": True}

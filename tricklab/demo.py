@@ -218,7 +218,8 @@ def run_demo(
     report = write_report(
         [out / "study"],
         out,
-        title=f"tricklab demo: {BASELINE_RECIPE} tricks on the CIFAR-10 sample ({device.type})",
+        title=f"tricklab demo: {BASELINE_RECIPE} tricks on the CIFAR-10 sample (JPEG q75 copy, "
+        f"{device.type})",
     )
     return DemoResult(
         out_dir=out,

@@ -21,6 +21,11 @@ DATASET_SOURCES: dict[str, str] = {
     "synthetic": "tricklab.data.synthetic:load_synthetic",
 }
 DATASET_NAMES = tuple(DATASET_SOURCES)
+# What a number on a source is not, said wherever the source is named (`data show`, reports).
+DATASET_NOTES = {
+    "cifar10-sample": "real CIFAR-10 images as a JPEG q75 copy, a class-balanced fifth of the "
+    "train set: accuracies on it are not CIFAR-10 results",
+}
 
 # The dtypes `DeviceLoader` can keep a split in (loader.storage_dtype); torch dtypes of the same
 # names in `tricklab.data.loaders.STORAGE_DTYPES`.

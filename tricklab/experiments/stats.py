@@ -90,6 +90,7 @@ class ConfigStats:
     config_id: str
     overrides: list[str]
     is_reference: bool = False
+    picked_best: bool = False  # the reference: the best mean accuracy, picked after the runs
     n: int = 0  # complete runs
     planned: int | None = None  # runs the study's plan gives it (None: no plan known)
     done: int = 0  # runs with a final outcome (complete, diverged, pruned): not run again
@@ -157,11 +158,10 @@ def config_stats(
     """The results table from run records (see `collect_runs`).
 
     The reference is `reference` if given, else `baseline` when present, else the configuration
-    with the best mean accuracy. `order`: "appearance" (reference first, then in the plan's order,
+    with the best mean accuracy (its row's `picked_best`: chosen after the runs). `order`: "appearance" (reference first, then in the plan's order,
     then as first run; the same rows in the same order however the runs were ordered) or
     "accuracy" (reference first, then best mean accuracy first). `planned`: {config id: runs}
-    of the study's plan; a planned configuration with no run yet gets a row of its own (n=0).
-    """
+    of the study's plan; a planned configuration with no run yet gets a row of its own (n=0)."""
     groups: dict[str, list[dict[str, Any]]] = {cid: [] for cid in planned or {}}
     for record in records:
         groups.setdefault(record["config_id"], []).append(record)
@@ -173,19 +173,19 @@ def config_stats(
         rows[cid].planned = runs
     if not rows:
         return []
-    if reference is None:
-        if BASELINE in rows:
-            reference = BASELINE
-        else:
-            scored = [r for r in rows.values() if r.accuracy_mean is not None]
-            reference = max(scored, key=lambda r: r.accuracy_mean).config_id if scored else None
+    picked = reference is None and BASELINE not in rows  # the best, chosen after the runs
+    if picked:
+        scored = [r for r in rows.values() if r.accuracy_mean is not None]
+        reference = max(scored, key=lambda r: r.accuracy_mean).config_id if scored else None
+    elif reference is None:
+        reference = BASELINE
     elif reference not in rows:
         raise TrickLabError(
             f"no configuration '{reference}' in this study; have: {', '.join(rows)}"
         )
     if reference is not None:
         ref = rows[reference]
-        ref.is_reference = True
+        ref.is_reference, ref.picked_best = True, picked
         for cid, row in rows.items():
             if cid != reference:
                 _compare(row, groups[cid], groups[reference], confidence)

@@ -130,7 +130,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             storage = optuna.storages.JournalStorage(journal_backend(path))
         except Exception as exc:
-            raise TrickLabError(f"cannot read journal {path}: {one_line(exc)}") from None
+            raise TrickLabError(f"cannot open journal {path}: {one_line(exc)}") from None
         if must_exist:  # held in memory: its trials are checked too
             check_contents(storage, f"journal {path}", trials=True)
         return storage
@@ -139,9 +139,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     if url.startswith(SQLITE_PREFIX):
         path = _file_path(url)
         if must_exist and not path.is_file():
-            raise TrickLabError(
-                f"no study database at {shown(path)}; pass --storage to say where it is"
-            )
+            raise TrickLabError(f"no study database at {shown(path)}; --storage says where it is")
         _make_parent(path, url)
         _check_sqlite(path)
         if must_exist:
@@ -160,7 +158,8 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if attempt + 1 == SCHEMA_RETRIES or not racing:
                 for made in (fresh, Path(f"{fresh}-journal")) if fresh is not None else ():
-                    made.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # a read-only folder: nothing was made
+                        made.unlink(missing_ok=True)
                 raise full_disk(exc, url) or _cannot_open(url, one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
             continue

@@ -103,6 +103,7 @@ class RunEvent:
     runs_left: int = 0
     elapsed_seconds: float = 0.0
     run_dir: str | None = None
+    tta: bool = False  # `accuracy` is the test-time-augmented one (tricks.tta)
 
     @property
     def runs_total(self) -> int:
@@ -177,6 +178,7 @@ class Worker:
                     runs_left=runs_left,
                     elapsed_seconds=time.perf_counter() - self.counter.started,
                     run_dir=record.get(RUN_DIR_ATTR),
+                    tta=record.get("val_acc_tta") is not None,
                 )
             )
 

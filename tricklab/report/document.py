@@ -11,8 +11,9 @@ from typing import Any
 
 import tricklab.report.fmt as fmt
 from tricklab.core.safeio import shown
-from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.core.status import COMPLETE_STATUSES, Status
 from tricklab.core.version import __version__
+from tricklab.data.names import DATASET_NOTES
 from tricklab.experiments.busy import BUSY_ADVICE
 from tricklab.recipe.yamlio import dump_yaml
 from tricklab.report.collect import Source
@@ -111,7 +112,8 @@ def _fingerprint_table(sources: Sequence[Source]) -> TableData:
         ("platform", lambda s, h: h.get("platform")),
         ("tricklab", lambda s, h: h.get("tricklab")),
         ("dataset", lambda s, h: _dataset(s)),
-        ("epochs per run", lambda s, h: _recipe_value(s, "run", "epochs")),
+        ("epochs per run", lambda s, h: _epochs_per_run(s)),
+        ("processes per run", lambda s, h: _processes(s)),
         ("runs with this fingerprint", lambda s, h: _fingerprint_count(s)),
     ]
     rows = []
@@ -139,6 +141,47 @@ def _recipe_value(source: Source, group: str, key: str) -> Any:
     return fmt.short_number(value) if isinstance(value, float) else value
 
 
+def _epochs_per_run(source: Source) -> str | None:
+    """What the runs planned (run.epochs) and, where any stopped short, what they finished:
+    `2`, or `2 and 400 planned; 2 and 62 finished` (a run killed after 62 of its 400)."""
+    planned, finished = set(), set()
+    for record in source.records:
+        epochs = ((record.get("recipe") or {}).get("run") or {}).get("epochs")
+        if isinstance(epochs, (int, float)) and not isinstance(epochs, bool):
+            planned.add(float(epochs))
+            done = record.get("epochs_completed")
+            if record.get("status") == Status.COMPLETE:  # all of them (2.5 epochs: 3 rows)
+                finished.add(float(epochs))
+            elif isinstance(done, int) or isinstance(record.get("epochs"), list):
+                finished.add(float(done if isinstance(done, int) else len(record["epochs"])))
+    if not planned:
+        return _recipe_value(source, "run", "epochs")
+
+    def words(values: set[float]) -> str:
+        shown = [f"{v:g}" for v in sorted(values)]
+        return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
+
+    if not finished or finished == planned:
+        return words(planned)
+    return f"{words(planned)} planned; {words(finished)} finished"
+
+
+def _processes(source: Source) -> str | None:
+    """The processes of data-parallel runs and their backend (`2 (gloo)`); None when every run
+    was one process."""
+    worlds = {
+        (r.get("world_size") or 1, r.get("dist_backend"))
+        for r in source.records
+        if isinstance(r.get("world_size") or 1, int)
+    }
+    if all(size == 1 for size, _ in worlds):
+        return None
+    return ", ".join(
+        f"{size}" + (f" ({backend})" if backend else "")
+        for size, backend in sorted(worlds, key=str)
+    )
+
+
 def _dataset(source: Source) -> str | None:
     recipe = source.baseline_recipe()
     if not recipe:
@@ -146,7 +189,10 @@ def _dataset(source: Source) -> str | None:
     data = recipe.get("data") or {}
     train, test = data.get("train_size"), data.get("test_size")
     sizes = f"{train or 'all'} train / {test or 'all'} test images"
-    return f"{data.get('name')} ({sizes}, data.seed {data.get('seed', 0)})"
+    note = DATASET_NOTES.get(data.get("name"))
+    return f"{data.get('name')} ({sizes}, data.seed {data.get('seed', 0)})" + (
+        f"; {note}" if note else ""
+    )
 
 
 def _fingerprint_count(source: Source) -> str:

@@ -341,7 +341,10 @@ def memory_throughput(styles: Styles) -> Any | None:
 
 
 def _memory_caption(styles: Styles) -> str:
-    text = "Mean over complete runs, error bars the 95% CI where there are three runs or more."
+    text = (
+        "Over complete runs: throughput the geometric mean (as the speed-ups), peak memory the"
+        " mean; error bars the 95% CI where there are three runs or more."
+    )
     if any(_on_cpu(s) for s in styles.sources):
         text += (
             " Peak memory is left out for runs on a CPU: there it is the process's peak resident"

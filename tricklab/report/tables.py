@@ -48,12 +48,18 @@ VERDICT_WORDS = {
     "too few runs": ("too few runs", "too few runs"),
     NOT_JUDGED: ("", NOT_JUDGED),
 }
+PICKED_NOTE = (
+    "reference: the configuration with the best mean accuracy, picked after the runs; the others' "
+    "Δacc against it lean negative (the winner's curse): `--reference CONFIG` compares against "
+    "one chosen beforehand, and a new ablation of the winner against it confirms a gain."
+)
 VERDICT_NOTE = (
     "higher/lower, faster/slower: the 95% interval excludes no change (and, with more than 3 rows, "
     "the Benjamini-Hochberg adjusted p < 0.05); within noise: it includes no change; n.s. after "
     f"BH: only the adjustment for many comparisons takes it back; too few runs: fewer than "
-    f"{MIN_RUNS_FOR_INTERVAL} on a side. train s: geometric mean over the complete runs; speedup: "
-    "the reference's train s / the configuration's."
+    f"{MIN_RUNS_FOR_INTERVAL} on a side. acc: with test-time augmentation where the "
+    "configuration's recipe has it (tricks.tta), else the plain validation accuracy. train s: "
+    "geometric mean over the complete runs; speedup: the reference's train s / the configuration's."
 )
 # The columns a terminal too narrow for the whole table keeps (table_writers.to_rich).
 ABRIDGED = ("config", "n", "acc %", "Δacc pp", "train s", "speedup", "acc verdict", "time verdict")
@@ -238,6 +244,8 @@ def results_table(
             ]
         )
     notes = [VERDICT_NOTE]
+    if any(r.is_reference and r.picked_best for r in rows):
+        notes.append(PICKED_NOTE)
     if plan:
         notes.append(
             f"Unfinished: {plan[0]} of {plan[1]} planned runs done (runs done/planned, per "

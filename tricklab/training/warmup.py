@@ -27,8 +27,14 @@ def needs_warm_up(tricks: Any, device: torch.device) -> bool:
     """Whether the first steps of each shape do one-off work that must stay out of train_seconds:
     torch.compile compiling; on CUDA, always: kernels loaded on their first call (lazy module
     loading), cuBLAS/cuDNN handles and workspaces made, the caching allocator growing, and cuDNN
-    autotuning (tricks.cudnn_benchmark) timing its convolution algorithms."""
-    return compile_for_device(tricks.compile, device.type) != "off" or device.type == "cuda"
+    autotuning (tricks.cudnn_benchmark) timing its convolution algorithms; on a CPU too: oneDNN's
+    kernels made for each shape and layout, thread pools started, memory first touched (a study's
+    first run took 1.75x to 5x the train seconds of its later ones). An eager run warms up once
+    per recipe and process (`warm_up_run`)."""
+    return compile_for_device(tricks.compile, device.type) != "off" or device.type in (
+        "cuda",
+        "cpu",
+    )
 
 
 # Eager CUDA runs this process warmed: their device and recipe less run.seed (warm_up_run).
