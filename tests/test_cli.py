@@ -170,7 +170,7 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "loader.num_workers=100000"], "must be <= 256"),
         (["train", "run.time_budget_seconds=0"], "must be > 0"),
         (["train", "schedule.milestones=[2,-1]"], "fractions of training in [0, 1]"),
-        (["train", "tricks.ema_decay=1"], "tricks.ema_decay must be < 1"),
+        (["train", "tricks.ema_decay=1"], "tricks.ema_decay=1 must be < 1"),
         (["train", "--out", "/etc/hostname/run"], "/etc/hostname is a file, not a folder"),
         (["train", "--out", ""], "--out is empty"),
         (["speedrun", "--out", " "], "--out is empty"),

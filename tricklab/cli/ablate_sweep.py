@@ -34,6 +34,7 @@ from tricklab.cli.common import (
     recipe_and_overrides,
 )
 from tricklab.cli.common import wide_console as console
+from tricklab.cli.plan_notes import say_notes
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import ProgressDisplay, clock
 from tricklab.core.safeio import shown
@@ -47,6 +48,7 @@ from tricklab.experiments.plan import (
     SAMPLERS,
     AblationPlan,
     SweepPlan,
+    ablation_plan,
     budget_flags,
     normalize_target,
     parse_vary,
@@ -218,6 +220,7 @@ def _run_line(console: Console, quiet: bool) -> Any:
 
     def show(event: RunEvent) -> None:
         acc = f"{event.accuracy * 100:6.2f}%" if event.accuracy is not None else "     -"
+        acc += " (TTA)" if event.tta and event.accuracy is not None else ""
         secs = f"{event.train_seconds:7.1f}s" if event.train_seconds is not None else ""
         colour = "green" if event.status in COMPLETE_STATUSES else "red"
         error = f"  {event.error}" if event.error and colour == "red" else ""
@@ -263,6 +266,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         name = ablation_study(plan, configs)
         url = storage_url(args.storage, experiment_dir(name, args.out))
         check_storage(url, (name, ablation_attrs(plan, configs), ABLATION_MATCH))
+        say_notes(plan, configs)
         shown = {
             "study": name,
             "storage": shown_url(url),
@@ -274,6 +278,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         }
         _print_plan(out, shown, args.json)
         return 0
+    say_notes(plan, ablation_plan(plan.baseline, plan.vary, plan.grid).configs)  # or its error
     return _run_study(ablate, plan, args, liveness)
 
 
@@ -373,9 +378,10 @@ def _print_plan(out: Console, plan: dict[str, Any], as_json: bool) -> None:
         return
     configs = plan.get("configs")
     if configs is not None:
-        table = Table(
-            title=f"plan: {len(configs)} configs × {plan['seeds']} seeds = {plan['units']} runs"
-        )
+        from tricklab.report.fmt import plural  # the report's figures: not at start-up
+
+        counts = [plural(len(configs), "config"), plural(plan["seeds"], "seed")]
+        table = Table(title=f"plan: {' × '.join(counts)} = {plural(plan['units'], 'run')}")
         table.add_column("config")
         for c in configs:
             table.add_row(shown(c["config_id"]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import os
 import time
@@ -82,11 +83,40 @@ def echo(console: Console, text: object, style: str | None = None, wrap: bool = 
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a usage mistake as one line on stderr (not the usage block), exit 2."""
+    """argparse with a usage mistake as one line on stderr (not the usage block), exit 2. A long
+    flag is taken only as spelt in full (`--seed 3` is no `--seeds 3`); sub-commands are made of
+    this class too (add_subparsers' parser_class), so they refuse abbreviations alike."""
+
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         print_error(f"{self.prog}: {message} (see {self.prog} --help)")
         raise SystemExit(2)
+
+
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> typing.Any:
+    """The (sub-)parser of the command `args` ran: `tricklab profile loader`'s, not tricklab's."""
+    for action in parser._actions:  # argparse names no public way to the sub-parsers
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if name in action.choices:
+                return chosen_parser(action.choices[name], args)
+    return parser
+
+
+def unknown_flags(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> typing.NoReturn:
+    """Refuse the words no parser took, through the chosen command's parser (one line, exit 2),
+    naming the closest flag it has: `--jsn` -> did you mean --json?"""
+    command = chosen_parser(parser, args)
+    flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
+    given = next((e.partition("=")[0] for e in extra if e.startswith("--")), None)
+    close = difflib.get_close_matches(given, flags, n=1, cutoff=0.6) if given else []
+    hint = f"; did you mean {close[0]}?" if close else ""
+    command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 def int_number(text: str) -> int:

@@ -37,6 +37,7 @@ from tricklab.cli.common import (
     needs_command,
     print_error,
     say_notices,
+    unknown_flags,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
 from tricklab.core.environment import check_environment, check_torch_env
@@ -51,7 +52,7 @@ from tricklab.core.safeio import shown
 from tricklab.core.stopping import exit_on_late_signals, stop_on_signals
 from tricklab.core.usercode import described
 from tricklab.data.names import DATASET_NAMES
-from tricklab.recipe.reference import recipes_markdown, tricks_markdown
+from tricklab.recipe.reference import bounds, recipes_markdown, tricks_markdown
 from tricklab.recipe.schema import builtin_recipes, field_table
 
 MAX_CLASSES = 100_000
@@ -122,14 +123,7 @@ def cmd_tricks(args: argparse.Namespace) -> int:
     table.add_column("key\n  default", no_wrap=True)
     table.add_column("allowed\nwhat it does", overflow="fold")
     for r in rows:
-        allowed = " | ".join(r["choices"]) if r["choices"] else r["type"]
-        low, high = (
-            v if isinstance(v, int) or v is None else f"{v:g}" for v in (r["minimum"], r["maximum"])
-        )
-        if low is not None and high is not None:
-            allowed += f" in [{low}, {high}]"
-        elif low is not None:
-            allowed += f" ≥ {low}"
+        allowed = " | ".join(r["choices"]) if r["choices"] else r["type"] + bounds(r)
         table.add_row(
             Text.assemble((r["key"], "bold"), (f"\n  {r['default']}", "dim")),
             Text.assemble((allowed, "cyan"), "\n", r["doc"]),
@@ -309,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         None,
     )
     if extra and (words is None or any(e.startswith("-") or "=" not in e for e in extra)):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        unknown_flags(parser, args, extra)
     if extra:
         setattr(args, words, [*getattr(args, words), *extra])
     if not hasattr(args, "func"):

@@ -90,6 +90,8 @@ def read_json(path: Path, limit: int, what: str) -> Any:
     """The JSON value in the file `path` (at most `limit` bytes, see parse_json); TrickLabError,
     one line naming the file, for anything else."""
     text = read_bounded_text(path, limit, what)
+    if not text.strip():  # JSON's own error would be "Expecting value: line 1 column 1"
+        raise TrickLabError(f"{shown(path)} is empty, no {what}; give the file that holds it")
     try:
         return parse_json(text)
     except ValueError as exc:

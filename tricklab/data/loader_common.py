@@ -181,7 +181,9 @@ def check_common(images: Tensor, labels: Tensor, spec: LoaderSpec) -> AugmentSpe
         raise TrickLabError(f"{images.shape[0]} images cannot be shared by {world_size} ranks")
     if spec.drop_last and num_samples < batch_size:
         raise TrickLabError(
-            f"drop_last with batch_size {batch_size} > {num_samples} samples per rank gives no batches"
+            f"drop_last with batch_size {batch_size} > {num_samples} samples per rank gives no "
+            "batches; lower the batch size (loader.batch_size) or keep the last, smaller batch "
+            "(loader.drop_last=false)"
         )
     augment = spec.augment if spec.augment is not None else AugmentSpec()
     augment.validate(tuple(images.shape[-2:]))

@@ -63,6 +63,8 @@ def coerce(key: str, value: Any, spec: dataclasses.Field, tp: Any) -> Any:
         allowed = f"one of {', '.join(meta['choices'])}" if meta["choices"] else type_name(tp)
         if base is float:
             allowed = f"a finite number ({allowed})"
+        if typing.get_origin(base) is list and _as_type(base, [value]) is not _BAD:
+            allowed += f", a list even of one: [{value}]"  # `run.loggers=jsonl`
         raise TrickLabError(f"{key}={shown(value)} is not valid; expected {allowed}")
     if meta["choices"] and typed not in meta["choices"]:
         raise TrickLabError(
@@ -75,10 +77,13 @@ def coerce(key: str, value: Any, spec: dataclasses.Field, tp: Any) -> Any:
     maximum = meta["maximum"]
     if maximum is None and item_type is int:
         maximum = INT_MAX
-    if meta["minimum"] is not None and any(v < meta["minimum"] for v in items):
-        raise TrickLabError(f"{key}={shown(value)}{each} must be >= {meta['minimum']}")
-    if maximum is not None and any(v > maximum for v in items):
-        raise TrickLabError(f"{key}={shown(value)}{each} must be <= {maximum}")
+    low, high = meta["minimum"], maximum
+    if low is not None and any(v < low or (v == low and meta["min_exclusive"]) for v in items):
+        above = ">" if meta["min_exclusive"] else ">="
+        raise TrickLabError(f"{key}={shown(value)}{each} must be {above} {low}")
+    if high is not None and any(v > high or (v == high and meta["max_exclusive"]) for v in items):
+        below = "<" if meta["max_exclusive"] else "<="
+        raise TrickLabError(f"{key}={shown(value)}{each} must be {below} {high}")
     return typed
 
 

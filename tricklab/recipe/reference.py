@@ -42,15 +42,21 @@ def allowed(row: dict[str, Any]) -> str:
     """A field's allowed values: its choices, else its type with its bounds."""
     if row["choices"]:
         return ", ".join(f"`{c}`" for c in row["choices"])
+    return row["type"] + bounds(row)
+
+
+def bounds(row: dict[str, Any]) -> str:
+    """A `field_table()` row's bounds as the field takes them: ` in [0, 1]`, ` in (0, 100000]`
+    (0 left out), ` ≥ 1`, ` > 0`, or nothing."""
     low, high = (
         v if isinstance(v, int) or v is None else f"{v:g}" for v in (row["minimum"], row["maximum"])
     )
-    text = row["type"]
     if low is not None and high is not None:
-        text += f" in [{low}, {high}]"
-    elif low is not None:
-        text += f" ≥ {low}"
-    return text
+        opens, closes = "(["[not row["min_exclusive"]], ")]"[not row["max_exclusive"]]
+        return f" in {opens}{low}, {high}{closes}"
+    if low is not None:
+        return f" {'>' if row['min_exclusive'] else '≥'} {low}"
+    return ""
 
 
 def cell(text: str) -> str:

@@ -185,6 +185,8 @@ def field_table() -> list[dict[str, Any]]:
                     "choices": list(f.metadata["choices"]) if f.metadata["choices"] else None,
                     "minimum": f.metadata["minimum"],
                     "maximum": f.metadata["maximum"],
+                    "min_exclusive": f.metadata["min_exclusive"],
+                    "max_exclusive": f.metadata["max_exclusive"],
                     "doc": f.metadata["doc"],
                 }
             )

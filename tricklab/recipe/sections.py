@@ -31,9 +31,13 @@ def _f(
     choices: tuple | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
+    min_exclusive: bool = False,
+    max_exclusive: bool = False,
 ) -> Any:
-    """A recipe field with its doc, allowed values and bounds (inclusive)."""
-    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum}
+    """A recipe field with its doc, allowed values and bounds (inclusive, unless `min_exclusive`
+    or `max_exclusive` leaves that end out: what coerce refuses is what `tricklab tricks` shows)."""
+    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum,
+            "min_exclusive": min_exclusive, "max_exclusive": max_exclusive}  # fmt: skip
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -234,7 +238,7 @@ class TricksConfig:
         "32-true",
         "numeric precision; auto: decided from the device (docs/precision.md): 16-true-bn32 on "
         "CUDA GPUs with fp16 tensor cores (compute capability 7.0+; autocast for adam, adamw, "
-        "rmsprop), 32-true elsewhere (CPUs emulate reduced precision, slower); the run records "
+        "rmsprop), 32-true elsewhere (a CPU with native bf16, AMX, may run bf16-mixed faster: set it); the run records "
         "what it ran as (result.json resolved.precision)",
         ("auto", "32-true", "16-mixed", "bf16-mixed", "16-true-bn32"),
     )
@@ -256,7 +260,9 @@ class TricksConfig:
         "data-parallel runs: BatchNorm statistics over the global batch, not each process's "
         "part (nn.SyncBatchNorm); no effect in one process",
     )
-    ema_decay: float = _f(0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1)
+    ema_decay: float = _f(  # 1 would never move the average
+        0.0, "EMA of weights, decay per update (0 = off)", minimum=0, maximum=1, max_exclusive=True
+    )
     ema_every: int = _f(1, "update the EMA every k steps", minimum=1)
     ema_warmup_epochs: float = _f(
         0.0,
@@ -282,8 +288,6 @@ class TricksConfig:
     )
 
     def check(self, recipe: Any) -> None:  # the whole Recipe
-        if self.ema_decay >= 1:
-            raise TrickLabError("tricks.ema_decay must be < 1 (1 would never move the average)")
         if self.lookahead and self.ema_decay == 0:
             raise TrickLabError(
                 "tricks.lookahead=true needs tricks.ema_decay > 0 (the slow-weight decay)"
@@ -315,7 +319,13 @@ def cuda_graph_refusal(recipe: Any) -> str | None:
 
 @dataclass
 class RunConfig:
-    epochs: float = _f(10.0, "training epochs (fractional allowed)", minimum=0, maximum=MAX_EPOCHS)
+    epochs: float = _f(  # 0 would train nothing
+        10.0,
+        "training epochs (fractional allowed)",
+        minimum=0,
+        maximum=MAX_EPOCHS,
+        min_exclusive=True,
+    )
     seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0, maximum=2**32 - 1)
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
@@ -359,8 +369,6 @@ class RunConfig:
     )
 
     def check(self, recipe: Any) -> None:  # the whole Recipe
-        if self.epochs == 0:  # said here, not after the data is read
-            raise TrickLabError("run.epochs=0 trains nothing; give a number of epochs > 0")
         target = self.target_accuracy
         if target is not None and not 0 < target <= 1:
             raise TrickLabError(f"run.target_accuracy={target} must be a fraction in (0, 1]")

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.safeio import read_bounded_bytes
+from tricklab.core.safeio import read_bounded_bytes, shown
 
 # Each far beyond any real recipe or space (a few kilobytes, a hundred values, 4 levels), and
 # small enough that PyYAML reads the worst file within them in well under a second.
@@ -204,6 +204,8 @@ def read_yaml_document(path: str | Path, what: str) -> tuple[Any, str]:
     if not isinstance(path, (str, os.PathLike)):  # a Python caller's load_space(5)
         raise TypeError(f"the {what}'s path takes str or PathLike, got {path!r:.60}")
     data = read_bounded_bytes(Path(path), MAX_YAML_BYTES, what)  # the one door in
+    if not data.strip():  # not YAML's "nothing": a recipe of defaults that reads as a mistake
+        raise TrickLabError(f"{what} {shown(path)} is empty; write its YAML in it or name another")
     try:
         text = data.decode("utf-8")
         return read_yaml(text), text

@@ -92,7 +92,9 @@ def auto_precision(device_type: str, capability: tuple[int, int] | None, optimiz
     """What tricks.precision=auto runs as (docs/precision.md has the figures behind each row):
     on CUDA GPUs with fp16 tensor cores (7.0+), airbench's fp16 weights with fp32 BatchNorm
     (16-true-bn32), or autocast for the optimizers whose state it cannot hold in fp16 (bf16 from
-    8.0, else fp16); fp32 elsewhere: on CPUs without native bf16 it is emulated, and slower."""
+    8.0, else fp16); fp32 elsewhere, whatever the CPU: without native bf16 it is emulated and
+    slower; with it (AMX) bf16-mixed measured faster, but its accuracy on a CPU is unmeasured:
+    a recipe asks for it."""
     if device_type != "cuda" or capability is None or tuple(capability) < FP16_TENSOR_CORES_FROM:
         return "32-true"
     if optimizer not in FP32_STATE_OPTIMIZERS:
