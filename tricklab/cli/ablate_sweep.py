@@ -240,6 +240,7 @@ def _run_line(console: Console, quiet: bool) -> Any:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
+    from tricklab.experiments.rundirs import check_out_dir
     from tricklab.experiments.runner import (
         ABLATION_MATCH,
         ablate,
@@ -261,12 +262,15 @@ def run_ablate(args: argparse.Namespace) -> int:
         out_dir=args.out,
     )
     out = _consoles(args.json)[1]
+    check_out_dir(plan.out_dir, "the ablation")  # as ablate() checks it, before the storage
+    configs = ablation_plan(plan.baseline, plan.vary, plan.grid).configs  # or its error
     if args.dry_run:  # checks all that a real run checks before its first run
         configs, units = plan_ablation(plan)
-        name = ablation_study(plan, configs)
-        url = storage_url(args.storage, experiment_dir(name, args.out))
-        check_storage(url, (name, ablation_attrs(plan, configs), ABLATION_MATCH))
-        say_notes(plan, configs)
+    name = ablation_study(plan, configs)
+    url = storage_url(args.storage, experiment_dir(name, args.out))
+    check_storage(url, (name, ablation_attrs(plan, configs), ABLATION_MATCH))
+    say_notes(plan, configs)  # once the storage is known good: a mistake stays one line
+    if args.dry_run:
         shown = {
             "study": name,
             "storage": shown_url(url),
@@ -278,7 +282,6 @@ def run_ablate(args: argparse.Namespace) -> int:
         }
         _print_plan(out, shown, args.json)
         return 0
-    say_notes(plan, ablation_plan(plan.baseline, plan.vary, plan.grid).configs)  # or its error
     return _run_study(ablate, plan, args, liveness)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,11 @@ from tricklab.cli.common import (
     recipe_and_overrides,
     recipe_stem,
 )
-from tricklab.core.errors import another_rank_failed
+from tricklab.core.errors import RANK_ERRORS_ENV, another_rank_failed
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay, percent
 from tricklab.core.safeio import shown
-from tricklab.core.status import FAILED_STATUSES
+from tricklab.core.status import FAILED_STATUSES, Status
 from tricklab.recipe.schema import load_recipe
 
 
@@ -60,6 +62,12 @@ def _device_type(result: Any) -> str | None:
     return (getattr(result, "hardware", None) or {}).get("device_type")
 
 
+def _processes(result: Any) -> str | None:
+    """`2 (gloo)` for a data-parallel run; None for one process."""
+    size = getattr(result, "world_size", 1) or 1
+    return f"{size} ({result.dist_backend or 'no backend'})" if size > 1 else None
+
+
 def print_result(result, recipe_name: str | None = None) -> None:
     """The run's summary table; record seconds (airbench's definition) only for a recipe that
     has an airbench script to compare with (experiments/airbench_records.py)."""
@@ -85,6 +93,7 @@ def print_result(result, recipe_name: str | None = None) -> None:
             result.peak_memory_bytes and result.peak_memory_bytes / 2**20,
             ",.0f",
         ),
+        ("processes", _processes(result), str),  # a data-parallel run's ranks and backend
         ("params", result.params, ","),
         ("forward MACs", result.forward_macs, ","),
         ("final lr", final_lr, ".4g"),
@@ -117,9 +126,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) -> int:
     """`train --nproc N`: checks what it can here, then torchrun; a rank that failed or died
-    leaves result.json recorded `failed` with the reason, and the folder reruns."""
+    leaves result.json recorded `failed` with the reason (and what rank 0 recorded: its epochs),
+    and the folder reruns."""
     from tricklab.training import distributed
-    from tricklab.training.api import record_failed_rank
+    from tricklab.training.result import launch_record, record_failed_rank
     from tricklab.training.runfiles import check_run_dir
     from tricklab.training.setup import check_setup
 
@@ -128,12 +138,14 @@ def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) ->
         check_setup([recipe])  # bad data or model: one line here, not one per process
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
-        check_run_dir(out)  # a folder that holds a run: one line, before any process starts
+        check_run_dir(out, recipe)  # a folder that holds a run: one line, before any process
         argv = ["train", *args.words, "--out", str(out)]
         argv += [flag for flag in ("--json", "--quiet") if getattr(args, flag[2:])]
+        launched, start = launch_record(recipe, device, args.nproc), time.perf_counter()
         code, failure = distributed.launch(args.nproc, argv)
         if failure is not None:
-            record_failed_rank(out, recipe, args.nproc, failure)
+            launched.wall_seconds = time.perf_counter() - start
+            record_failed_rank(out, launched, failure)
             print_error(f"data-parallel run failed: {failure}; run directory: {out}")
         return code
     finally:
@@ -144,11 +156,19 @@ def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) ->
 def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
     """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
     from tricklab.training.api import RunInterrupted, train
+    from tricklab.training.runfiles import check_run_dir
 
     if not main:
         return 0 if train(recipe, stop=args.stop).status not in FAILED_STATUSES else 1
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     try:
+        left = check_run_dir(out, recipe) if made is None else None  # another recipe's: refused
+        if left is not None:
+            echo(
+                err_console,
+                f"note: replacing the {left.status} run in {out} ({left.epochs_text()}; "
+                "a run starts again from epoch 1)",
+            )
         if args.json or args.quiet:  # --json: stdout and stderr as without a display
             result = train(recipe, out_dir=out, stop=args.stop)
         else:
@@ -158,7 +178,11 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
     except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
         if args.json:
             print(json.dumps(stopped.result.to_dict()))
-        elif not another_rank_failed():  # then the launcher's error line names the folder
+        # A run that had failed before the stop came: under --nproc its collective found a rank
+        # dead, torchrun then stopped this one, and the launcher's error line says what failed.
+        if stopped.result.status == Status.FAILED and RANK_ERRORS_ENV in os.environ:
+            return 1
+        if not args.json and not another_rank_failed():  # else the launcher's line names it
             echo(err_console, f"run directory: {out}")
         raise
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import gc
 import os
 import threading
@@ -15,9 +14,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -27,18 +24,16 @@ from tricklab.core.errors import MachineError, TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.paths import (
     atomic_write,
-    claim_folder,
     disk_full_error,
     first_missing,
     is_disk_full,
     remove_empty_dirs,
 )
 from tricklab.core.progress import current as current_progress
-from tricklab.core.safeio import json_safe, read_json, shown
+from tricklab.core.safeio import json_safe, shown
 from tricklab.core.status import Status
-from tricklab.core.stopping import INTERRUPTED_ERROR, Interrupted, StopRequest, is_interrupt
+from tricklab.core.stopping import INTERRUPTED_ERROR, StopRequest, is_interrupt
 from tricklab.core.usercode import described, raised_by_code
-from tricklab.core.version import __version__
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.provenance import finish_record, start_record
 from tricklab.recipe.schema import Recipe
@@ -48,8 +43,8 @@ from tricklab.training.compile_cache import compile_cache
 from tricklab.training.loggers import RunLoggers
 from tricklab.training.loop import Outcome, Parts, evaluate, run_loop
 from tricklab.training.resolve import compile_for_device
+from tricklab.training.result import RunInterrupted, RunResult, record_failed_rank
 from tricklab.training.runfiles import (
-    RESULT_LIMIT,
     RUN_FILES,
     load_checkpoint,
     make_run_dir,
@@ -87,6 +82,7 @@ __all__ = [  # with the moved names, so that `from tricklab.training.api import 
     "load_checkpoint",
     "load_data",
     "prepare",
+    "record_failed_rank",
     "resolve_device",
     "run_end",
     "save_checkpoint",
@@ -94,54 +90,6 @@ __all__ = [  # with the moved names, so that `from tricklab.training.api import 
 ]
 
 _ONE_RUN = threading.Lock()  # one train() at a time in a process: torch's RNG is global
-
-
-@dataclass
-class RunResult:
-    """What one training run measured. `to_dict()` is what result.json holds."""
-
-    status: str  # complete | stopped-early | reached-target | diverged | oom | failed | interrupted
-    val_acc: float | None = None
-    val_loss: float | None = None
-    val_acc_tta: float | None = None
-    val_loss_tta: float | None = None
-    train_seconds: float = 0.0  # training epochs with batch loading, synced; no eval, no compile
-    # airbench's total_time_seconds, each part synced and timed apart (no warm-up, no decoding):
-    whiten_seconds: float = 0.0  # the whitening layer's fit on 5,000 train images (0: no layer)
-    final_eval_seconds: float | None = None  # the final evaluation, with the recipe's TTA
-    record_seconds: float | None = None  # whiten + train + final_eval; None: no final evaluation
-    compile_seconds: float = 0.0  # warm-up (torch.compile, cuDNN autotuning), measured apart
-    # what the device decided: tricks.compile (auto), tricks.precision (bf16 without bf16
-    # tensor cores runs as 16-mixed), and in `notes` why anything differs from the recipe
-    resolved: dict = field(default_factory=dict)
-    wall_seconds: float = 0.0  # everything, data loading included
-    time_to_target_seconds: float | None = None
-    peak_memory_bytes: int | None = None
-    peak_memory: dict = field(default_factory=dict)
-    images_per_second: float | None = None
-    epochs_completed: int = 0
-    stopped_epoch: int | None = None
-    time_budget_reached: bool = False  # run.time_budget_seconds stopped it (at stopped_epoch)
-    diverged_step: int | None = None
-    error: str | None = None
-    traceback: str | None = None  # where a failed run broke
-    params: int | None = None
-    forward_macs: int | None = None
-    epochs: list[dict] = field(default_factory=list)
-    hardware: dict = field(default_factory=dict)
-    provenance: dict = field(default_factory=dict)  # measure/provenance.py: command, git, load
-    world_size: int = 1  # processes of a data-parallel run (torchrun), each on its batch share
-    dist_backend: str | None = None  # their process group's: nccl, gloo; None: one process
-    tricklab_version: str = __version__
-    recipe: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def train(
@@ -211,7 +159,7 @@ def _claimed_train(
     created = first_missing(out) if out is not None else None  # what to remove if setup fails
     claim = None
     try:
-        claim = make_run_dir(out) if out is not None else None
+        claim = make_run_dir(out, recipe) if out is not None else None
         return _train(recipe, out, device, on_epoch, stop, wall_start, loggers)
     except BaseException as exc:
         # Nothing half kept: a run that ends with no result.json (a full disk, a stop or an
@@ -268,93 +216,94 @@ def _train(
                 callback_error.append(exc)
                 raise
 
-    try:
-        if stop is not None:
-            stop.check()  # a stop requested before this run (a StopRequest used again)
-        dataset = load_data(recipe)
-        reset_peak_memory(device)
-        compiling = compile_for_device(recipe.tricks.compile, device.type) != "off"
-        with (
-            backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
-            compile_cache(device) if compiling else contextlib.nullcontext(),  # compile once
-            warnings.catch_warnings(),
-        ):
-            # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while it
-            # finds its scale); the schedule steps anyway, and torch warns as if it were a mistake.
-            warnings.filterwarnings(
-                "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
-            )
-            parts, info = prepare(recipe, dataset, device)
-            parts = distributed.data_parallel(
-                parts, recipe.tricks.sync_batchnorm, info["resolved"]["compile"]
-            )
-            result.params, result.forward_macs = info["params"], info["forward_macs"]
-            result.whiten_seconds = info["whiten_seconds"]
-            result.resolved = info["resolved"]
-            loggers.open(result)  # run.loggers; one that cannot start is a setup error
-            if out is not None:
-                with atomic_write(out / "recipe.yaml") as handle:
-                    handle.write(recipe.to_yaml())
-            started = True
-            if needs_warm_up(recipe.tricks, device):
-                result.compile_seconds = warm_up_run(parts, recipe)
-            parts.progress = current_progress()  # the CLI's display; None: silent
-            outcome = run_loop(parts, recipe.run, record_epoch)
-            _finish(result, parts, outcome, recipe)
-            if recipe.run.checkpoint and out is not None and outcome.status != Status.DIVERGED:
-                save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
-        if stop is not None:
-            stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
-        _record_peak_memory(result, device)
-    except BaseException as exc:
-        unusable = not started or isinstance(exc, MachineError)  # the machine's, not the run's
-        if (isinstance(exc, TrickLabError) and unusable) or is_disk_full(exc):
-            raise  # nothing recorded: train() removes what was written and the folders it made
-        _record_peak_memory(result, device)  # for an oom run, the number that matters most
-        result.status, result.error = run_end(exc, stop)
-        if exc in callback_error and not isinstance(exc, KeyboardInterrupt):  # the caller's
-            result.error = f"stopped by on_epoch raising {described(exc)}"  # (an exit: no Ctrl-C)
-        # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
-        why = None if exc in callback_error else raised_by_code(exc)
-        if why is not None and (stop is None or not stop.requested):
-            result.status, result.error = Status.FAILED, why
-        if result.status == Status.FAILED:
-            result.traceback = "".join(traceback.format_exception(exc))
-        result.epochs_completed = len(result.epochs)
-        if result.epochs:
-            result.train_seconds = result.epochs[-1]["train_seconds"]
-        # Raised on: the caller's own exception, a user mistake met mid-run, and a stop (the
-        # caller must stop too). An oom or a failed run is returned; its memory is freed below,
-        # outside `except`, whose traceback keeps the run's tensors alive.
-        raised = isinstance(exc, TrickLabError) or exc in callback_error
-        if raised or result.status == Status.INTERRUPTED:
-            result.wall_seconds = time.perf_counter() - wall_start
-            result.provenance = finish_record(result.provenance)
-            if out is not None:
-                write_json_atomic(out / "result.json", result.to_dict())
-            if result.status == Status.INTERRUPTED and not isinstance(exc, SystemExit):
-                raise RunInterrupted(result) from exc
-            raise
-    # Free what the run held, so the next run can go on.
-    if result.status in (Status.OOM, Status.FAILED):
-        parts = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    result.wall_seconds = time.perf_counter() - wall_start
-    result.provenance = finish_record(result.provenance)
-    if out is not None:
-        write_json_atomic(out / "result.json", result.to_dict())
+    # The run's end is recorded whatever stop arrives meanwhile: torchrun's SIGTERM to rank 0
+    # lands just after a dead rank's closed connection failed its collective, and raised while
+    # the failure was being recorded it left no result.json (the run's files were removed).
+    ending = contextlib.ExitStack()
+    with ending:
+        try:
+            if stop is not None:
+                stop.check()  # a stop requested before this run (a StopRequest used again)
+            dataset = load_data(recipe)
+            reset_peak_memory(device)
+            compiling = compile_for_device(recipe.tricks.compile, device.type) != "off"
+            with (
+                backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
+                compile_cache(device) if compiling else contextlib.nullcontext(),  # compile once
+                warnings.catch_warnings(),
+            ):
+                # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while
+                # it finds its scale); the schedule steps anyway, and torch warns as if it were a
+                # mistake.
+                warnings.filterwarnings(
+                    "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
+                )
+                parts, info = prepare(recipe, dataset, device)
+                parts = distributed.data_parallel(
+                    parts, recipe.tricks.sync_batchnorm, info["resolved"]["compile"]
+                )
+                result.params, result.forward_macs = info["params"], info["forward_macs"]
+                result.whiten_seconds = info["whiten_seconds"]
+                result.resolved = info["resolved"]
+                loggers.open(result)  # run.loggers; one that cannot start is a setup error
+                if out is not None:
+                    with atomic_write(out / "recipe.yaml") as handle:
+                        handle.write(recipe.to_yaml())
+                started = True
+                if needs_warm_up(recipe.tricks, device):
+                    result.compile_seconds = warm_up_run(parts, recipe)
+                parts.progress = current_progress()  # the CLI's display; None: silent
+                outcome = run_loop(parts, recipe.run, record_epoch)
+                _finish(result, parts, outcome, recipe)
+                if recipe.run.checkpoint and out is not None and outcome.status != Status.DIVERGED:
+                    save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
+            if stop is not None:
+                stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
+            _record_peak_memory(result, device)
+            ending.enter_context(_stops_held(stop))
+        except BaseException as exc:
+            ending.enter_context(_stops_held(stop))
+            unusable = not started or isinstance(exc, MachineError)  # the machine's, not the run's
+            if (isinstance(exc, TrickLabError) and unusable) or is_disk_full(exc):
+                raise  # nothing recorded: train() removes what was written and the folders it made
+            _record_peak_memory(result, device)  # for an oom run, the number that matters most
+            result.status, result.error = run_end(exc, stop)
+            if exc in callback_error and not isinstance(exc, KeyboardInterrupt):  # the caller's
+                result.error = f"stopped by on_epoch raising {described(exc)}"  # no Ctrl-C
+            # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
+            why = None if exc in callback_error else raised_by_code(exc)
+            if why is not None and (stop is None or not stop.requested):
+                result.status, result.error = Status.FAILED, why
+            if result.status == Status.FAILED:
+                result.traceback = "".join(traceback.format_exception(exc))
+            result.epochs_completed = len(result.epochs)
+            if result.epochs:
+                result.train_seconds = result.epochs[-1]["train_seconds"]
+            # Raised on: the caller's own exception, a user mistake met mid-run, and a stop (the
+            # caller must stop too). An oom or a failed run is returned; its memory is freed below,
+            # outside `except`, whose traceback keeps the run's tensors alive.
+            raised = isinstance(exc, TrickLabError) or exc in callback_error
+            if raised or result.status == Status.INTERRUPTED:
+                result.wall_seconds = time.perf_counter() - wall_start
+                result.provenance = finish_record(result.provenance)
+                if out is not None:
+                    write_json_atomic(out / "result.json", result.to_dict())
+                if result.status == Status.INTERRUPTED and not isinstance(exc, SystemExit):
+                    raise RunInterrupted(result) from exc
+                raise
+        # Free what the run held, so the next run can go on.
+        if result.status in (Status.OOM, Status.FAILED):
+            parts = None
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        result.wall_seconds = time.perf_counter() - wall_start
+        result.provenance = finish_record(result.provenance)
+        if out is not None:
+            write_json_atomic(out / "result.json", result.to_dict())
+    if stop is not None and stop.requested:  # a stop held while the end was recorded
+        raise RunInterrupted(result)
     return result
-
-
-class RunInterrupted(Interrupted):
-    """A run stopped by Ctrl-C or SIGTERM; `result` is its RunResult, status interrupted, with the
-    epochs it finished (and result.json holds it when the run had a directory)."""
-
-    def __init__(self, result: RunResult) -> None:
-        super().__init__(result.error)
-        self.result = result
 
 
 def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, str]:
@@ -366,6 +315,11 @@ def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, s
     if oom := out_of_memory_error(exc):
         return Status.OOM, oom
     return Status.FAILED, f"{type(exc).__name__}: {exc}"
+
+
+def _stops_held(stop: StopRequest | None) -> contextlib.AbstractContextManager:
+    """Ctrl-C and SIGTERM only mark `stop` in the block (StopRequest.held); nothing without one."""
+    return stop.held() if stop is not None else contextlib.nullcontext()
 
 
 def _record_peak_memory(result: RunResult, device: torch.device) -> None:
@@ -408,36 +362,3 @@ def _finish(result: RunResult, parts: Parts, outcome: Outcome, recipe: Recipe) -
         result.record_seconds = (
             result.whiten_seconds + result.train_seconds + result.final_eval_seconds
         )
-
-
-def record_failed_rank(out: Path, recipe: Recipe, world_size: int, reason: str) -> None:
-    """After a data-parallel run in `out` whose rank failed or died (`distributed.launch`'s
-    reason): its result.json says failed, with the reason, unless the run had recorded its own
-    end; the folder then reruns (runfiles.ended_unfinished). Rank 0 may have written an
-    `interrupted` result when torchrun stopped it, or nothing (it was the one killed, or the
-    stop reached it while it recorded the failure, and it cleaned its folder)."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        claim = claim_folder(out)
-    except OSError:
-        return  # a folder that cannot be written: the error line has said what failed
-    if claim is None:  # a live writer holds it
-        return
-    try:
-        previous = out / "result.json"
-        result = RunResult(status=Status.FAILED, recipe=recipe.to_dict(), world_size=world_size)
-        if previous.exists():
-            try:
-                result = RunResult.from_dict(read_json(previous, RESULT_LIMIT, "result.json"))
-            except (TrickLabError, TypeError):
-                pass  # unreadable: replaced by the failure
-            if result.status not in (Status.INTERRUPTED, Status.FAILED):
-                return  # the run ended as it records (complete, diverged, oom)
-        if result.status == Status.INTERRUPTED:  # torchrun stopped it: no Ctrl-C of the user's
-            result.error = f"{reason}; torchrun stopped the other ranks"
-        else:
-            result.error = reason if not result.error else f"{reason}; {result.error}"
-        result.status, result.world_size = Status.FAILED, world_size
-        write_json_atomic(previous, result.to_dict())
-    finally:
-        claim.release()

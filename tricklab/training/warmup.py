@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -43,13 +44,15 @@ _WARMED: set[str] = set()
 
 def warm_up_run(parts: Parts, recipe: Any) -> float:
     """`warm_up` before a run of `recipe`, unless this process warmed an eager run of an equal
-    recipe (run.seed aside) on the same device: its kernels are loaded, cuDNN's algorithms chosen
+    recipe (its run section aside: seed, epochs, targets) on the same device: its kernels are loaded, cuDNN's algorithms chosen
     and the allocator grown, so a second warm-up would only add ~0.1 s to each run of a study.
     Compiled runs always warm up (a new model's compile guards are checked there, and its
     compile_seconds is the record's). 0.0 when skipped."""
     key = None
     if compile_for_device(recipe.tricks.compile, parts.device.type) == "off":
-        key = f"{parts.device} {recipe.setting_key()}"
+        # the run section (epochs, seed, targets, loggers) changes no kernel: a speedrun's
+        # shortened warm-up run warms its counted runs too
+        key = f"{parts.device} {json.dumps({**recipe.to_dict(), 'run': None}, sort_keys=True, default=str)}"
         if key in _WARMED:
             return 0.0
     seconds = warm_up(parts, recipe.tricks.tta)
