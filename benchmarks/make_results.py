@@ -50,6 +50,7 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
             "compile_cache",
             "gpu_session",
             "demo",
+            "cpu_precision",
             "record",
         )
     }
@@ -71,6 +72,8 @@ def read_folder(folder: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
             kinds["gpu_session"].append((path.stem, data))
         elif data.get("benchmark") == "demo" and "stats" in data:
             kinds["demo"].append((path.stem, data))
+        elif data.get("benchmark") == "cpu-precision" and "rows" in data:
+            kinds["cpu_precision"].append((path.stem, data))
     kinds["record"].sort(key=lambda item: (item[1].get("order", 0), item[0]))
     return kinds
 
@@ -212,9 +215,41 @@ def folder_section(folder: Path) -> list[str]:
         lines += gpu_session_tables(stem, data)
     for stem, data in kinds["demo"]:
         lines += demo_section(stem, data)
+    for stem, data in kinds["cpu_precision"]:
+        lines += cpu_precision_section(stem, data)
     for stem, record in kinds["record"]:
         lines += record_block(stem, record)
     return lines
+
+
+def cpu_precision_section(stem: str, data: dict[str, Any]) -> list[str]:
+    """`benchmarks/cpu_precision.py`: the demo's baseline in fp32 and in bf16 autocast."""
+    lines = [
+        "",
+        f"### fp32 against bf16 autocast on this CPU ({stem}.json)",
+        "",
+        f"*{data['date']}, {data['cores']}-core {data['cpu']}, {data['bf16']}, {data['threads']} "
+        f"torch threads, load average {data['load_average_start']:.2f} at the start and "
+        f"{data['load_average_end']:.2f} at the end.*",
+        "",
+        f"`benchmarks/cpu_precision.py --seeds {data['seeds']} --epochs {data['epochs']:g}`: the "
+        "demo's baseline (`speedrun94` at quarter width on the 10,000 sample images, JPEG q75) in "
+        "each precision, interleaved seed by seed in one process. What `tricks.precision: auto` "
+        "on a CPU rests on (docs/precision.md).",
+        "",
+        "| precision | accuracy % mean ± std | per seed | train s median | per seed |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in data["rows"].items():
+        accs = ", ".join(pct(r["accuracy"]) for r in row["runs"])
+        secs = ", ".join(f"{r['train_seconds']:.2f}" for r in row["runs"])
+        std = pct(row["accuracy_std"]) if row["accuracy_std"] is not None else "-"
+        lines.append(
+            f"| `{name}` | {pct(row['accuracy_mean'])} ± {std} | {accs} | "
+            f"{row['train_seconds_median']:.2f} | {secs} |"
+        )
+    ratio = data["bf16_over_fp32_seconds"]
+    return [*lines, "", f"bf16-mixed / 32-true train seconds (medians): **{ratio:.2f}×**."]
 
 
 def compile_cache_table(data: dict[str, Any]) -> list[str]:
@@ -538,7 +573,8 @@ def demo_section(stem: str, data: dict[str, Any]) -> list[str]:
         f"*{data['date']}, {data['machine']}.*",
         "",
         f"`benchmarks/demo_record.py`: {demo_how(data)}. On {data['device']}: `speedrun94` at "
-        f"widths {plan['cpu_widths']} in {plan['cpu_precision']} (a GPU keeps the recipe's), "
+        f"widths {plan['cpu_widths']} in {data.get('precision') or plan['cpu_precision']} "
+        f"(`tricks.precision={plan['cpu_precision']}`; a GPU keeps the recipe's), "
         f"{plan['epochs']:g} epochs, {data['seeds']} seeds per configuration.",
         "",
         *demo_table(data),
@@ -569,7 +605,7 @@ def demo_headline(data: dict[str, Any]) -> tuple[str, str]:
     interval = "" if low is None or high is None else f" (95 % CI {pct(low)}–{pct(high)})"
     row = (
         f"| {data['cores']}-core CPU, {data['date']} | `tricklab demo`'s baseline: `speedrun94` at "
-        f"{width}, {plan['cpu_precision']}, {plan['epochs']:g} epochs on "
+        f"{width}, {data.get('precision') or plan['cpu_precision']}, {plan['epochs']:g} epochs on "
         f"{plan['train_size'] or 10_000:,} images | "
         f"{base['n']} | {pct(base['accuracy_mean'])}{interval} | "
         f"{base['train_seconds_mean']:.1f} train | - |"
@@ -584,10 +620,14 @@ def demo_headline(data: dict[str, Any]) -> tuple[str, str]:
     return row, note
 
 
+PRECISION_WORDS = {"32-true": "fp32", "bf16-mixed": "bf16 autocast (the CPU has AMX)"}
+
+
 def demo_paragraph(data: dict[str, Any]) -> str:
     """README's Quick start paragraph: the demo's time and what it printed, from its JSON."""
     plan = data["plan"]
-    precision = {"32-true": "fp32"}.get(plan["cpu_precision"], f"`{plan['cpu_precision']}`")
+    ran = data.get("precision") or plan["cpu_precision"]  # older records: the plan's value
+    precision = PRECISION_WORDS.get(ran, f"`{ran}`")
     words = (
         f"On a CPU the net is quarter width in {precision} ({minutes(data['wall_seconds'])} in all "
         f"on {data['date']}, on a {data['cores']}-core {data['cpu']} at load "

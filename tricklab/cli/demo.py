@@ -28,9 +28,12 @@ def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
 
     tricks = ", ".join(f"{k}={'/'.join(map(format_value, vs))}" for k, vs in plan.vary.items())
     data = f"{plan.train_size or 10_000:,} train / {plan.test_size or 2_000:,} test images"
-    scaled = (
-        f", widths {list(plan.cpu_widths)}, {plan.cpu_precision}" if device_type == "cpu" else ""
-    )
+    precision = plan.cpu_precision
+    if precision == "auto":  # said as it resolves on this CPU
+        from tricklab.training.precision import auto_precision
+
+        precision = f"{auto_precision('cpu', None, 'sgd')} (auto)"
+    scaled = f", widths {list(plan.cpu_widths)}, {precision}" if device_type == "cpu" else ""
     return (
         f"demo: {BASELINE_RECIPE}{scaled} on cifar10-sample ({data}), {plan.epochs:g} epochs, "
         f"baseline + {tricks} one at a time, {seeds} seeds each, on {device_type}"
