@@ -172,6 +172,7 @@ def test_peak_memory_on_cuda_reads_that_devices_allocator(recorder):
     recorder.fake(torch.cuda, "max_memory_reserved", 4_000_000_000)
     recorder.fake(torch.cuda, "get_device_properties", SimpleNamespace(total_memory=12e9))
     assert memory.peak_memory(GPU) == {
+        "peak_memory_kind": "CUDA max allocated",
         "peak_memory_bytes": 3_000_000_000,
         "peak_memory_reserved_bytes": 4_000_000_000,
         "peak_memory_pct": 25.0,
@@ -193,7 +194,8 @@ def test_resetting_peak_memory_resets_that_cuda_device_and_nothing_on_the_cpu(re
 def test_peak_memory_on_the_cpu_is_the_processes_peak_rss(recorder):
     recorder.refuse(torch.cuda, "max_memory_allocated")
     peak = memory.peak_memory(torch.device("cpu"))
-    assert set(peak) == {"peak_memory_bytes"} and peak["peak_memory_bytes"] > 10_000_000
+    assert set(peak) == {"peak_memory_kind", "peak_memory_bytes"}
+    assert peak["peak_memory_bytes"] > 10_000_000 and "lifetime" in peak["peak_memory_kind"]
 
 
 def test_free_memory_on_cuda_is_that_devices_free_memory(recorder):

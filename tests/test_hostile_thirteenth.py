@@ -335,3 +335,91 @@ def test_a_torch_without_the_amx_probe_counts_as_no_native_bf16(monkeypatch):
         assert precision.native_cpu_bf16() is False
     finally:
         precision.native_cpu_bf16.cache_clear()
+
+
+# ---------------------------------------------------------------- the verification round
+
+
+def test_numpy_values_in_a_space_an_array_for_vary_and_a_numpy_bool():
+    space = parse_space(
+        {
+            "loader.batch_size": [np.int64(25), np.int64(50)],
+            "optim.lr": {"low": np.float64(0.01), "high": np.float32(0.5), "log": np.bool_(True)},
+        }
+    )
+    assert space.distributions["loader.batch_size"].choices == (25, 50)
+    assert space.distributions["optim.lr"].log is True
+    recipe = load_recipe(None, TINY)
+    assert AblationPlan(recipe, {"optim.lr": np.array([0.2, 0.3])}).vary == {"optim.lr": (0.2, 0.3)}
+    data = recipe.to_dict()
+    data["tricks"]["channels_last"] = np.True_
+    assert type(recipe).from_dict(data).tricks.channels_last is True
+
+
+def test_a_study_or_a_nested_run_while_a_run_trains_is_refused_before_anything_is_stored(tmp_path):
+    """ablate() beside a training thread stored a study whose every run failed; a train() from
+    inside on_epoch was said to come from another thread."""
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(row):
+        inside.set()
+        release.wait(60)
+
+    first = threading.Thread(target=lambda: train(load_recipe(None, TINY), on_epoch=hold))
+    first.start()
+    try:
+        assert inside.wait(120)
+        plan = AblationPlan(load_recipe(None, TINY), {"optim.lr": [0.2]}, 1, out_dir=tmp_path / "a")
+        with pytest.raises(TrickLabError, match="in another thread"):
+            ablate(plan)
+        assert not (tmp_path / "a").exists()
+    finally:
+        release.set()
+        first.join()
+    seen = []
+
+    def nested(row):
+        with pytest.raises(TrickLabError, match="comes from inside it") as refused:
+            train(load_recipe(None, TINY))
+        seen.append(str(refused.value))
+
+    assert train(load_recipe(None, TINY), on_epoch=nested).status == "complete" and seen
+
+
+@pytest.mark.parametrize("text", ["# just a comment\n", "---\n", "null\n"])
+def test_a_recipe_file_whose_yaml_holds_nothing_is_empty(tmp_path, text):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(TrickLabError, match="is empty; write its YAML in it"):
+        load_recipe(str(path))
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (
+            ["ablate", "--baseline", "speedrun94", "--vary", "optim.lr=0.2", "--sto", "x"],
+            "--storage",
+        ),
+        (["ablate", "--baseline", "speedrun94", "--vary", "optim.lr=0.2", "--dry"], "--dry-run"),
+        (["speedrun", "--warm", "0"], "--warmup-epochs"),
+    ],
+)
+def test_an_abbreviated_flag_is_answered_with_the_flag_it_begins(argv, hint, capsys):
+    from tricklab.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"did you mean {hint}?" in err and err.count("\n") == 1
+
+
+def test_a_journal_in_a_read_only_folder_is_one_line_for_a_writer(tmp_path, monkeypatch):
+    """An existing journal on a folder made read-only: a writer's lock file failed (43 lines)."""
+    import os
+
+    from tricklab.experiments.storage import open_storage
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(TrickLabError, match="its folder is read-only"):
+        open_storage(f"journal:{tmp_path}/x.journal")

@@ -45,10 +45,14 @@ def test_auto_on_a_cuda_gpu_is_the_fastest_precision_its_tensor_cores_have(
     assert resolved["notes"] == []
 
 
-def test_auto_on_a_cpu_is_fp32():
+@pytest.mark.parametrize(("amx", "expected"), [(False, "32-true"), (True, "bf16-mixed")])
+def test_auto_on_a_cpu_is_fp32_unless_it_has_amx(monkeypatch, amx, expected):
+    from tricklab.training import precision
+
+    monkeypatch.setattr(precision, "native_cpu_bf16", lambda: amx)
     recipe = load_recipe(None, ["tricks.precision=auto"])
     _, policy, resolved = for_device(recipe, torch.device("cpu"))
-    assert policy == precision_policy("32-true", "cpu") and resolved["precision"] == "32-true"
+    assert policy == precision_policy(expected, "cpu") and resolved["precision"] == expected
 
 
 def test_the_record_recipes_default_to_auto():
@@ -69,12 +73,15 @@ def test_an_explicit_precision_wins_on_the_cpu():
 
 
 def test_a_run_records_and_returns_what_auto_ran_as(tmp_path):
+    from tricklab.training.precision import auto_precision
+
+    ran = auto_precision("cpu", None, "sgd")  # bf16-mixed on a CPU with AMX, else 32-true
     recipe = load_recipe(None, [*TINY_SYNTHETIC, "tricks.precision=auto", "run.epochs=1"])
     result = train(recipe, out_dir=tmp_path / "run")
-    assert result.resolved["precision"] == "32-true"
+    assert result.resolved["precision"] == ran
     assert result.recipe["tricks"]["precision"] == "auto"  # the recipe as written
     saved = (tmp_path / "run" / "result.json").read_text()
-    assert '"precision": "32-true"' in saved
+    assert f'"precision": "{ran}"' in saved
 
 
 @pytest.mark.parametrize(

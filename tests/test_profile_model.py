@@ -343,4 +343,7 @@ def test_an_unknown_device_is_one_line_and_auto_precision_is_profiled_as_a_run_r
         profile_models(["airbench"], ProfileGrid(batch_sizes=[2]), **{**TINY, "device": "tpu"})
     grid = ProfileGrid(batch_sizes=[2], precisions=["auto", "32-true"])
     result = profile_models(["airbench"], grid, **{**TINY, "repeats": 1})
-    assert {r["precision"] for r in result["results"]} == {"32-true"}  # auto on a CPU: fp32
+    from tricklab.training.precision import auto_precision
+
+    auto = auto_precision("cpu", None, "sgd")  # as a run on this CPU: bf16-mixed with AMX
+    assert {r["precision"] for r in result["results"]} == {auto, "32-true"}

@@ -122,7 +122,10 @@ def test_a_tiny_recipe_profiles_with_the_documented_keys_and_a_trace(tmp_path):
     assert names == ["loading", "ema_update", "optimizer_step", "backward", "forward"]
     for c in result["components"] + result["inside_forward_backward"]:
         assert all(isinstance(c[k], float) and c[k] == c[k] for k in ("ms", "ms_raw", "ci_low_ms"))
-        assert c["ms"] >= 0 and c["ms"] == max(c["ms_raw"], 0)
+        # clipped at 0, and a part of forward + backward at most its whole (noise can say more)
+        assert 0 <= c["ms"] <= max(c["ms_raw"], 0)
+    for c in result["components"]:
+        assert c["ms"] == max(c["ms_raw"], 0)
     assert sum(c["share"] for c in result["components"]) == pytest.approx(1, abs=1e-9)
     assert result["steps_per_sample"]["full"] % 2 == 0  # whole EMA periods per sample
     assert result["replaced_modules"]["GELU"] == 3 and result["batch_size"] == 64

@@ -15,7 +15,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -34,7 +34,7 @@ from tricklab.cli.common import (
     recipe_and_overrides,
 )
 from tricklab.cli.common import wide_console as console
-from tricklab.cli.plan_notes import say_notes
+from tricklab.cli.plan_notes import plan_notes, say_notes
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import ProgressDisplay, clock
 from tricklab.core.safeio import shown
@@ -269,8 +269,9 @@ def run_ablate(args: argparse.Namespace) -> int:
     name = ablation_study(plan, configs)
     url = storage_url(args.storage, experiment_dir(name, args.out))
     check_storage(url, (name, ablation_attrs(plan, configs), ABLATION_MATCH))
-    say_notes(plan, configs)  # once the storage is known good: a mistake stays one line
+    notes = plan_notes(plan, configs)
     if args.dry_run:
+        say_notes(notes)
         shown = {
             "study": name,
             "storage": shown_url(url),
@@ -282,7 +283,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         }
         _print_plan(out, shown, args.json)
         return 0
-    return _run_study(ablate, plan, args, liveness)
+    return _run_study(ablate, plan, args, liveness, notes)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -341,17 +342,30 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def _run_study(
-    run: Callable[..., ExperimentSummary], plan: Any, args: argparse.Namespace, liveness: Liveness
+    run: Callable[..., ExperimentSummary],
+    plan: Any,
+    args: argparse.Namespace,
+    liveness: Liveness,
+    notes: Sequence[str] = (),
 ) -> int:
-    """Run an ablation or sweep plan with the progress display; its summary, or one line on a stop."""
+    """Run an ablation or sweep plan with the progress display; its summary, or one line on a stop.
+    `notes` are said once the study runs (before the first run's line, or at its end), so that bad
+    input met by the study's checks stays one line."""
     progress, out = _consoles(args.json)
+    line, pending = _run_line(progress, args.quiet), list(notes)
+
+    def on_run_end(event: RunEvent) -> None:
+        say_notes(pending)
+        pending.clear()
+        if line is not None:
+            line(event)
+
     with quiet_optuna(), _display(args):
         try:
-            summary = run(
-                plan, on_run_end=_run_line(progress, args.quiet), liveness=liveness, stop=args.stop
-            )
+            summary = run(plan, on_run_end=on_run_end, liveness=liveness, stop=args.stop)
         except KeyboardInterrupt as stop:
             return _interrupted(stop)
+    say_notes(pending)
     _print_summary(progress, out, summary, args.json)
     return 0
 
@@ -410,6 +424,10 @@ def _print_summary(
         return
     if summary.stats:
         out.print(stats_table(summary.stats, f"{summary.kind} {summary.study}", out.width))
+        if any(row.is_reference and row.picked_best for row in summary.stats):
+            from tricklab.report.tables import PICKED_NOTE  # the winner's curse, as `results`
+
+            echo(out, PICKED_NOTE)
         if summary.busy_machine:  # measure/provenance.py
             busy = f"{BUSY_WORDS}: {summary.busy_reason}; {BUSY_ADVICE}"
             out.print(busy, highlight=False, style="bold yellow")

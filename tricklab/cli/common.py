@@ -114,7 +114,9 @@ def unknown_flags(
     command = chosen_parser(parser, args)
     flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
     given = next((e.partition("=")[0] for e in extra if e.startswith("--")), None)
-    close = difflib.get_close_matches(given, flags, n=1, cutoff=0.6) if given else []
+    prefixed = [flag for flag in flags if given and flag.startswith(given)]  # `--sto`: --storage
+    close = prefixed if len(prefixed) == 1 else []
+    close = close or (difflib.get_close_matches(given, flags, n=1, cutoff=0.6) if given else [])
     hint = f"; did you mean {close[0]}?" if close else ""
     command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 

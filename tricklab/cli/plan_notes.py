@@ -33,14 +33,18 @@ def vary_notes(baseline: Any, vary: Mapping[str, Sequence[Any]], grid: bool) -> 
     return notes
 
 
-def say_notes(plan: Any, configs: Sequence[Any]) -> None:
-    """`vary_notes` of an AblationPlan on stderr, and that the plan is the baseline alone where
-    its `configs` are."""
-    for note in vary_notes(plan.baseline, plan.vary, plan.grid):
-        echo(err_console, f"note: {note}")
+def plan_notes(plan: Any, configs: Sequence[Any]) -> list[str]:
+    """`vary_notes` of an AblationPlan as `note: ...` lines, and that the plan is the baseline
+    alone where its `configs` are."""
+    notes = [f"note: {note}" for note in vary_notes(plan.baseline, plan.vary, plan.grid)]
     if len(configs) == 1:
-        echo(
-            err_console,
+        notes.append(
             "note: no --vary value differs from the baseline's: the plan is the baseline alone; "
-            "vary other values to compare",
+            "vary other values to compare"
         )
+    return notes
+
+
+def say_notes(notes: Sequence[str]) -> None:
+    for note in notes:
+        echo(err_console, note)

@@ -34,6 +34,22 @@ def expect_number(value: object, what: str, whole: bool = False) -> None:
         raise TypeError(f"{what} takes {wanted}, got {type(value).__name__} {value!r:.60}")
 
 
+def plain(value: object) -> object:
+    """`value` with numpy's (and torch's) numbers, bools and arrays as Python's, inside lists,
+    tuples and dicts too: a notebook's np.linspace, np.int64 or np.bool_ reads as typed."""
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [plain(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if not isinstance(value, (str, bytes)) and callable(getattr(value, "tolist", None)):
+        try:
+            return plain(value.tolist())  # a numpy scalar gives its Python value, an array a list
+        except Exception:  # a tolist that is not numpy's: left as it is, and checked as such
+            return value
+    return value
+
+
 def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> None:
     """`expect_type` for a list or tuple whose every item is of `kinds`."""
     expect_type(value, (list, tuple), what)

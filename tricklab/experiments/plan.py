@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from tricklab.core.errors import TrickLabError, expect_list_of, expect_number, expect_type
+from tricklab.core.errors import TrickLabError, expect_list_of, expect_number, expect_type, plain
 from tricklab.recipe.load import takes_text
 from tricklab.recipe.schema import SECTIONS, Recipe, all_keys
 from tricklab.recipe.yamlio import read_value
@@ -210,11 +210,11 @@ class AblationPlan:
         # checked as a file's recipe is, and its own copy: a field set by hand is refused here
         object.__setattr__(self, "baseline", Recipe.from_dict(self.baseline.to_dict(), "recipe"))
         expect_type(self.vary, Mapping, "AblationPlan's vary")
+        object.__setattr__(self, "vary", plain(dict(self.vary)))  # numpy's values as Python's
         for key, values in self.vary.items():  # a lone string would be read letter by letter
             expect_type(key, str, "each key of AblationPlan's vary")
             expect_type(values, (list, tuple), f"AblationPlan's vary[{key!r}]")
-        # the plan's own copy: the caller's dict changed after this check changes no plan
-        object.__setattr__(self, "vary", {k: tuple(v) for k, v in self.vary.items()})
+        object.__setattr__(self, "vary", {k: tuple(v) for k, v in self.vary.items()})  # its own
         expect_type(self.grid, bool, "AblationPlan's grid")
         _check_where(self, "AblationPlan")
 

@@ -31,7 +31,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, plain
 from tricklab.experiments.plan import MAX_GRID_POINTS, SEEDS_ERROR, format_value
 from tricklab.recipe.schema import field_table
 from tricklab.recipe.yamlio import number_in_text, read_yaml_file
@@ -158,6 +158,7 @@ def load_space(path: str | Path) -> SearchSpace:
 
 def parse_space(data: Any, source: str = "space") -> SearchSpace:
     """A search space from a mapping of recipe key -> list of choices or {low, high, log, step}."""
+    data = plain(data)  # numpy's numbers as Python's
     if not isinstance(data, dict) or not data:
         raise TrickLabError(f"{source}: expected a mapping of recipe keys to choices or ranges")
     if "run.seed" in data:

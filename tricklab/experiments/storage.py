@@ -7,9 +7,8 @@ One Optuna study per experiment. `--storage` takes
 - any SQLAlchemy URL Optuna accepts (`postgresql+psycopg://user@host/db`, `sqlite:///file.db`): for
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
-Messages, summaries and records show a URL's password as `***` (`shown_url`, urls.py). In-memory
-SQLite (`sqlite://`) is refused: it would store nothing to resume; so is an SQLite URL with a query
-(`?mode=ro`: SQLAlchemy ignores it). A file storage's path must be a file or nothing (never a
+A URL's password is shown as `***` (`shown_url`, urls.py). In-memory SQLite (`sqlite://`) is
+refused (nothing to resume), as is an SQLite URL with a query (`?mode=ro`: SQLAlchemy ignores it). A file storage's path must be a file or nothing (never a
 folder, a pipe or a device). A journal file that exists must start with an Optuna journal record,
 so no other file is ever appended to; a last line a writer never finished is set aside before the
 next append (journal.py). A reader opens only a whole Optuna database (every table Optuna would
@@ -20,13 +19,13 @@ line for readers and writers alike (contents.py), as is SQLite's full disk.
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why);
 one without a `status` was left RUNNING by a worker that died and was failed later: `interrupted`.
-`skipped` marks a trial that a worker claimed and gave up at once because its unit was already
-taken (claims.py: the claim protocol; this module only opens stores).
+`skipped`: a trial claimed and given up at once, its unit taken (claims.py: the claim protocol).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import tempfile
 import time
@@ -124,8 +123,12 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     if url.startswith("journal:"):
         path = _file_path(url)
         if must_exist and not path.is_file():
-            raise TrickLabError(f"journal file {path} does not exist")
+            raise TrickLabError(f"journal file {path} does not exist")  # a reader makes none
         _make_parent(path, url)
+        if not must_exist and not os.access(path.parent, os.W_OK):  # its lock file goes there
+            raise _cannot_open(
+                url, "its folder is read-only (a writer makes a lock file beside it)"
+            )
         _check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             storage = optuna.storages.JournalStorage(journal_backend(path))

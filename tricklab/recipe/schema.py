@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from tricklab.core import safeio
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import TrickLabError, expect_type, plain
 from tricklab.core.paths import atomic_write
 from tricklab.recipe.coerce import shown, type_name
 from tricklab.recipe.load import builtin_recipes as builtin_recipes  # re-exported
@@ -78,6 +78,7 @@ class Recipe:
             raise TrickLabError(
                 f"{source}: expected a mapping of sections, got {type(data).__name__}"
             )
+        data = plain(data)  # numpy's numbers and bools (np.True_) as Python's
         for name in data:
             if name not in SECTIONS:
                 check_section(str(name), list(SECTIONS), all_keys(), source)

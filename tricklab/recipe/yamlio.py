@@ -204,17 +204,21 @@ def read_yaml_document(path: str | Path, what: str) -> tuple[Any, str]:
     if not isinstance(path, (str, os.PathLike)):  # a Python caller's load_space(5)
         raise TypeError(f"the {what}'s path takes str or PathLike, got {path!r:.60}")
     data = read_bounded_bytes(Path(path), MAX_YAML_BYTES, what)  # the one door in
+    empty = f"{what} {shown(path)} is empty; write its YAML in it or name another"
     if not data.strip():  # not YAML's "nothing": a recipe of defaults that reads as a mistake
-        raise TrickLabError(f"{what} {shown(path)} is empty; write its YAML in it or name another")
+        raise TrickLabError(empty)
     try:
         text = data.decode("utf-8")
-        return read_yaml(text), text
+        document = read_yaml(text)
+        if document is None:  # only comments, `---` or `null`: nothing, as an empty file
+            raise TrickLabError(empty)
+        return document, text
     except UnicodeDecodeError:
         raise TrickLabError(f"{what} {path} is not UTF-8 text (not valid YAML)") from None
     except yaml.YAMLError as exc:
         raise TrickLabError(f"{path}: {describe_yaml_error(exc)}") from None
     except TrickLabError as exc:
-        raise TrickLabError(f"{path}: {exc}") from None
+        raise TrickLabError(str(exc) if str(exc) == empty else f"{path}: {exc}") from None
 
 
 def spelled(text: str) -> Any:

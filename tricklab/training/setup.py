@@ -426,8 +426,10 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
     errors are left for the runs to meet and record.
 
     Each distinct data source, model and loader setting is built once, however many recipes share
-    it (seeds aside: `SetupCache`); the optimizer, schedule and averaging are set up for each
-    distinct recipe."""
+    it (seeds aside: `SetupCache`); the optimizer, schedule and averaging once per recipe."""
+    from tricklab.training.api import check_not_training  # api imports this module
+
+    check_not_training()  # a study's runs would each be refused
     reuse, seen = SetupCache(), set()
     for recipe in recipes:
         recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, seed=0))
