@@ -95,6 +95,7 @@ def record(
         "load_end": load[1],
         "cores": os.cpu_count(),
         "device": demo["device"],
+        "precision": demo.get("precision"),  # what the baseline ran as (`auto` resolved)
         "seeds": demo["seeds"],
         "plan": demo["plan"],
         "summary": demo["report"]["summary"],

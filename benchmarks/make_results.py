@@ -620,7 +620,7 @@ def demo_headline(data: dict[str, Any]) -> tuple[str, str]:
     return row, note
 
 
-PRECISION_WORDS = {"32-true": "fp32", "bf16-mixed": "bf16 autocast (the CPU has AMX)"}
+PRECISION_WORDS = {"32-true": "fp32", "bf16-mixed": "bf16 autocast on its AMX units"}
 
 
 def demo_paragraph(data: dict[str, Any]) -> str:
