@@ -1,6 +1,7 @@
 """The thirteenth hostile round (tricklab as a library in a notebook): each case is one clear
 error before anything is written, or no longer happens."""
 
+import contextlib
 import json
 import threading
 
@@ -98,10 +99,10 @@ def test_on_epoch_gets_a_copy_the_run_record_stays_its_own(tmp_path):
     assert cleared.status == "complete" and cleared.epochs[0]["train_seconds"] > 0
 
 
-def test_a_second_train_in_another_thread_is_refused_not_mixed_into_the_first(tmp_path):
-    """Two threads' runs shared torch's global random state: both finished with numbers neither
-    run would give alone, and nothing said so."""
-    inside, release, refused = threading.Event(), threading.Event(), []
+@contextlib.contextmanager
+def training_in_another_thread():
+    """A run held in its first epoch's end in another thread while the block runs."""
+    inside, release = threading.Event(), threading.Event()
 
     def hold(row):
         inside.set()
@@ -111,13 +112,21 @@ def test_a_second_train_in_another_thread_is_refused_not_mixed_into_the_first(tm
     first.start()
     try:
         assert inside.wait(120)
-        with pytest.raises(TrickLabError, match="another thread") as error:
-            train(load_recipe(None, TINY), out_dir=tmp_path / "second")
-        refused.append(str(error.value))
+        yield
     finally:
         release.set()
         first.join()
-    assert "not be reproducible" in refused[0] and not (tmp_path / "second").exists()
+
+
+def test_a_second_train_in_another_thread_is_refused_not_mixed_into_the_first(tmp_path):
+    """Two threads' runs shared torch's global random state: both finished with numbers neither
+    run would give alone, and nothing said so."""
+    with (
+        training_in_another_thread(),
+        pytest.raises(TrickLabError, match="another thread") as error,
+    ):
+        train(load_recipe(None, TINY), out_dir=tmp_path / "second")
+    assert "not be reproducible" in str(error.value) and not (tmp_path / "second").exists()
     assert train(load_recipe(None, TINY)).status == "complete"  # free again once it ended
 
 
@@ -359,23 +368,10 @@ def test_numpy_values_in_a_space_an_array_for_vary_and_a_numpy_bool():
 def test_a_study_or_a_nested_run_while_a_run_trains_is_refused_before_anything_is_stored(tmp_path):
     """ablate() beside a training thread stored a study whose every run failed; a train() from
     inside on_epoch was said to come from another thread."""
-    inside, release = threading.Event(), threading.Event()
-
-    def hold(row):
-        inside.set()
-        release.wait(60)
-
-    first = threading.Thread(target=lambda: train(load_recipe(None, TINY), on_epoch=hold))
-    first.start()
-    try:
-        assert inside.wait(120)
-        plan = AblationPlan(load_recipe(None, TINY), {"optim.lr": [0.2]}, 1, out_dir=tmp_path / "a")
-        with pytest.raises(TrickLabError, match="in another thread"):
-            ablate(plan)
-        assert not (tmp_path / "a").exists()
-    finally:
-        release.set()
-        first.join()
+    plan = AblationPlan(load_recipe(None, TINY), {"optim.lr": [0.2]}, 1, out_dir=tmp_path / "a")
+    with training_in_another_thread(), pytest.raises(TrickLabError, match="in another thread"):
+        ablate(plan)
+    assert not (tmp_path / "a").exists()
     seen = []
 
     def nested(row):
