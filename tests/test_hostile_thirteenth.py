@@ -419,3 +419,19 @@ def test_a_journal_in_a_read_only_folder_is_one_line_for_a_writer(tmp_path, monk
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(TrickLabError, match="its folder is read-only"):
         open_storage(f"journal:{tmp_path}/x.journal")
+
+
+def test_models_and_profile_model_check_a_users_model_as_a_run_does(registry, capsys):
+    """`tricklab models` listed a wrong-shaped model (rc 0) and gave a traceback for a lazy one;
+    `profile model` timed the wrong one; a class without a docstring showed nn.Module's."""
+    from tricklab.cli.main import main
+
+    tricklab.register_model("three-scores", ThreeScores)
+    tricklab.register_model("lazy-head", Lazy)
+    for argv in (["models", "three-scores"], ["profile", "model", "three-scores",
+                                                 "--batch-sizes", "2", "--repeats", "1"]):  # fmt: skip
+        assert main(argv) == 2
+        assert "its forward gives (2, 3)" in capsys.readouterr().err
+    assert main(["models", "lazy-head", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["params"] == 3 * 32 * 32 * 10 + 10 and row["doc"] == "Lazy"

@@ -149,18 +149,21 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _walled_macs(name: str, model, side: int) -> int:
-    """The forward MACs; a user's forward runs behind the wall (a 30 s note if it hangs), and what
-    it raises is one line."""
+def _walled_macs(name: str, model, side: int, classes: int) -> int:
+    """The forward MACs; a user's forward runs behind the wall (a 30 s note if it hangs), what it
+    raises is one line, and the model is checked as a run checks it (training/preflight.py)."""
     from tricklab.core.usercode import described, user_code
     from tricklab.measure.flops import count_forward_macs
     from tricklab.models import is_own_model
+    from tricklab.training.preflight import check_own_model
 
     if not is_own_model(name):
         return count_forward_macs(model, (1, 3, side, side))
     try:
         with user_code(f"model.name={name}: its forward"):
-            return count_forward_macs(model, (1, 3, side, side))
+            macs = count_forward_macs(model, (1, 3, side, side))
+            check_own_model(model, name, classes, (2, 3, side, side))
+            return macs
     except TrickLabError:
         raise
     except Exception as exc:
@@ -191,12 +194,13 @@ def cmd_models(args: argparse.Namespace) -> int:
             width=m.width,
             widths=m.widths,
         )
+        macs = _walled_macs(info.name, model, side, args.num_classes)  # lazy modules sized
         rows.append(
             {
                 "name": info.name,
                 "source": info.source,
                 "params": count_params(model),
-                "forward_macs": _walled_macs(info.name, model, side),
+                "forward_macs": macs,
                 "doc": info.doc,
             }
         )

@@ -308,7 +308,8 @@ def _unsupported_option_message(info: ModelInfo, option: str) -> str:
 
 
 def _first_doc_line(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
+    own = obj.__dict__.get("__doc__") if isinstance(obj, type) else inspect.getdoc(obj)
+    doc = inspect.cleandoc(own or "")  # a class's own, not nn.Module's "Base class for all ..."
     return doc.strip().splitlines()[0] if doc.strip() else getattr(obj, "__qualname__", repr(obj))
 
 

@@ -41,6 +41,7 @@ from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
 from tricklab.training import precision as precision_lib
 from tricklab.training.backend import compiled
 from tricklab.training.model_memory import check_batches_fit, check_model_fits
+from tricklab.training.preflight import check_own_model
 from tricklab.training.resolve import compile_for_device
 
 MACS_NOTE = (
@@ -205,23 +206,20 @@ class _Setup:
 
 
 def _build_base(name: str, build: ModelBuild) -> nn.Module:
-    image_size = build.image_size
+    side = build.image_size
     model = build_model(
-        name,
-        num_classes=build.num_classes,
-        in_channels=3,
-        image_size=image_size,
-        width=build.width,
-        widths=build.widths,
+        name, num_classes=build.num_classes, image_size=side, width=build.width, widths=build.widths
     )
-    if any(is_lazy(p) for p in model.parameters()):  # sized by a first forward
+    if is_own_model(name):  # as a run checks it (its first forward sizes lazy modules)
+        check_own_model(model, name, build.num_classes, (2, 3, side, side))
+    elif any(is_lazy(p) for p in model.parameters()):  # sized by a first forward
         with torch.no_grad(), eval_mode(model):
-            model(torch.zeros(2, 3, image_size, image_size))
+            model(torch.zeros(2, 3, side, side))
     init = getattr(model, "init_from_data", None)
     if init is not None:  # the timings do not depend on the values, only NaN-free weights matter
-        count = min(INIT_IMAGES, max(1, INIT_PIXELS // image_size**2))
+        count = min(INIT_IMAGES, max(1, INIT_PIXELS // side**2))
         generator = torch.Generator().manual_seed(0)
-        init(torch.randn(count, 3, image_size, image_size, generator=generator))
+        init(torch.randn(count, 3, side, side, generator=generator))
     return model
 
 
