@@ -191,6 +191,7 @@ def test_numpy_numbers_are_numbers_in_recipes_plans_and_spaces(tmp_path):
         (lambda r: r.get(1), TypeError, "Recipe.get's key takes str, got int"),
         (lambda r: r.override(None), TypeError, "overrides are a list of 'key=value' strings"),
         (lambda r: r.to_yaml("/"), TrickLabError, "cannot write the recipe to /: it is a folder"),
+        (lambda r: r.to_yaml(""), TrickLabError, "the path is empty; name a file"),
         (lambda r: r.to_yaml("/no/such/x.yaml"), TrickLabError, "No such file or directory"),
         (lambda r: load_space(5), TypeError, "search space file's path takes str or PathLike"),
     ],

@@ -102,8 +102,8 @@ def render_summary(summary: SpeedrunSummary) -> Any:
         + (processes if world > 1 else "")
         + (f" (interrupted: {summary.n} of {summary.runs_planned})" if summary.interrupted else ""),
         caption=(
-            "record seconds: whitening fit + epochs + final evaluation with TTA, as airbench's "
-            "total_time_seconds; "
+            "record seconds: whitening fit + epochs + final evaluation (with the recipe's TTA), "
+            "as airbench's total_time_seconds; "
             if airbench
             else ""
         )

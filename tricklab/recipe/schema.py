@@ -148,6 +148,8 @@ class Recipe:
         if path is not None:
             expect_type(path, (str, os.PathLike), "Recipe.to_yaml's path")
             where = safeio.shown(os.fspath(path))
+            if not os.fspath(path).strip():
+                raise TrickLabError("cannot write the recipe: the path is empty; name a file")
             if Path(path).is_dir():
                 raise TrickLabError(f"cannot write the recipe to {where}: it is a folder")
             try:
