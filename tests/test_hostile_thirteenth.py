@@ -7,7 +7,6 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 from tiny_recipe import TINY_SYNTHETIC
 from torch import nn
 
@@ -319,32 +318,6 @@ def test_tables_and_run_lines_say_the_accuracy_is_the_tta_one(tmp_path):
            on_run_end=events.append)  # fmt: skip
     tta = {event.config_id: event.tta for event in events}
     assert tta == {"baseline": False, "tricks.tta=flip": True}
-
-
-@pytest.mark.parametrize(("amx", "expected"), [(True, "bf16-mixed"), (False, "32-true")])
-def test_auto_precision_on_a_cpu_follows_its_bf16_units(monkeypatch, amx, expected):
-    """bf16 autocast trained the demo's baseline 1.9x faster on a CPU with AMX, its accuracy
-    within noise (benchmarks/cpu_precision.py); without AMX bf16 is emulated, 5-12x slower."""
-    from tricklab.training import precision
-
-    monkeypatch.setattr(precision, "native_cpu_bf16", lambda: amx)
-    assert precision.auto_precision("cpu", None, "sgd") == expected
-    assert precision.resolve_precision("auto", "cpu", None, "adamw")[0].name == expected
-    assert precision.resolve_precision("32-true", "cpu", None)[0].name == "32-true"  # asked: kept
-    assert precision.auto_precision("mps", None, "sgd") == "32-true"
-    result = train(load_recipe(None, [*TINY, "tricks.precision=auto"]))
-    assert result.resolved["precision"] == expected
-
-
-def test_a_torch_without_the_amx_probe_counts_as_no_native_bf16(monkeypatch):
-    from tricklab.training import precision
-
-    precision.native_cpu_bf16.cache_clear()
-    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
-    try:
-        assert precision.native_cpu_bf16() is False
-    finally:
-        precision.native_cpu_bf16.cache_clear()
 
 
 # ---------------------------------------------------------------- the verification round

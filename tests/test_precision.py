@@ -45,14 +45,10 @@ def test_auto_on_a_cuda_gpu_is_the_fastest_precision_its_tensor_cores_have(
     assert resolved["notes"] == []
 
 
-@pytest.mark.parametrize(("amx", "expected"), [(False, "32-true"), (True, "bf16-mixed")])
-def test_auto_on_a_cpu_is_fp32_unless_it_has_amx(monkeypatch, amx, expected):
-    from tricklab.training import precision
-
-    monkeypatch.setattr(precision, "native_cpu_bf16", lambda: amx)
+def test_auto_on_a_cpu_is_fp32():
     recipe = load_recipe(None, ["tricks.precision=auto"])
     _, policy, resolved = for_device(recipe, torch.device("cpu"))
-    assert policy == precision_policy(expected, "cpu") and resolved["precision"] == expected
+    assert policy == precision_policy("32-true", "cpu") and resolved["precision"] == "32-true"
 
 
 def test_the_record_recipes_default_to_auto():

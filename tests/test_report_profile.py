@@ -62,8 +62,10 @@ def data(saved, kind):
 
 
 def three_digits(value):
-    """Three significant digits, thousands as whole numbers with commas."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    """Three significant digits, trailing zeros kept (1.30), as the tables write them."""
+    from tricklab.profile.tables import num
+
+    return num(value)
 
 
 def test_each_file_is_listed_with_its_device_torch_version_and_date(saved, report):

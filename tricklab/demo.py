@@ -56,9 +56,7 @@ class DemoPlan:
     # few epochs. 256 with speedrun94's linear LR scaling (lr per 1024 examples) keeps its meaning.
     batch_size: int = 256
     cpu_widths: tuple[int, int, int] = (16, 64, 64)  # quarter of airbench94's 64/256/256
-    # auto: bf16 autocast on a CPU with AMX (1.9x faster at this size, accuracy within noise),
-    # fp32 on others (training/precision.py auto_precision; docs/precision.md)
-    cpu_precision: str = "auto"
+    cpu_precision: str = "32-true"  # bf16-mixed: 1.9x faster with AMX (docs/precision.md)
     cache_dir: str | None = (
         None  # decoded-dataset cache (None: $TRICKLAB_CACHE or ~/.cache/tricklab)
     )

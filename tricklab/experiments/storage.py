@@ -126,9 +126,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             raise TrickLabError(f"journal file {path} does not exist")  # a reader makes none
         _make_parent(path, url)
         if not must_exist and not os.access(path.parent, os.W_OK):  # its lock file goes there
-            raise _cannot_open(
-                url, "its folder is read-only (a writer makes a lock file beside it)"
-            )
+            raise _cannot_open(url, "its folder is read-only (a writer locks beside it)")
         _check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             storage = optuna.storages.JournalStorage(journal_backend(path))

@@ -9,7 +9,6 @@ import contextlib
 import copy
 import gc
 import os
-import threading
 import time
 import traceback
 import warnings
@@ -51,6 +50,7 @@ from tricklab.training.runfiles import (
     save_checkpoint,
     write_json_atomic,
 )
+from tricklab.training.runlock import one_run_at_a_time
 from tricklab.training.setup import (
     INIT_FROM_DATA_IMAGES,
     LoaderInputs,
@@ -88,27 +88,6 @@ __all__ = [  # with the moved names, so that `from tricklab.training.api import 
     "save_checkpoint",
     "train",
 ]
-
-_ONE_RUN = threading.Lock()  # one train() at a time in a process: torch's RNG is global
-_OWNER: list[int] = []  # the thread that holds it
-
-
-def check_not_training() -> None:
-    """TrickLabError while a train() runs in this process: in another thread, or this call comes
-    from inside it (its on_epoch). Runs share torch's global random state and threads."""
-    if _ONE_RUN.locked():
-        raise TrickLabError(_running_error())
-
-
-def _running_error() -> str:
-    where = "this call comes from inside it (its on_epoch)"
-    if _OWNER and _OWNER[0] != threading.get_ident():
-        where = "in another thread"
-    return (
-        f"a run is already training in this process ({where}): runs share torch's global "
-        "random state and threads, so two at once would not be reproducible; run them one "
-        "after another, or in separate processes"
-    )
 
 
 def train(
@@ -149,14 +128,8 @@ def train(
         raise TrickLabError("the run directory name is empty")
     if out_dir is not None and "\0" in os.fspath(out_dir):
         raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
-    if not _ONE_RUN.acquire(blocking=False):
-        raise TrickLabError(_running_error())
-    try:
-        _OWNER[:] = [threading.get_ident()]
+    with one_run_at_a_time():
         return _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
-    finally:
-        _OWNER.clear()
-        _ONE_RUN.release()
 
 
 def _claimed_train(

@@ -58,6 +58,7 @@ from tricklab.training.optim import build_optimizer
 from tricklab.training.precision import PrecisionPolicy, apply_channels_last
 from tricklab.training.preflight import check_own_model, check_run
 from tricklab.training.resolve import for_device
+from tricklab.training.runlock import check_not_training
 from tricklab.training.schedule import build_scheduler
 
 # Images used to compute data-dependent initialisations (airbench's whitening layer).
@@ -427,8 +428,6 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
 
     Each distinct data source, model and loader setting is built once, however many recipes share
     it (seeds aside: `SetupCache`); the optimizer, schedule and averaging once per recipe."""
-    from tricklab.training.api import check_not_training  # api imports this module
-
     check_not_training()  # a study's runs would each be refused
     reuse, seen = SetupCache(), set()
     for recipe in recipes:
