@@ -457,3 +457,26 @@ def test_an_image_archive_cut_at_any_byte_loads_whole_or_is_one_line(tmp_path_fa
         # tar pads its end with zero blocks: a cut inside that padding still holds every image,
         # and a cut anywhere else is refused, never read as fewer images
         assert len(dataset.train.labels) == 4 and dataset.classes == ["ant", "bee"]
+
+
+@HOSTILE
+@given(data=st.binary(max_size=200))
+def test_any_bytes_as_a_runs_metrics_give_its_whole_rows_and_never_raise(tmp_path, data):
+    """runfiles.logged_epochs (a killed run's record, the takeover note) reads what it can."""
+    from tricklab.training.runfiles import logged_epochs
+
+    (tmp_path / "metrics.jsonl").write_bytes(data)
+    rows = logged_epochs(tmp_path)
+    assert all(isinstance(row, dict) and isinstance(row.get("epoch"), int) for row in rows)
+
+
+def test_a_runs_metrics_that_is_a_fifo_or_a_folder_is_no_rows_not_a_hang(tmp_path):
+    import os
+
+    from tricklab.training.runfiles import logged_epochs
+
+    os.mkfifo(tmp_path / "metrics.jsonl")
+    assert logged_epochs(tmp_path) == []
+    (tmp_path / "metrics.jsonl").unlink()
+    (tmp_path / "metrics.jsonl").mkdir()
+    assert logged_epochs(tmp_path) == []

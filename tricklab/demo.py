@@ -237,15 +237,6 @@ def run_demo(
 
 def _resolved_precision(recipe: Any, device: Any) -> str:
     """The precision runs of `recipe` train in on `device` (tricks.precision, auto resolved)."""
-    import torch
+    from tricklab.training.resolve import for_device
 
-    from tricklab.training.precision import resolve_precision
-
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    policy, _ = resolve_precision(
-        recipe.tricks.precision, device.type, capability, recipe.optim.name
-    )
-    return policy.name
-
-
-# ---------------------------------------------------------------- CLI
+    return for_device(recipe, device)[1].name

@@ -11,14 +11,14 @@ from typing import Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import claim_folder
-from tricklab.core.safeio import json_safe, parse_json, read_json
+from tricklab.core.safeio import json_safe, read_json
 from tricklab.core.status import Status
 from tricklab.core.stopping import Interrupted
 from tricklab.core.version import __version__
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.provenance import finish_record, start_record
 from tricklab.recipe.schema import Recipe
-from tricklab.training.runfiles import RESULT_LIMIT, write_json_atomic
+from tricklab.training.runfiles import RESULT_LIMIT, logged_epochs, write_json_atomic
 
 
 @dataclass
@@ -113,7 +113,7 @@ def record_failed_rank(out: Path, launched: RunResult, reason: str) -> None:
         previous = out / "result.json"
         result = dataclasses.replace(
             launched,
-            epochs=_logged_epochs(out / "metrics.jsonl"),
+            epochs=logged_epochs(out),
             provenance=finish_record(launched.provenance),
         )
         if previous.exists():
@@ -136,22 +136,3 @@ def record_failed_rank(out: Path, launched: RunResult, reason: str) -> None:
         write_json_atomic(previous, result.to_dict())
     finally:
         claim.release()
-
-
-def _logged_epochs(path: Path) -> list[dict]:
-    """The epoch rows of a metrics.jsonl (a line per epoch, each written whole), up to the first
-    line that is no row; [] without the file."""
-    rows: list[dict] = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    row = parse_json(line)
-                except ValueError:
-                    break
-                if not isinstance(row, dict) or not isinstance(row.get("epoch"), int):
-                    break
-                rows.append(row)
-    except (OSError, UnicodeDecodeError):
-        return rows
-    return rows

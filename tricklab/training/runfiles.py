@@ -23,7 +23,7 @@ from tricklab.core.paths import (
     disk_full_error,
     is_disk_full,
 )
-from tricklab.core.safeio import json_safe, read_json
+from tricklab.core.safeio import json_safe, parse_json, read_bounded_text, read_json
 from tricklab.core.status import RETRY_STATUSES
 from tricklab.recipe.schema import Recipe, load_recipe
 from tricklab.training.loggers import WRITES as LOGGER_OUTPUTS
@@ -99,12 +99,27 @@ def unfinished_run(out: Path, killed: bool | None = None) -> UnfinishedRun | Non
         recipe = load_recipe(out / "recipe.yaml").to_dict()
     except (TrickLabError, OSError):
         recipe = None
+    return UnfinishedRun("killed", len(logged_epochs(out)), recipe)
+
+
+def logged_epochs(out: Path) -> list[dict]:
+    """The epoch rows of the run's metrics.jsonl (a line per epoch, each written whole), up to the
+    first line that is no row; [] without a readable file (a FIFO, a folder, too large, not
+    UTF-8: the one door in, core/safeio.py)."""
     try:
-        with open(out / "metrics.jsonl", encoding="utf-8") as handle:
-            epochs = sum(1 for line in handle if line.strip())
-    except (OSError, UnicodeDecodeError):
-        epochs = 0
-    return UnfinishedRun("killed", epochs, recipe)
+        text = read_bounded_text(out / "metrics.jsonl", RESULT_LIMIT, "tricklab metrics.jsonl")
+    except TrickLabError:
+        return []
+    rows: list[dict] = []
+    for line in text.splitlines():
+        try:
+            row = parse_json(line)
+        except ValueError:
+            break
+        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int):
+            break
+        rows.append(row)
+    return rows
 
 
 def _claim_text(out: Path) -> str:
