@@ -34,6 +34,9 @@ script's, and what it measured so far is kept):
             PyTorch's max-pools and with amax pools, interleaved.
 - globalpool  airbench94, speedrun94 as shipped (its global pool an amax, GlobalMaxPool) and
             speedrun94 with PyTorch's adaptive global max-pool back (eager), interleaved.
+- shipped   airbench94 beside speedrun94 as shipped (goal 1 again on the code of the day), after
+            the pools' kernels alone at batch 1024 (benchmarks/pool_kernels.py: the global pool as
+            PyTorch's adaptive kernel, as amax and as a flattened max with its indices).
 - muon-profile  torch.profiler over epoch 2 (+ its evaluation) of the muon section's
             speedrun94-muon variants (--profile names which).
 
@@ -527,6 +530,22 @@ def section_pool(session: Session, args, overrides: list[str]) -> None:
     session.save()
 
 
+def section_shipped(session: Session, args, overrides: list[str]) -> None:
+    """The pools' kernels at batch 1024, then airbench94 beside speedrun94 as shipped, interleaved."""
+    import pool_kernels
+
+    section = session.section("shipped")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batch = 16 if session.rehearse else 1024
+    section[f"kernels_{batch}"] = pool_kernels.measure(batch, device)
+    log(f"pool kernels at batch {batch}: {json.dumps(section[f'kernels_{batch}'])}")
+    contenders = {} if session.rehearse else {"airbench94": airbench94_contender()}
+    contenders.update(tricklab_contenders(overrides, {"speedrun94": []}, "speedrun94"))
+    runs = interleaved(session, "shipped", contenders, args.rounds, args.shipped_seconds)
+    section["compare"] = compare(runs, "speedrun94" if session.rehearse else "airbench94")
+    session.save()
+
+
 @contextlib.contextmanager
 def adaptive_global_pool():
     """tricklab's GlobalMaxPool (amax) back to PyTorch's adaptive max-pool while inside: the net
@@ -688,6 +707,7 @@ SECTIONS = {
     "muon-profile": section_muon_profile,
     "pool": section_pool,
     "globalpool": section_globalpool,
+    "shipped": section_shipped,
 }
 
 
@@ -703,6 +723,7 @@ def main() -> None:
     parser.add_argument("--muon-seconds", type=float, default=260)
     parser.add_argument("--pool-seconds", type=float, default=170)
     parser.add_argument("--globalpool-seconds", type=float, default=170)
+    parser.add_argument("--shipped-seconds", type=float, default=90)
     parser.add_argument(
         "--muon-speedrun94",
         action=argparse.BooleanOptionalAction,
