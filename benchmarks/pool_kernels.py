@@ -13,8 +13,7 @@ channels_last (what speedrun94 runs on a GPU), forward and backward together:
 - global_adaptive  F.adaptive_max_pool2d(x, 1) (PyTorch's; GlobalMaxPool under torch.compile) /
                    global_amax x.amax((2, 3)) (GlobalMaxPool eager) / global_indices the map
                    flattened and max'ed with its indices (a backward that follows the argmax, as
-                   the adaptive pool's, without its atomics: a candidate for GlobalMaxPool compiled,
-                   where amax's backward came out NaN).
+                   the adaptive pool's, without its atomics: GlobalMaxPool since 2026-11-28).
 
 On a GPU each forward + backward is captured in a CUDA graph and replayed (the kernels' own time,
 as inside tricks.cuda_graph's step), timed with CUDA events: the median of 5 blocks of 50 replays.
@@ -54,7 +53,7 @@ VARIANTS = {
 GLOBAL = {
     "global_adaptive": lambda x: F.adaptive_max_pool2d(x, 1),
     "global_amax": lambda x: x.amax((2, 3), keepdim=True),
-    "global_indices": lambda x: x.flatten(2).max(dim=2).values[..., None, None],
+    "global_indices": lambda x: x.flatten(2).max(dim=2, keepdim=True).values.unsqueeze(3),
 }
 
 

@@ -368,8 +368,8 @@ def test_models_command_refuses_an_override_it_cannot_apply_in_one_line(capsys):
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_the_global_max_pool_is_the_adaptive_max_pool(memory_format):
-    """GlobalMaxPool (amax) gives nn.AdaptiveMaxPool2d(1)'s values and, where no two positions
-    tie, its gradient: a faster kernel on a GPU, not another model."""
+    """GlobalMaxPool (a flattened max with indices) gives nn.AdaptiveMaxPool2d(1)'s values and
+    gradient: a faster kernel on a GPU, not another model."""
     torch.manual_seed(0)
     x = torch.randn(4, 8, 3, 3).to(memory_format=memory_format).requires_grad_()
     ours, theirs = GlobalMaxPool()(x), nn.AdaptiveMaxPool2d(1)(x)
@@ -388,7 +388,7 @@ def test_the_global_max_pool_compiled_in_float16_keeps_a_finite_gradient():
     """Compiled, float16, after conv -> max-pool -> GELU as in the net: inductor recomputes the
     GELU in the backward at a higher precision, so an amax pool's mask (input == maximum) came out
     empty and every gradient below the pool NaN (speedrun94 compiled diverged at step 2, 2026-11-26).
-    Compiled, GlobalMaxPool is the adaptive pool: the gradients are eager's."""
+    GlobalMaxPool's backward follows the forward's indices: compiled, the gradients are eager's."""
     torch.manual_seed(0)
     conv = nn.Conv2d(16, 16, 3, padding=1, bias=False).half().to(memory_format=torch.channels_last)
     net = nn.Sequential(conv, nn.MaxPool2d(2), nn.GELU(), GlobalMaxPool(), nn.Flatten())
@@ -400,6 +400,16 @@ def test_the_global_max_pool_compiled_in_float16_keeps_a_finite_gradient():
         grads.append(conv.weight.grad.clone())
     assert torch.isfinite(grads[1]).all()
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-2, atol=1e-2)
+
+
+def test_the_global_max_pool_gives_a_tied_maximum_its_gradient_once():
+    """Where positions tie for a channel's maximum (GELU's zeros, ReLU's), the gradient goes to one
+    of them, as the adaptive pool's; amax split it between them."""
+    x = torch.zeros(2, 3, 3, 3, requires_grad=True)
+    grad = torch.randn(2, 3, 1, 1)
+    (ours,) = torch.autograd.grad(GlobalMaxPool()(x), x, grad)
+    assert torch.equal((ours != 0).flatten(2).sum(2), torch.ones(2, 3, dtype=torch.long))
+    torch.testing.assert_close(ours.sum((2, 3), keepdim=True), grad)
 
 
 def test_an_image_too_small_on_either_side_is_refused_naming_both_sides():

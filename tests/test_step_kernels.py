@@ -19,9 +19,9 @@ def test_speedrun94s_step_dispatches_no_more_operators_than_airbench94s(precisio
     ours = step_kernels.tricklab_counts("speedrun94", precision, TINY)
     theirs = step_kernels.airbench_counts(precision, TINY)
     assert ours["total"] <= theirs["total"], (ours, theirs)
-    # the same network, but for the global pool: GlobalMaxPool's amax keeps its output for the
-    # backward with a detach, an operator that is a view and launches no kernel
-    assert ours["forward"] <= theirs["forward"] + 1
+    # the same network, but for the global pool: GlobalMaxPool's flatten and unsqueeze around its
+    # max are views, operators that launch no kernel
+    assert ours["forward"] <= theirs["forward"] + 2
     assert ours["weight_casts"] <= theirs["weight_casts"]
 
 

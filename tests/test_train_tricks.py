@@ -499,7 +499,10 @@ def test_bf16_falls_back_to_fp16_on_gpus_without_bf16_tensor_cores(
     ("mode", "device", "expected"),
     [
         ("auto", "cuda", "max-autotune"),
+        ("auto", "cuda-graphed", "max-autotune-no-cudagraphs"),
         ("auto", "cpu", "off"),
+        ("auto", "cpu-graphed", "off"),
+        ("default", "cuda-graphed", "default"),
         ("auto", "mps", "off"),
         ("default", "cpu", "default"),
         ("off", "cuda", "off"),
@@ -510,7 +513,35 @@ def test_compile_auto_compiles_on_cuda_as_the_records_did_and_not_on_the_cpu(
 ):
     from tricklab.training.resolve import compile_for_device
 
-    assert compile_for_device(mode, device) == expected
+    device, _, graphed = device.partition("-")
+    assert compile_for_device(mode, device, graphed=bool(graphed)) == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "compile_mode", "graph"),
+    [
+        ([], "max-autotune-no-cudagraphs", True),
+        (["tricks.cuda_graph=off"], "max-autotune", False),
+        (["tricks.precision=16-mixed"], "max-autotune", False),  # a GradScaler: no graph
+        (["tricks.compile=max-autotune"], "max-autotune", False),
+        (["tricks.compile=default"], "default", True),
+    ],
+)
+def test_auto_compiles_max_autotunes_kernels_inside_the_step_graph_where_the_graph_runs(
+    overrides, compile_mode, graph
+):
+    """speedrun94-muon on CUDA: auto is max-autotune's kernels inside tricklab's whole-step graph
+    (the fastest measured, 2026-11-28), and max-autotune with its own CUDA graphs where the step
+    cannot be captured."""
+    from tricklab.recipe.schema import load_recipe
+    from tricklab.training.resolve import for_device
+
+    recipe = load_recipe("speedrun94-muon", overrides)
+    ran, _, resolved = for_device(recipe, torch.device("cuda"), capability=(9, 0))
+    assert (resolved["compile"], resolved["cuda_graph"]) == (compile_mode, graph)
+    assert ran.tricks.compile == compile_mode
+    assert ran.tricks.cuda_graph == ("on" if graph else "off")
+    assert resolved["notes"] == []
 
 
 def test_the_device_decides_auto_values_and_the_run_records_what_it_decided():

@@ -113,21 +113,19 @@ class FixedScaleBatchNorm(nn.BatchNorm2d):
 
 class GlobalMaxPool(nn.Module):
     """Each channel's maximum over its whole map, (N, C, H, W) -> (N, C, 1, 1): what
-    nn.AdaptiveMaxPool2d(1) computes, as one amax. PyTorch's adaptive kernel is slow on a GPU in
+    nn.AdaptiveMaxPool2d(1) computes, values and gradient (to the maximum's position), as the map
+    flattened and max'ed with its indices. PyTorch's adaptive kernel is slow on a GPU in
     channels-last (its backward scatters with atomics): on an H200, fp16, forward + backward
-    captured in a CUDA graph, 354 -> 49 us at batch 1024 and 678 -> 78 us at batch 2000 on the
-    net's 256x3x3 map (benchmarks/pool_kernels.py, 2026-11-26). Where several positions tie for
-    the maximum, amax splits the gradient between them; the adaptive pool gives it to one.
+    captured in a CUDA graph at batch 1024 on the net's 256x3x3 map, 355 us adaptive, 49 us amax,
+    19 us this (benchmarks/pool_kernels.py, 2026-11-28, the same figures in two calls).
 
-    Under torch.compile it is the adaptive pool: inductor may recompute the pool's input in the
-    backward at a higher precision than the float16 it stored, so amax's gradient mask (input ==
-    maximum) can come out empty and the gradient NaN (seen on an H200 and on a CPU, torch 2.11 and
-    2.14, 2026-11-26); the adaptive pool's gradient follows its argmax and needs no comparison."""
+    Not amax: where positions tie, amax splits the gradient, and under torch.compile in float16
+    inductor may recompute the pool's input in the backward at a higher precision than it stored,
+    so amax's mask (input == maximum) came out empty and the gradient NaN (H200 and CPU, torch
+    2.11 and 2.14, 2026-11-26). The indices are the forward's own, so no comparison is redone."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if torch.compiler.is_compiling():
-            return F.adaptive_max_pool2d(x, 1)
-        return x.amax(dim=(2, 3), keepdim=True)
+        return x.flatten(2).max(dim=2, keepdim=True).values.unsqueeze(3)
 
 
 class ConvGroup(nn.Module):

@@ -177,9 +177,8 @@ class StepBench:
         self.bare = copy.deepcopy(self.parts.model)
         self.replaced = strip_batchnorm_and_activations(self.bare)
         from tricklab.training.backend import compiled
-        from tricklab.training.resolve import compile_for_device
 
-        mode = compile_for_device(self.recipe.tricks.compile, self.device.type)
+        mode = self.info["resolved"]["compile"]  # as the run's model was compiled
         self.bare_forward = self.bare if mode == "off" else compiled(self.bare, mode, self.device)
         if mode == "off":
             return 0.0

@@ -246,7 +246,8 @@ class TricksConfig:
     compile: str = _f(
         "off",
         "torch.compile mode, compiled in warm-up steps timed apart; auto: max-autotune on CUDA "
-        "(as the records compiled), off elsewhere (a CPU does not gain); "
+        "(as the records compiled; its kernels inside tricks.cuda_graph's graph where that runs: "
+        "max-autotune-no-cudagraphs), off elsewhere (a CPU does not gain); "
         "max-autotune-no-cudagraphs: max-autotune's kernels without its CUDA graphs, so that "
         "tricks.cuda_graph can capture them (as it captures default's)",
         ("off", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
