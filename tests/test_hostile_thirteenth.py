@@ -158,6 +158,13 @@ def test_a_speedrun_plan_names_its_wrong_argument(kwargs, message):
         SpeedrunPlan(None)
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_speedrun_plan_with_an_empty_recipe_name_is_refused(name):
+    """recipe_name="" was accepted and the summary named no recipe."""
+    with pytest.raises(TrickLabError, match="recipe_name is empty"):
+        SpeedrunPlan(load_recipe(None, TINY), recipe_name=name)
+
+
 def test_a_speedrun_plan_takes_numpy_numbers_and_a_percentage_target():
     plan = SpeedrunPlan(load_recipe(None, TINY), runs=np.int64(3), target_accuracy=94)
     assert (plan.runs, plan.target_accuracy) == (3, 0.94) and type(plan.runs) is int
@@ -409,3 +416,16 @@ def test_models_and_profile_model_check_a_users_model_as_a_run_does(registry, ca
     assert main(["models", "lazy-head", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["params"] == 3 * 32 * 32 * 10 + 10 and row["doc"] == "Lazy"
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"), [("94", r"\(94 % is 0\.94\)"), ("1.5", r"\(1\.5 % is 0\.015\)")]
+)
+def test_a_target_accuracy_given_as_a_percentage_says_the_fraction(value, hint):
+    """--target takes 94 or 0.94; run.target_accuracy takes fractions only, and said so without
+    saying which fraction was meant."""
+    with pytest.raises(TrickLabError, match=r"must be a fraction in \(0, 1\] " + hint):
+        load_recipe(None, [*TINY, f"run.target_accuracy={value}"])
+    with pytest.raises(TrickLabError) as raised:
+        load_recipe(None, [*TINY, "run.target_accuracy=150"])
+    assert "%" not in str(raised.value)

@@ -255,6 +255,8 @@ class SpeedrunPlan:
         if self.target_accuracy is not None:  # a fraction or a percentage, as --target takes it
             object.__setattr__(self, "target_accuracy", normalize_target(self.target_accuracy))
         expect_type(self.recipe_name, str, "SpeedrunPlan's recipe_name")
+        if not self.recipe_name.strip():  # the summary and its table name the recipe by it
+            raise TrickLabError("SpeedrunPlan's recipe_name is empty: give the recipe a name")
         expect_type(self.out_dir, (str, os.PathLike, type(None)), "SpeedrunPlan's out_dir")
 
 

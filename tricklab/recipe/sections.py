@@ -372,7 +372,8 @@ class RunConfig:
     def check(self, recipe: Any) -> None:  # the whole Recipe
         target = self.target_accuracy
         if target is not None and not 0 < target <= 1:
-            raise TrickLabError(f"run.target_accuracy={target} must be a fraction in (0, 1]")
+            hint = f" ({target:g} % is {target / 100:g})" if 1 < target <= 100 else ""
+            raise TrickLabError(f"run.target_accuracy={target} must be a fraction in (0, 1]{hint}")
         if self.stop_at_target and target is None:
             raise TrickLabError("run.stop_at_target=true needs run.target_accuracy")
         check_logger_names(self.loggers)
