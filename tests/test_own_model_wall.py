@@ -442,11 +442,14 @@ def test_contexts_and_an_alarm_a_factory_leaves_open_are_closed_before_the_run(w
 
     import torch
 
+    from tricklab.core.autocast import autocast_depth
+
     out = tmp_path / "run"
     factory = f"model.name={walled}:leaves_contexts_open"
     assert main(["train", *TINY, factory, "--out", str(out), "--json"]) == 0
     assert json.loads((out / "result.json").read_text())["status"] == "complete"
     assert not torch.is_autocast_enabled("cpu")
+    assert autocast_depth() == 0  # left entered, its cache of weight casts outlived every step
     assert torch._C._len_torch_function_stack() == 0
     assert torch._C._len_torch_dispatch_stack() == 0 and torch.is_autocast_cache_enabled()
     assert signal.getitimer(signal.ITIMER_REAL) == signal.getitimer(signal.ITIMER_PROF) == (0, 0)

@@ -137,6 +137,8 @@ def _process_settings() -> list[tuple[Callable[[], object], Callable[[Any], obje
     """Process-wide settings user code could change under a run: how each is read and set."""
     import torch
 
+    from tricklab.core.autocast import AUTOCAST_DEVICES, autocast_depth, set_autocast_depth
+
     return [
         (torch.get_num_threads, torch.set_num_threads),  # recorded as the run's threads
         (torch.is_grad_enabled, torch.set_grad_enabled),  # off: the run's backward fails
@@ -155,7 +157,9 @@ def _process_settings() -> list[tuple[Callable[[], object], Callable[[Any], obje
         ),
         (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
         (_umask, os.umask),  # 0o777: every file the run writes after it unreadable
-        *(_autocast(device) for device in ("cpu", "cuda")),  # an autocast entered, never left
+        # an autocast entered, never left: on, and deep (its cache of casts would outlive steps)
+        *(_autocast(device) for device in AUTOCAST_DEVICES),
+        (autocast_depth, set_autocast_depth),
         # a `with torch.device("meta")` (or another mode) entered and never left: popped
         _mode_stack(torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack),
         _mode_stack(

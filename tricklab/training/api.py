@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from tricklab.core.autocast import outside_autocast
 from tricklab.core.device import out_of_memory_error, synchronize
 from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import MachineError, TrickLabError, expect_type
@@ -128,7 +129,7 @@ def train(
         raise TrickLabError("the run directory name is empty")
     if out_dir is not None and "\0" in os.fspath(out_dir):
         raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
-    with one_run_at_a_time():
+    with one_run_at_a_time(), outside_autocast():  # a caller's autocast is not the run's
         return _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
 
 

@@ -1,0 +1,69 @@
+"""A run trains in its own precision whatever autocast state its caller is in (core/autocast.py).
+
+Found 2026-11-28: in a full test session a scaled-down speedrun94 in bf16 trained to chance
+(val loss 19). An earlier test's model factory had entered torch.autocast twice and never left;
+the wall put autocast's on/off back but not its depth, so every later run's autocast was nested,
+its cache of weight casts never cleared, and each step computed with stale (or another model's)
+bf16 weights. train() called inside a caller's `with torch.autocast(...)` did the same."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tricklab
+from tricklab.core.autocast import autocast_depth, outside_autocast, set_autocast_depth
+from tricklab.recipe.schema import load_recipe
+
+RECIPE = [
+    "data.name=synthetic", "data.train_size=512", "data.test_size=128", "data.image_size=16",
+    "model.widths=[8,16,16]", "loader.batch_size=64", "run.device=cpu", "run.epochs=2",
+    "tricks.tta=none",
+]  # fmt: skip
+
+
+def _trained(precision: str) -> tuple[float, float]:
+    result = tricklab.train(load_recipe("speedrun94", [*RECIPE, f"tricks.precision={precision}"]))
+    assert result.status == "complete" and result.resolved["precision"] == precision
+    return result.val_acc, result.val_loss
+
+
+@pytest.fixture(scope="module")
+def plain() -> dict[str, tuple[float, float]]:
+    assert autocast_depth() == 0
+    return {p: _trained(p) for p in ("bf16-mixed", "32-true")}
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_a_run_inside_a_callers_autocast_trains_as_outside_it(plain, precision):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _trained(precision) == plain[precision]
+        assert torch.is_autocast_enabled("cpu") and autocast_depth() == 1  # the caller's, back
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    assert autocast_depth() == 0 and not torch.is_autocast_enabled("cpu")
+
+
+def test_an_autocast_left_entered_does_not_reach_a_run(plain):
+    torch.autocast_increment_nesting()
+    torch.autocast_increment_nesting()
+    try:
+        assert _trained("bf16-mixed") == plain["bf16-mixed"]
+        assert autocast_depth() == 2  # the process's state is the caller's to keep
+    finally:
+        set_autocast_depth(0)
+
+
+def test_outside_autocast_puts_everything_back_and_drops_what_the_block_left_entered():
+    torch.set_autocast_cache_enabled(False)
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            with outside_autocast():
+                assert autocast_depth() == 0 and not torch.is_autocast_enabled("cpu")
+                assert torch.is_autocast_cache_enabled()
+                torch.autocast("cpu", dtype=torch.bfloat16).__enter__()  # never left
+            assert autocast_depth() == 1 and torch.is_autocast_enabled("cpu")
+            assert torch.get_autocast_dtype("cpu") == torch.float16
+            assert not torch.is_autocast_cache_enabled()
+    finally:
+        torch.set_autocast_cache_enabled(True)
+    assert autocast_depth() == 0

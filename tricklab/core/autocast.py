@@ -1,0 +1,58 @@
+"""torch.autocast's process state, which a run must not inherit: how deep the autocast contexts
+entered go, and a block run outside all of them.
+
+torch.autocast keeps a cache of weight casts (the bf16 copy of each fp32 weight) and clears it
+only when the outermost autocast exits. A run's own autocast entered inside another one (train()
+called within `with torch.autocast(...)`, or after user code entered one and never left it) is
+never the outermost, so each step is served the weights as they were first cast, or another
+model's freed at the same address: a bf16 run trained to chance (10.2 % against 44.9 %, val loss
+19 in a test session, 2026-11-28), and an fp32 run inside a caller's autocast computed in the
+caller's dtype."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_depth() -> int:
+    """How many torch.autocast contexts are entered and not left (0: none)."""
+    depth = torch.autocast_increment_nesting()
+    torch.autocast_decrement_nesting()
+    return depth - 1
+
+
+def set_autocast_depth(depth: int) -> None:
+    """Leave (or re-enter the count of) autocast contexts down (up) to `depth`; at 0 the weight
+    casts they cached are dropped, as the outermost context's exit drops them."""
+    while autocast_depth() > depth:
+        torch.autocast_decrement_nesting()
+    while autocast_depth() < depth:
+        torch.autocast_increment_nesting()
+    if depth == 0:
+        torch.clear_autocast_cache()
+
+
+@contextlib.contextmanager
+def outside_autocast() -> Iterator[None]:
+    """The block runs as if no autocast were entered (none on, depth 0, its cache empty and on);
+    the caller's autocast state is put back after it."""
+    saved = [(torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in AUTOCAST_DEVICES]
+    cache, depth = torch.is_autocast_cache_enabled(), autocast_depth()
+    for device in AUTOCAST_DEVICES:
+        torch.set_autocast_enabled(device, False)
+    set_autocast_depth(0)
+    torch.set_autocast_cache_enabled(True)
+    try:
+        yield
+    finally:
+        set_autocast_depth(0)  # what the block left entered, and its casts, dropped
+        set_autocast_depth(depth)
+        torch.set_autocast_cache_enabled(cache)
+        for device, (on, dtype) in zip(AUTOCAST_DEVICES, saved):
+            torch.set_autocast_enabled(device, on)
+            torch.set_autocast_dtype(device, dtype)
