@@ -628,7 +628,7 @@ def demo_headline(data: dict[str, Any]) -> tuple[str, str]:
     return row, note
 
 
-PRECISION_WORDS = {"32-true": "fp32", "bf16-mixed": "bf16 autocast on its AMX units"}
+PRECISION_WORDS = {"32-true": "fp32", "bf16-mixed": "bf16 autocast"}
 
 
 def demo_paragraph(data: dict[str, Any]) -> str:
@@ -637,7 +637,8 @@ def demo_paragraph(data: dict[str, Any]) -> str:
     ran = data.get("precision") or plan["cpu_precision"]  # older records: the plan's value
     precision = PRECISION_WORDS.get(ran, f"`{ran}`")
     words = (
-        f"On a CPU the net is quarter width in {precision} ({minutes(data['wall_seconds'])} in all "
+        "On a CPU the net is quarter width, in bf16 autocast where the CPU has AMX units and fp32 "
+        f"elsewhere; here it ran in {precision} ({minutes(data['wall_seconds'])} in all "
         f"on {data['date']}, on a {data['cores']}-core {data['cpu']} at load "
         f"{data['load_start']:.2f}; a busy machine takes longer); on a GPU it keeps the recipe's "
         "widths and precision (fp16 weights, fp32 BatchNorm). It printed:"

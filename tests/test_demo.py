@@ -23,7 +23,7 @@ def test_default_plan_is_scaled_speedrun94_on_the_sample_with_a_fixed_budget():
     recipe = load_recipe(demo.BASELINE_RECIPE, plan.baseline_overrides("cpu"))
     assert recipe.data.name == "cifar10-sample" and recipe.data.dir is None
     assert recipe.model.name == "airbench" and list(recipe.model.widths) == [16, 64, 64]
-    assert recipe.tricks.precision == "32-true"
+    assert recipe.tricks.precision == "auto"  # bf16 autocast on a CPU with AMX, else fp32
     assert recipe.run.epochs == plan.epochs
     assert recipe.run.target_accuracy == plan.target_accuracy
     assert recipe.run.early_stopping_patience == 0 and recipe.run.stop_at_target is False

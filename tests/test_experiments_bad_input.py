@@ -6,7 +6,6 @@ import math
 import os
 import re
 import sqlite3
-import time
 
 import pytest
 from bad_out_folders import BAD_OUT_FOLDERS, make_bad_out_folders
@@ -152,14 +151,19 @@ def test_a_grid_too_large_to_list_is_refused_before_it_is_built(tmp_path, capsys
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_an_ablation_grid_above_the_cap_is_refused_at_once(tmp_path, capsys, dry_run):
-    """Two 399-value axes: 159,201 points, counted from the axis sizes, never listed."""
+def test_an_ablation_grid_above_the_cap_is_refused_at_once(tmp_path, capsys, monkeypatch, dry_run):
+    """Two 399-value axes: 159,201 points, counted from the axis sizes, never listed (listing and
+    checking them took minutes). Not timed: a wall-clock bound failed on a loaded machine."""
+    from tricklab.experiments import plan
+
+    def listed(*columns):
+        raise AssertionError("the grid was listed")
+
+    monkeypatch.setattr(plan.itertools, "product", listed)
     values = ",".join(f"{0.001 * i:.3f}" for i in range(1, 400))
     args = ["ablate", "--baseline", *TINY, "--vary", f"optim.lr={values}",
             "--vary", f"optim.weight_decay={values}", "--grid", "--out", str(tmp_path / "exp")]  # fmt: skip
-    start = time.monotonic()
     assert main(args + ["--dry-run"] * dry_run) == 2
-    assert time.monotonic() - start < 10  # took minutes while the grid was listed and checked
     line = one_error_line(capsys)
     assert f"159,201 points (399 × 399), more than {MAX_GRID_POINTS:,}" in line
     assert not (tmp_path / "exp").exists()
