@@ -442,7 +442,7 @@ def test_contexts_and_an_alarm_a_factory_leaves_open_are_closed_before_the_run(w
 
     import torch
 
-    from tricklab.core.autocast import autocast_depth
+    from tricklab.core.torchstate import autocast_depth
 
     out = tmp_path / "run"
     factory = f"model.name={walled}:leaves_contexts_open"

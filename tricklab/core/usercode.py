@@ -137,7 +137,7 @@ def _process_settings() -> list[tuple[Callable[[], object], Callable[[Any], obje
     """Process-wide settings user code could change under a run: how each is read and set."""
     import torch
 
-    from tricklab.core.autocast import AUTOCAST_DEVICES, autocast_depth, set_autocast_depth
+    from tricklab.core.torchstate import AUTOCAST_DEVICES, autocast_depth, set_autocast_depth
 
     return [
         (torch.get_num_threads, torch.set_num_threads),  # recorded as the run's threads

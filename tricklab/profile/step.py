@@ -135,7 +135,7 @@ class StepBench:
             raise
 
     def _build(self) -> StepBench:
-        from tricklab.core.autocast import outside_autocast
+        from tricklab.core.torchstate import own_torch_state
         from tricklab.training.backend import backend_settings
         from tricklab.training.setup import load_data, prepare, resolve_device
         from tricklab.training.warmup import needs_warm_up, warm_up
@@ -144,7 +144,7 @@ class StepBench:
         self.device = resolve_device(recipe.run.device)
         dataset = load_data(recipe)
         self.eval_images = len(dataset.test.labels)
-        self._stack.enter_context(outside_autocast())  # a caller's autocast is not the step's
+        self._stack.enter_context(own_torch_state())  # a caller's grad mode, dtype or autocast
         self._stack.enter_context(
             backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark)
         )

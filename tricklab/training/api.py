@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 
-from tricklab.core.autocast import outside_autocast
 from tricklab.core.device import out_of_memory_error, synchronize
 from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import MachineError, TrickLabError, expect_type
@@ -33,6 +32,7 @@ from tricklab.core.progress import current as current_progress
 from tricklab.core.safeio import json_safe, shown
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, StopRequest, is_interrupt
+from tricklab.core.torchstate import own_torch_state
 from tricklab.core.usercode import described, raised_by_code
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.provenance import finish_record, start_record
@@ -129,7 +129,7 @@ def train(
         raise TrickLabError("the run directory name is empty")
     if out_dir is not None and "\0" in os.fspath(out_dir):
         raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
-    with one_run_at_a_time(), outside_autocast():  # a caller's autocast is not the run's
+    with one_run_at_a_time(), own_torch_state():  # a caller's grad mode, dtype or autocast
         return _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
 
 

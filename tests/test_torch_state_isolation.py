@@ -1,18 +1,28 @@
-"""A run trains in its own precision whatever autocast state its caller is in (core/autocast.py).
+"""A run trains as it would alone whatever torch state its caller is in (core/torchstate.py): grad
+mode, inference mode, the default dtype and autocast.
 
 Found 2026-11-28: in a full test session a scaled-down speedrun94 in bf16 trained to chance
 (val loss 19). An earlier test's model factory had entered torch.autocast twice and never left;
 the wall put autocast's on/off back but not its depth, so every later run's autocast was nested,
 its cache of weight casts never cleared, and each step computed with stale (or another model's)
-bf16 weights. train() called inside a caller's `with torch.autocast(...)` did the same."""
+bf16 weights. train() called inside a caller's `with torch.autocast(...)` did the same; inside
+`torch.no_grad()`, `torch.inference_mode()` or after `torch.set_default_dtype(torch.float64)`
+every run failed."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
 
 import tricklab
-from tricklab.core.autocast import autocast_depth, outside_autocast, set_autocast_depth
+from tricklab.core.torchstate import (
+    autocast_depth,
+    outside_autocast,
+    own_torch_state,
+    set_autocast_depth,
+)
 from tricklab.recipe.schema import load_recipe
 
 RECIPE = [
@@ -67,3 +77,38 @@ def test_outside_autocast_puts_everything_back_and_drops_what_the_block_left_ent
     finally:
         torch.set_autocast_cache_enabled(True)
     assert autocast_depth() == 0
+
+
+@pytest.mark.parametrize(
+    "context",
+    [torch.no_grad, lambda: torch.inference_mode(True), lambda: _default_dtype(torch.float64)],
+    ids=["no_grad", "inference_mode", "float64_default"],
+)
+def test_a_run_inside_a_callers_grad_mode_or_dtype_trains_as_outside_it(plain, context):
+    with context():
+        grad, inference, dtype = (
+            torch.is_grad_enabled(),
+            torch.is_inference_mode_enabled(),
+            torch.get_default_dtype(),
+        )
+        assert _trained("32-true") == plain["32-true"]  # every run failed
+        assert (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) == (grad, inference)
+        assert torch.get_default_dtype() == dtype
+
+
+def test_own_torch_state_puts_the_callers_back_when_the_block_raises():
+    with torch.no_grad(), _default_dtype(torch.float16):
+        with pytest.raises(KeyError), own_torch_state():
+            assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+            raise KeyError("stop")
+        assert not torch.is_grad_enabled() and torch.get_default_dtype() == torch.float16
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
