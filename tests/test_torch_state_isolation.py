@@ -112,3 +112,18 @@ def _default_dtype(dtype):
         yield
     finally:
         torch.set_default_dtype(saved)
+
+
+def test_a_model_profile_inside_a_callers_no_grad_and_autocast_measures_its_own_precision():
+    """profile_models inside `torch.no_grad()` refused 32-true ("element 0 of tensors does not
+    require grad"); inside an autocast its fp32 timings would have been bf16's."""
+    from tricklab.profile.model import ModelBuild, ProfileGrid, profile_models
+
+    def profiled():
+        grid = ProfileGrid(batch_sizes=(2,))
+        result = profile_models(["airbench"], grid, build=ModelBuild(image_size=16), device="cpu")
+        return result["results"][0]["precision"]
+
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert profiled() == "32-true"
+        assert not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")

@@ -26,6 +26,7 @@ from torch.nn.parameter import is_lazy
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
 from tricklab.core.memory import available_memory_bytes
+from tricklab.core.torchstate import own_torch_state
 from tricklab.core.usercode import checked_if, described
 from tricklab.measure.flops import count_forward_flops, count_params, eval_mode
 from tricklab.measure.hardware import hardware_fingerprint
@@ -301,13 +302,14 @@ def profile_models(
     torch_device = resolve_device(device)
     auto = (_auto_precision(p, torch_device.type) for p in grid.precisions)  # as a run resolves it
     grid = dataclasses.replace(grid, precisions=tuple(dict.fromkeys(auto)))
-    for precision in grid.precisions:
-        check_precision_runs(precision, torch_device)
-    check_memory(models, grid, build, torch_device)
     side = f"{build.image_size}×{build.image_size}"
     subject = f"{', '.join(models)} at batch {max(grid.batch_sizes)} on {side} images"
-    with out_of_memory_as_error(subject, "lower data.image_size, --batch-sizes or model.width"):
-        return _measure(models, grid, build, torch_device, repeats, peak_tflops_override)
+    with own_torch_state():  # a caller's grad mode, default dtype or autocast is not the profile's
+        for precision in grid.precisions:
+            check_precision_runs(precision, torch_device)
+        check_memory(models, grid, build, torch_device)
+        with out_of_memory_as_error(subject, "lower data.image_size, --batch-sizes or model.width"):
+            return _measure(models, grid, build, torch_device, repeats, peak_tflops_override)
 
 
 def _measure(
