@@ -81,19 +81,19 @@ def test_outside_autocast_puts_everything_back_and_drops_what_the_block_left_ent
 
 @pytest.mark.parametrize(
     "context",
-    [torch.no_grad, lambda: torch.inference_mode(True), lambda: _default_dtype(torch.float64)],
-    ids=["no_grad", "inference_mode", "float64_default"],
+    [
+        torch.no_grad,
+        lambda: torch.inference_mode(True),
+        lambda: _default_dtype(torch.float64),
+        lambda: torch.device("meta"),
+    ],
+    ids=["no_grad", "inference_mode", "float64_default", "meta_device"],
 )
 def test_a_run_inside_a_callers_grad_mode_or_dtype_trains_as_outside_it(plain, context):
     with context():
-        grad, inference, dtype = (
-            torch.is_grad_enabled(),
-            torch.is_inference_mode_enabled(),
-            torch.get_default_dtype(),
-        )
+        state = _state()
         assert _trained("32-true") == plain["32-true"]  # every run failed
-        assert (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) == (grad, inference)
-        assert torch.get_default_dtype() == dtype
+        assert _state() == state
 
 
 def test_own_torch_state_puts_the_callers_back_when_the_block_raises():
@@ -127,3 +127,12 @@ def test_a_model_profile_inside_a_callers_no_grad_and_autocast_measures_its_own_
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert profiled() == "32-true"
         assert not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")
+
+
+def _state():
+    return (
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+        torch.get_default_device(),
+    )

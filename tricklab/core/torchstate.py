@@ -1,14 +1,14 @@
 """torch's per-thread state a run must not inherit from its caller: grad mode, inference mode, the
-default dtype and autocast (on, its dtype, and how deep the autocast contexts entered go).
+default dtype and device, and autocast (on, its dtype, and how deep the autocast contexts go).
 
-train() called inside `torch.no_grad()` or `torch.inference_mode()`, or after
-`torch.set_default_dtype(torch.float64)`, failed every step (recorded `failed`). Inside an autocast
-it trained wrong without a word: torch.autocast keeps a cache of weight casts (the bf16 copy of
-each fp32 weight) and clears it only when the outermost autocast exits, so a run's own autocast
-entered inside another one (a caller's `with torch.autocast(...)`, or one user code entered and
-never left) served each step the weights as first cast, or another model's freed at the same
-address: a bf16 run trained to chance (10.2 % against 44.9 %, val loss 19 in a test session,
-2026-11-28), and an fp32 run computed in the caller's dtype."""
+train() called inside `torch.no_grad()`, `torch.inference_mode()` or `with torch.device("meta")`,
+or after `torch.set_default_dtype(torch.float64)`, failed every step (recorded `failed`). Inside
+an autocast it trained wrong without a word: torch.autocast keeps a cache of weight casts (the
+bf16 copy of each fp32 weight) and clears it only when the outermost autocast exits, so a run's
+own autocast entered inside another one (a caller's `with torch.autocast(...)`, or one user code
+entered and never left) served each step the weights as first cast, or another model's freed at
+the same address: a bf16 run trained to chance (10.2 % against 44.9 %, val loss 19 in a test
+session, 2026-11-28), and an fp32 run computed in the caller's dtype."""
 
 from __future__ import annotations
 
@@ -62,11 +62,21 @@ def outside_autocast() -> Iterator[None]:
 @contextlib.contextmanager
 def own_torch_state() -> Iterator[None]:
     """The block runs in torch's defaults whatever its caller's state: grad on, inference mode
-    off, float32 the default dtype, no autocast; the caller's state is put back after it."""
+    off, float32 the default dtype, new tensors on the CPU unless told (a caller's
+    `with torch.device("meta")` or set_default_device), no autocast; the caller's state is put
+    back after it."""
     dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32)
+    # a device context only where the caller set another: its mode would see every torch call
+    device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
+    default = torch.device("cpu") if device is not None and device.type != "cpu" else None
     try:
-        with outside_autocast(), torch.inference_mode(False), torch.enable_grad():
+        with (
+            default if default is not None else contextlib.nullcontext(),
+            outside_autocast(),
+            torch.inference_mode(False),
+            torch.enable_grad(),
+        ):
             yield
     finally:
         torch.set_default_dtype(dtype)
