@@ -93,3 +93,29 @@ def fresh_warm_ups():
     warmup._WARMED.clear()
     yield
     warmup._WARMED.clear()
+
+
+def _torch_state() -> tuple:
+    """The per-thread torch state a test could leave changed for the tests after it in its worker
+    (core/torchstate.py): an autocast left entered made a later test's bf16 run train to chance."""
+    from tricklab.core.torchstate import autocast_depth
+
+    return (
+        autocast_depth(),
+        torch.is_autocast_enabled("cpu"),
+        torch.get_autocast_dtype("cpu"),
+        torch.is_autocast_cache_enabled(),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+        torch.get_default_device(),
+        torch.get_num_threads(),
+    )
+
+
+@pytest.fixture(autouse=True)
+def torch_state_kept():
+    """Each test leaves torch's per-thread state as it found it."""
+    before = _torch_state()
+    yield
+    assert _torch_state() == before, "the test left torch's state changed"
