@@ -703,14 +703,10 @@ def headline() -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     notes = []
+    read = [(folder, read_folder(folder)) for folder in folders()]  # each folder read once
     # every gpu_session call, the newest first: (its folder's date, its data)
-    calls = [
-        (folder.name[:10], d)
-        for folder in folders()
-        for _, d in read_folder(folder)["gpu_session"][::-1]
-    ]
-    for folder in folders():
-        kinds = read_folder(folder)
+    calls = [(folder.name[:10], d) for folder, kinds in read for _, d in kinds["gpu_session"][::-1]]
+    for folder, kinds in read:
         sessions = [
             d for _, d in kinds["gpu_session"] if d["sections"].get("side", {}).get("compare")
         ]

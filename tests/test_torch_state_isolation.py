@@ -11,14 +11,13 @@ every run failed."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 import tricklab
 from tricklab.core.torchstate import (
     autocast_depth,
+    default_dtype,
     outside_autocast,
     own_torch_state,
     set_autocast_depth,
@@ -84,7 +83,7 @@ def test_outside_autocast_puts_everything_back_and_drops_what_the_block_left_ent
     [
         torch.no_grad,
         lambda: torch.inference_mode(True),
-        lambda: _default_dtype(torch.float64),
+        lambda: default_dtype(torch.float64),
         lambda: torch.device("meta"),
     ],
     ids=["no_grad", "inference_mode", "float64_default", "meta_device"],
@@ -97,21 +96,11 @@ def test_a_run_inside_a_callers_grad_mode_or_dtype_trains_as_outside_it(plain, c
 
 
 def test_own_torch_state_puts_the_callers_back_when_the_block_raises():
-    with torch.no_grad(), _default_dtype(torch.float16):
+    with torch.no_grad(), default_dtype(torch.float16):
         with pytest.raises(KeyError), own_torch_state():
             assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
             raise KeyError("stop")
         assert not torch.is_grad_enabled() and torch.get_default_dtype() == torch.float16
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(saved)
 
 
 def test_a_model_profile_inside_a_callers_no_grad_and_autocast_measures_its_own_precision():

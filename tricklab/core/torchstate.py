@@ -65,18 +65,25 @@ def own_torch_state() -> Iterator[None]:
     off, float32 the default dtype, new tensors on the CPU unless told (a caller's
     `with torch.device("meta")` or set_default_device), no autocast; the caller's state is put
     back after it."""
-    dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)
     # a device context only where the caller set another: its mode would see every torch call
     device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
     default = torch.device("cpu") if device is not None and device.type != "cpu" else None
+    with (
+        default if default is not None else contextlib.nullcontext(),
+        default_dtype(torch.float32),
+        outside_autocast(),
+        torch.inference_mode(False),
+        torch.enable_grad(),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default dtype `dtype` in the block, the caller's after it."""
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
     try:
-        with (
-            default if default is not None else contextlib.nullcontext(),
-            outside_autocast(),
-            torch.inference_mode(False),
-            torch.enable_grad(),
-        ):
-            yield
+        yield
     finally:
-        torch.set_default_dtype(dtype)
+        torch.set_default_dtype(saved)
