@@ -36,7 +36,7 @@ def _profile_step(recipe):
 
 
 def _study_runs(study, **kwargs):
-    from tricklab.experiments.runner import study_runs
+    from tricklab.experiments.reading import study_runs
 
     return study_runs(study, **kwargs)
 

@@ -239,7 +239,7 @@ def test_the_setup_check_builds_each_data_source_model_and_loader_once(monkeypat
     base = load_recipe(None, TINY_SYNTHETIC)
     lrs = [0.01 * (i + 1) for i in range(values)]
     vary = {"data.train_size": [128, 256], "optim.lr": lrs, "optim.weight_decay": lrs}
-    configs, _ = plan_ablation(AblationPlan(base, vary, 1, grid=True))
+    configs, _, _ = plan_ablation(AblationPlan(base, vary, 1, grid=True))
     assert len(configs) == 1 + 2 * values * values
     assert built["load_data"] == 2 and built["build_model"] == 2 and built["build_loaders"] == 2
     assert built["build_optimizer"] <= 1 + 2 + 2 * values  # the baseline and each value's

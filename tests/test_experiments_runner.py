@@ -32,7 +32,7 @@ from tricklab.experiments import (
     sweep,
 )
 from tricklab.experiments.claims import HEARTBEAT_ATTR, WORKER_ATTR, is_stale
-from tricklab.experiments.runner import study_runs
+from tricklab.experiments.reading import study_runs
 from tricklab.experiments.stats import ConfigStats
 from tricklab.experiments.storage import open_storage, storage_url, trial_status
 from tricklab.recipe.schema import load_recipe

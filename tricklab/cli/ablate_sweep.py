@@ -264,11 +264,12 @@ def run_ablate(args: argparse.Namespace) -> int:
     out = _consoles(args.json)[1]
     check_out_dir(plan.out_dir, "the ablation")  # as ablate() checks it, before the storage
     configs = ablation_plan(plan.baseline, plan.vary, plan.grid).configs  # or its error
+    model_code = {}
     if args.dry_run:  # checks all that a real run checks before its first run
-        configs, units = plan_ablation(plan)
+        configs, units, model_code = plan_ablation(plan)
     name = ablation_study(plan, configs)
     url = storage_url(args.storage, experiment_dir(name, args.out))
-    check_storage(url, (name, ablation_attrs(plan, configs), ABLATION_MATCH))
+    check_storage(url, (name, ablation_attrs(plan, configs, model_code), ABLATION_MATCH))
     notes = plan_notes(plan, configs)
     if args.dry_run:
         say_notes(notes)
@@ -316,10 +317,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     out = _consoles(args.json)[1]
     if args.dry_run:  # checks all that a real run checks before its first run
-        check_sweep(plan)
+        model_code = check_sweep(plan)
         name = sweep_study(plan)
         url = storage_url(args.storage, experiment_dir(name, args.out))
-        check_storage(url, (name, sweep_attrs(plan), SWEEP_MATCH))
+        check_storage(url, (name, sweep_attrs(plan, model_code), SWEEP_MATCH))
         shown: dict[str, Any] = {
             "study": name,
             "storage": shown_url(url),

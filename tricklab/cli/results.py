@@ -80,7 +80,7 @@ RUN_FIELDS = ("config_id", "seed", "status", "accuracy", "train_seconds", "run_d
 def _print_runs(args: argparse.Namespace, output: str) -> int:
     import tricklab.report.tables as tables
     from tricklab.experiments.catalog import check_study
-    from tricklab.experiments.runner import study_runs
+    from tricklab.experiments.reading import study_runs
     from tricklab.report.fmt import pct, seconds
 
     check_study(args.study, args.storage, args.out)

@@ -3,7 +3,8 @@
 - `plan.py`: which configurations and seeds an ablation runs (one change at a time, or the grid);
 - `space.py`: sweep search spaces (SPACE.yaml) as Optuna distributions;
 - `storage.py`: Optuna storages and studies, opened and read (a trial's status and runs);
-- `runner.py`: `ablate`, `sweep`, `results` from Python, and the summary an experiment leaves;
+- `runner.py`: `ablate` and `sweep` from Python, and the summary an experiment leaves;
+- `reading.py`: `results` and `study_runs`: a stored study's table and runs, read only;
 - `workers.py`: the worker loops that train the units; `claims.py`: the claim protocol, how
   workers claim units (so each (configuration, seed) runs exactly once across processes and
   reruns), beat and fail stale trials (`liveness.py`: the intervals); `rundirs.py`: where each
@@ -37,9 +38,9 @@ _EXPORTS = {
     "Liveness": "liveness",
     "RunEvent": "workers",
     "ablate": "runner",
-    "results": "runner",
-    "study_results": "runner",
-    "study_runs": "runner",
+    "results": "reading",
+    "study_results": "reading",
+    "study_runs": "reading",
     "sweep": "runner",
 }
 

@@ -10,7 +10,6 @@ under the study folder (rundirs.py); `study_runs` lists them.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -18,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from tricklab.core.errors import TrickLabError, expect_number, expect_type
+from tricklab.core.errors import TrickLabError
 from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
@@ -26,7 +25,6 @@ from tricklab.experiments.claims import done_count, final_statuses, status_count
 from tricklab.experiments.dashboard import ablation_params
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import (
-    BASELINE,
     PRUNERS,
     SAMPLERS,
     AblationPlan,
@@ -37,16 +35,14 @@ from tricklab.experiments.plan import (
     baseline_identity,
     check_seeds,
     default_study_name,
-    normalize_target,
     plan_units,
 )
-from tricklab.experiments.records import checked_trials, study_kind
-from tricklab.experiments.rundirs import RUN_DIR_ATTR, check_out_dir, study_dir
+from tricklab.experiments.records import checked_trials
+from tricklab.experiments.rundirs import check_out_dir, study_dir
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats, planned_runs
 from tricklab.experiments.storage import (
     experiment_dir,
-    load_study,
     open_storage,
     open_study,
     shown_url,
@@ -142,11 +138,14 @@ def _pruner(name: str) -> optuna.pruners.BasePruner:
 # ---------------------------------------------------------------- what a study stores of its experiment
 
 # A study name given again must hold the same experiment (storage.check_study).
-ABLATION_MATCH = ("kind", "baseline", "configs")  # another --vary: another experiment
-SWEEP_MATCH = ("kind", "baseline", "space")
+# model_code: the hash of your own models' code (training.setup.check_setup), where checked.
+ABLATION_MATCH = ("kind", "baseline", "configs", "model_code")  # another --vary: another one
+SWEEP_MATCH = ("kind", "baseline", "space", "model_code")
 
 
-def ablation_attrs(plan: AblationPlan, configs: Sequence[Config]) -> dict[str, Any]:
+def ablation_attrs(
+    plan: AblationPlan, configs: Sequence[Config], model_code: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The study user attrs an ablation stores (and --dry-run compares with a stored study's)."""
     return {
         "kind": "ablation",
@@ -155,10 +154,11 @@ def ablation_attrs(plan: AblationPlan, configs: Sequence[Config]) -> dict[str, A
         "seeds": plan.seeds,
         "grid": plan.grid,
         "tricklab_version": __version__,
+        **({"model_code": model_code} if model_code else {}),
     }
 
 
-def sweep_attrs(plan: SweepPlan) -> dict[str, Any]:
+def sweep_attrs(plan: SweepPlan, model_code: dict[str, str] | None = None) -> dict[str, Any]:
     """The study user attrs a sweep stores (and --dry-run compares with a stored study's)."""
     return {
         "kind": "sweep",
@@ -167,6 +167,7 @@ def sweep_attrs(plan: SweepPlan) -> dict[str, Any]:
         "sampler": plan.sampler,
         "seeds": plan.seeds,
         "tricklab_version": __version__,
+        **({"model_code": model_code} if model_code else {}),
     }
 
 
@@ -185,11 +186,12 @@ def sweep_study(plan: SweepPlan) -> str:
 # ---------------------------------------------------------------- ablations
 def plan_ablation(
     plan: AblationPlan, *, check_runs: bool = True
-) -> tuple[list[Config], list[Unit]]:
-    """The ablation's configurations and (configuration, seed) units. With `check_runs`, input
-    that every run would fail on (missing data, an unknown model, ...) raises TrickLabError first:
-    the setup of the baseline and of one configuration per varied value is built (each distinct
-    data source, model and loader once), so a large grid costs about what a small one does."""
+) -> tuple[list[Config], list[Unit], dict[str, str]]:
+    """The ablation's configurations, its (configuration, seed) units and its own models' code
+    hashes. With `check_runs`, input that every run would fail on (missing data, an unknown
+    model, ...) raises TrickLabError first: the setup of the baseline and of one configuration per
+    varied value is built (each distinct data source, model and loader once), so a large grid
+    costs about what a small one does; without it, no model is built and no hash is made."""
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_out_dir(plan.out_dir, "the ablation")
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
@@ -197,8 +199,8 @@ def plan_ablation(
     if check_runs:
         from tricklab.training.setup import check_setup  # torch
 
-        check_setup(planned.checked)
-    return planned.configs, units
+        return planned.configs, units, check_setup(planned.checked)
+    return planned.configs, units, {}
 
 
 def ablate(
@@ -218,7 +220,7 @@ def ablate(
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) marks the running trial interrupted and
     raises Interrupted.
     """
-    configs, units = plan_ablation(plan, check_runs=train_fn is None)
+    configs, units, model_code = plan_ablation(plan, check_runs=train_fn is None)
     name = ablation_study(plan, configs)
     url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
     store = open_storage(url)
@@ -226,7 +228,7 @@ def ablate(
         store,
         name,
         where=shown_url(url),
-        attrs=ablation_attrs(plan, configs),
+        attrs=ablation_attrs(plan, configs, model_code),
         must_match=ABLATION_MATCH,
         sampler=optuna.samplers.RandomSampler(),
     )
@@ -272,10 +274,11 @@ def grid_configs(
     return out
 
 
-def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> None:
+def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> dict[str, str]:
     """TrickLabError for sweep arguments no sweep can run with, and for a key or value of the
     space that is not valid. With `check_runs`, also for input every run with some value of the
-    space would fail on (missing data, an unknown model, ...)."""
+    space would fail on (missing data, an unknown model, ...); returns its own models' code
+    hashes then (training.setup.check_setup), else {}."""
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     sampler, trials, sampler_seed = plan.sampler, plan.trials, plan.sampler_seed
     check_out_dir(plan.out_dir, "the sweep")
@@ -295,7 +298,8 @@ def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> None:
     if check_runs:
         from tricklab.training.setup import check_setup
 
-        check_setup([plan.base, *recipes])
+        return check_setup([plan.base, *recipes])
+    return {}
 
 
 def sweep(
@@ -314,7 +318,7 @@ def sweep(
     value is their mean accuracy. Trials the median pruner (Optuna's MedianPruner) stops are
     stored `pruned`. The other arguments are `ablate`'s.
     """
-    check_sweep(plan, check_runs=train_fn is None)
+    model_code = check_sweep(plan, check_runs=train_fn is None)
     space, sampler, seeds, trials = plan.space, plan.sampler, plan.seeds, plan.trials
     name = sweep_study(plan)
     url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
@@ -325,7 +329,7 @@ def sweep(
         store,
         name,
         where=shown_url(url),
-        attrs=sweep_attrs(plan),
+        attrs=sweep_attrs(plan, model_code),
         must_match=SWEEP_MATCH,
         sampler=optuna_sampler,
         pruner=_pruner(plan.pruner),
@@ -363,87 +367,3 @@ def sweep(
     counts = status_counts(final_statuses(checked_trials(opened)))
     summary = _summary(opened, "sweep", url, trials, ran, done_before, counts, provenance)
     return replace(summary, unit="sampled trials")  # each with its seeds, a drawn twin reused
-
-
-def results(
-    study: str,
-    storage: str | None = None,
-    *,
-    out_dir: str | None = None,
-    reference: str | None = None,
-    target: float | None = None,
-) -> list[ConfigStats]:
-    """The statistics table of a stored study (see stats.py); never creates a storage."""
-    return study_results(study, storage, out_dir=out_dir, reference=reference, target=target)[1]
-
-
-def study_results(
-    study: str,
-    storage: str | None = None,
-    *,
-    out_dir: str | None = None,
-    reference: str | None = None,
-    target: float | None = None,
-) -> tuple[dict[str, Any], list[ConfigStats]]:
-    """(meta, rows): meta names the study, storage, kind, reference and confidence."""
-    expect_type(reference, (str, type(None)), "results' reference")  # the others: _stored_study
-    if target is not None:
-        expect_number(target, "results' target")
-    target = None if target is None else normalize_target(target)  # as --target takes it
-    url, opened = _stored_study(study, storage, out_dir)
-    kind = study_kind(study, opened.user_attrs)
-    records = collect_runs(opened)
-    rows = config_stats(
-        records,
-        reference=reference,
-        target=target,
-        order="appearance" if kind == "ablation" else "accuracy",
-        planned=planned_runs(opened.user_attrs, records),
-    )
-    ref = next((r.config_id for r in rows if r.is_reference), None)
-    meta = {"study": study, "storage": shown_url(url), "kind": kind, "reference": ref}
-    meta |= {"confidence": 0.95, **study_meta(opened.user_attrs, records, rows)}
-    return meta, rows
-
-
-def _stored_study(study: Any, storage: Any, out_dir: Any) -> tuple[str, optuna.Study]:
-    """The storage URL and the stored study a reader names, its arguments' types checked."""
-    expect_type(study, str, "study")
-    expect_type(storage, (str, os.PathLike, type(None)), "storage (a URL or a file path)")
-    expect_type(out_dir, (str, os.PathLike, type(None)), "out_dir")
-    storage = os.fspath(storage) if storage is not None else None  # a Path, as plans take it
-    url = storage_url(storage, experiment_dir(study, out_dir))
-    return url, load_study(open_storage(url, must_exist=True), study)
-
-
-def study_runs(
-    study: str, storage: str | None = None, *, out_dir: str | None = None
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(meta, runs) of a stored study: one run per (configuration, seed), the try that stands (as
-    `results` counts it), with config_id, seed, status, accuracy, train_seconds, run_dir (its
-    folder; None for a run of an older tricklab that kept none), trial and error."""
-    url, opened = _stored_study(study, storage, out_dir)
-    trials = {t.number: t for t in opened.get_trials(deepcopy=False)}
-    runs = []
-    for record in collect_runs(opened):
-        # A run that never stored its record (its worker died) has the folder its trial named.
-        folder = record.get(RUN_DIR_ATTR) or trials[record["trial"]].user_attrs.get(RUN_DIR_ATTR)
-        runs.append(
-            {
-                "config_id": record["config_id"],
-                "seed": int(record.get("seed", 0)),
-                "status": record["status"],
-                "accuracy": record.get("accuracy"),
-                "train_seconds": record.get("train_seconds") or None,  # 0: none measured
-                "run_dir": folder,
-                "trial": record["trial"],
-                "error": record.get("error"),
-            }
-        )
-    first = {}  # configurations as they first ran, the baseline first; each one's seeds in order
-    for run in runs:
-        first.setdefault(run["config_id"], (run["config_id"] != BASELINE, len(first)))
-    runs.sort(key=lambda r: (first[r["config_id"]], r["seed"]))
-    kind = opened.user_attrs.get("kind", "sweep")
-    meta = {"study": study, "storage": shown_url(url), "kind": kind}
-    return meta, runs

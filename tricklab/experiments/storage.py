@@ -7,14 +7,13 @@ One Optuna study per experiment. `--storage` takes
 - any SQLAlchemy URL Optuna accepts (`postgresql+psycopg://user@host/db`, `sqlite:///file.db`): for
   several machines use PostgreSQL (`pip install "tricklab[postgres]"` installs the psycopg driver);
 - a path ending in `.db`/`.sqlite`/`.sqlite3`: that SQLite file.
-A URL's password is shown as `***` (`shown_url`, urls.py). In-memory SQLite (`sqlite://`) is
-refused (nothing to resume), as is an SQLite URL with a query (`?mode=ro`: SQLAlchemy ignores it). A file storage's path must be a file or nothing (never a
-folder, a pipe or a device). A journal file that exists must start with an Optuna journal record,
-so no other file is ever appended to; a last line a writer never finished is set aside before the
-next append (journal.py). A reader opens only a whole Optuna database (every table Optuna would
-make, its version rows written), so Optuna writes nothing into it, and refuses a storage holding
-what tricklab cannot show (a study name that is no text). A database row Optuna cannot parse is one
-line for readers and writers alike (contents.py), as is SQLite's full disk.
+A URL's password is shown as `***` (urls.py). Refused: in-memory SQLite (`sqlite://`: nothing to
+resume), an SQLite URL with a query (`?mode=ro`: SQLAlchemy ignores it), a file storage's path that
+is a folder, a pipe or a device, and a journal file that does not start with an Optuna journal
+record (no other file is appended to; a last line a writer never finished is set aside before the
+next append: journal.py). A reader opens only a whole Optuna database (every table, its version
+rows written), so Optuna writes nothing into it, and refuses what tricklab cannot show (a study
+name that is no text). A row Optuna cannot parse is one line for all (contents.py), as is a full disk.
 
 Trial states: COMPLETE for complete / stopped-early / reached-target runs, PRUNED for pruned ones,
 FAIL for diverged / oom / failed / interrupted (the `status` user attr says which, `error` why);
@@ -48,7 +47,6 @@ from tricklab.experiments.journal import journal_backend, looks_like_record_star
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
 SCHEMA_RETRIES = 5
 VERSION_TABLES = ("version_info", "alembic_version")  # Optuna writes their row when it is missing
-
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
 LATEST_CALL_ATTRS = ("seeds",)  # the latest call's plan (stats.planned_runs): each call stores its
 
@@ -286,9 +284,13 @@ def check_study(
         )
     for key in must_match:
         if key in stored and key in attrs and stored[key] != attrs[key]:
+            now = attrs[key] if key == "model_code" else {}  # a hash by model name
+            was = stored[key] if isinstance(stored[key], dict) else {}
+            code = ", ".join(sorted(m for m, c in now.items() if was.get(m) != c))
+            what = f"model {shown(code)}'s code" if code else key
             raise TrickLabError(
-                f"study '{name}' already holds another experiment (its {key} differs); "
-                "give a new --study name or the original command"
+                f"study '{name}' already holds another experiment (its {what} differs); give "
+                f"a new --study name or {'put the code back' if code else 'the original command'}"
             )
 
 
@@ -386,10 +388,9 @@ def open_study(
     pruner: optuna.pruners.BasePruner | None = None,
 ) -> optuna.Study:
     """Load the study or create it (several workers may race to create it: Optuna settles that).
-
     `check_study` refuses another program's study, or another experiment's (`attrs` and
     `must_match`), before anything is written; `attrs` are then stored where missing (or changed,
-    LATEST_CALL_ATTRS). A failing storage (damaged, a lost server): one TrickLabError naming `where`."""
+    LATEST_CALL_ATTRS). A failing storage (damaged, lost): one TrickLabError naming `where`."""
     try:
         try:
             study = optuna.load_study(
@@ -421,8 +422,7 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        have = ", ".join(names) if names else "none"
+        have = ", ".join(s.study_name for s in optuna.get_all_study_summaries(storage)) or "none"
         raise TrickLabError(f"no study '{name}' in this storage (it has: {have})") from None
 
 

@@ -22,7 +22,8 @@ from torch.nn.parameter import is_lazy
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import available_memory_bytes, check_fits
-from tricklab.models import build_model, check_image_size, get_model_info
+from tricklab.models import build_model, check_image_size, get_model_info, is_own_model
+from tricklab.models.code_identity import factory_of, model_code_id
 from tricklab.recipe.schema import Recipe
 from tricklab.training.precision import PrecisionPolicy
 
@@ -61,6 +62,15 @@ def meta_model(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -
     widths = None if m.widths is None else tuple(m.widths)
     built = _built_meta(builder, m.name, m.width, widths, num_classes, tuple(image_shape))
     return None if built is None else copy.deepcopy(built)
+
+
+def own_model_code(recipe: Recipe, num_classes: int, image_shape: tuple[int, ...]) -> str | None:
+    """The hash of your model's code and structure (models/code_identity.py) that a study keeps,
+    or None for tricklab's and timm's models (their code is the installed version's)."""
+    if not is_own_model(recipe.model.name):
+        return None
+    factory = factory_of(get_model_info(recipe.model.name).builder)
+    return model_code_id(factory, meta_model(recipe, num_classes, image_shape))
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,7 +53,7 @@ from tricklab.training.cudagraph import GraphedStep
 from tricklab.training.loggers import require_packages
 from tricklab.training.loop import Parts
 from tricklab.training.loss import training_loss
-from tricklab.training.model_memory import check_model_fits
+from tricklab.training.model_memory import check_model_fits, own_model_code
 from tricklab.training.optim import build_optimizer
 from tricklab.training.precision import PrecisionPolicy, apply_channels_last
 from tricklab.training.preflight import check_own_model, check_run
@@ -420,16 +420,14 @@ def _forward_macs(
     return _MACS[key]
 
 
-def check_setup(recipes: Iterable[Recipe]) -> None:
+def check_setup(recipes: Iterable[Recipe]) -> dict[str, str]:
     """Raise the TrickLabError that a run of any of `recipes` would meet before its first step
-    (device, data, model, loaders, optimizer: all that `train` builds). Experiments call it before
-    their first run, so that bad input stops them at once instead of failing every run. Other
-    errors are left for the runs to meet and record.
-
-    Each distinct data source, model and loader setting is built once, however many recipes share
-    it (seeds aside: `SetupCache`); the optimizer, schedule and averaging once per recipe."""
+    (device, data, model, loaders, optimizer: all that `train` builds), so that an experiment stops
+    at once instead of failing every run; other errors are left for the runs to record. Each
+    distinct data source, model and loader setting is built once (seeds aside: `SetupCache`).
+    Returns the hash of the code of each of your own models by name (own_model_code): a study's."""
     check_not_training()  # a study's runs would each be refused
-    reuse, seen = SetupCache(), set()
+    reuse, seen, codes = SetupCache(), set(), {}
     for recipe in recipes:
         recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, seed=0))
         key = recipe.setting_key()
@@ -443,7 +441,10 @@ def check_setup(recipes: Iterable[Recipe]) -> None:
             dataset = reuse.call(load_data, recipe.data)
             with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
                 prepare(recipe, dataset, device, reuse)
+            if code := own_model_code(recipe, dataset.num_classes, dataset.image_shape):
+                codes.setdefault(recipe.model.name, code)
         except TrickLabError:
             raise
         except Exception:  # the run meets it and records it (oom, failed) with its message
             pass
+    return codes

@@ -1,0 +1,197 @@
+"""A study's runs come from one model: the hash of your model's code and structure
+(models/code_identity.py) is stored with the study, and a resume after it changed is one line and
+exit 2 with nothing written, where it used to pool the runs of two networks under one name."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import torch
+from tiny_recipe import TINY_SYNTHETIC
+from torch import nn
+
+import tricklab
+from tricklab.cli.main import main
+from tricklab.core.errors import TrickLabError
+from tricklab.experiments import AblationPlan, ablate
+from tricklab.models.code_identity import model_code_id
+
+TINY = [*(o for o in TINY_SYNTHETIC if not o.startswith("model.")), "run.epochs=1"]
+
+MODULE = """
+import torch
+from torch import nn
+
+
+def act(x):
+    return torch.relu(x)
+
+
+def unrelated():
+    return 1
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes, width=8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(self, x):
+        return self.head(act(self.conv(x)).mean(dim=(2, 3)))
+
+
+def make(num_classes):
+    return Net(num_classes)
+"""
+
+EDITS = {
+    "a comment": ("        return self.head(", "        # pooled\n        return self.head("),
+    "blank lines and spacing": ("def act(x):\n", "\n\ndef act( x ):\n"),
+    "a function the model never names": ("return 1", "return 2"),
+    "a helper forward calls": ("torch.relu(x)", "torch.sigmoid(x)"),
+    "forward": ("mean(dim=(2, 3))", "amax(dim=(2, 3))"),
+    "the factory's width": ("return Net(num_classes)", "return Net(num_classes, width=16)"),
+    "a layer's setting": ("3, padding=1)", "3, padding=1, bias=False)"),
+}
+SAME = ("a comment", "blank lines and spacing", "a function the model never names")
+
+
+@pytest.fixture
+def module(tmp_path, monkeypatch):
+    """write(text) makes `codemodels.py` say `text` and imports it anew."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no stale .pyc within one second
+
+    def write(text: str):
+        (tmp_path / "codemodels.py").write_text(text)
+        sys.modules.pop("codemodels", None)
+        importlib.invalidate_caches()
+        return importlib.import_module("codemodels")
+
+    yield write
+    sys.modules.pop("codemodels", None)
+
+
+def code_of(mod) -> str:
+    return model_code_id(mod.make, mod.make(num_classes=10))
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_the_hash_follows_the_code_the_model_runs_and_its_structure(module, edit):
+    before = code_of(module(MODULE))
+    old, new = EDITS[edit]
+    assert old in MODULE
+    after = code_of(module(MODULE.replace(old, new)))
+    assert (after == before) == (edit in SAME), edit
+
+
+def test_code_without_source_is_hashed_as_compiled_code():
+    def factory_of(scale: float):
+        text = (
+            "from torch import nn\n"
+            "class Scaled(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.head = nn.Linear(3, 10)\n"
+            "    def forward(self, x):\n"
+            f"        return self.head(x.mean(dim=(2, 3))) * {scale}\n"
+            "def make(num_classes):\n"
+            "    return Scaled()\n"
+        )
+        space: dict = {"__name__": "notebook_cell"}
+        exec(compile(text, "<cell>", "exec"), space)  # no file: inspect has no source
+        return space["make"]
+
+    one, other = factory_of(1.0), factory_of(2.0)
+    assert model_code_id(one, one(10)) == model_code_id(factory_of(1.0), one(10))
+    assert model_code_id(one, one(10)) != model_code_id(other, other(10))
+
+
+def test_a_factory_that_cannot_build_without_weights_is_hashed_by_its_code(module):
+    mod = module(MODULE)
+    assert model_code_id(mod.make) != code_of(mod)  # no structure: another hash, still one
+    assert model_code_id(mod.make) == model_code_id(mod.make)
+
+
+def ablate_args(out, *extra: str) -> list[str]:
+    return [
+        "ablate", "--baseline", *TINY, "model.name=codemodels:make", *extra,
+        "--vary", "optim.lr=0.05", "--seeds", "1", "--out", str(out), "-q",
+    ]  # fmt: skip
+
+
+def test_an_ablation_resumed_after_its_models_code_changed_is_refused(
+    module, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "study"
+    module(MODULE)
+    assert main(ablate_args(out)) == 0
+    capsys.readouterr()
+    stored = (out / "study.db").read_bytes()
+
+    module(MODULE.replace(*EDITS["a helper forward calls"]))
+    for extra in ([], ["--dry-run"]):
+        assert main(ablate_args(out) + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "model codemodels:make's code differs" in err, err
+        assert "put the code back" in err
+        assert (out / "study.db").read_bytes() == stored  # nothing written
+
+    module(MODULE.replace(*EDITS["a comment"]))  # the code put back, with a comment: resumes
+    assert main(ablate_args(out)) == 0
+    assert "2 done before, 0 run now" in capsys.readouterr().out
+
+
+def test_a_sweep_resumed_after_its_models_code_changed_is_refused(
+    module, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text("optim.lr: [0.05]\n")
+    args = [
+        "sweep", "--baseline", *TINY, "model.name=codemodels:make", "--space", "space.yaml",
+        "--sampler", "grid", "--seeds", "1", "--out", "sweep", "-q",
+    ]  # fmt: skip
+    module(MODULE)
+    assert main(args) == 0
+    module(MODULE.replace(*EDITS["the factory's width"]))
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model codemodels:make's code differs" in err, err
+
+
+class FirstNet(nn.Module):
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x).relu().mean(dim=(2, 3)))
+
+
+class SecondNet(FirstNet):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # the notebook cell run again, changed
+        return self.head(self.conv(x).tanh().mean(dim=(2, 3)))
+
+
+def test_a_name_registered_again_with_another_network_does_not_resume_its_study(tmp_path):
+    baseline = tricklab.load_recipe("speedrun94", [*TINY, "model.name=my-net"])
+    baseline = baseline.override(["model.whiten_bias_epochs=0"])
+    plan = AblationPlan(baseline, {"optim.lr": [0.1]}, 1, study="mine", out_dir=str(tmp_path))
+    try:
+        tricklab.register_model("my-net", FirstNet)
+        assert ablate(plan).ran == 2
+        tricklab.register_model("my-net", SecondNet)
+        with pytest.raises(TrickLabError, match="model my-net's code differs"):
+            ablate(plan)
+        tricklab.register_model("my-net", FirstNet)
+        assert ablate(plan).ran == 0  # the same network again: resumed, nothing to run
+    finally:
+        from tricklab.models import MODELS
+
+        MODELS.pop("my-net", None)

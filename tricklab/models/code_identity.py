@@ -1,0 +1,145 @@
+"""What a user's model is, as one short hash: the code that builds and runs it, and its structure.
+
+A study resumed after its model's code changed would pool the runs of two networks under one
+name; experiments store this hash with the study and refuse a resume whose model hashes
+otherwise. It covers the factory, every class of the built model that is the user's (not
+torch's, torchvision's, timm's or tricklab's), their bases, and the functions and classes their
+code names from their modules (a helper `forward` calls), as source text where Python has it
+(the same on every machine sharing a study) and as compiled code where not; and the model's
+structure: each submodule's class and settings (`extra_repr`), each parameter's and buffer's
+shape. Comments, blank lines and spacing within a line are not part of it (the source is hashed
+as Python's tokens), nor is a part of the module the model never names.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import io
+import json
+import sys
+import textwrap
+import tokenize
+import types
+from collections.abc import Iterator
+
+from torch import nn
+
+# Libraries whose code is not the user's: a new torch changes no study's model.
+LIBRARIES = frozenset({"torch", "torchvision", "timm", "tricklab", "numpy", "builtins"})
+MAX_OBJECTS = 500  # a bound on the walk through what the code names
+
+
+def model_code_id(factory: object, model: nn.Module | None = None) -> str:
+    """A 16-hex-digit hash of the code of `factory` and of what it reaches, and of `model`'s
+    structure when given (None: a factory that cannot be built without real weights)."""
+    roots: list[object] = [factory]
+    if model is not None:
+        roots += [type(m) for m in model.modules()]
+    parts = {name: text for name, text in _user_code(roots)}
+    if model is not None:
+        parts["structure"] = _structure(model)
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def factory_of(builder: object) -> object:
+    """The user's factory inside a registry builder (`functools.partial(_build_own, name,
+    factory)`), else the builder itself."""
+    if isinstance(builder, functools.partial) and len(builder.args) == 2:
+        return builder.args[1]
+    return builder
+
+
+def _structure(model: nn.Module) -> str:
+    modules = [
+        (name, f"{type(m).__module__}.{type(m).__qualname__}", m.extra_repr())
+        for name, m in model.named_modules()
+    ]
+    tensors = [
+        (name, list(t.shape)) for name, t in [*model.named_parameters(), *model.named_buffers()]
+    ]
+    return json.dumps([modules, tensors])
+
+
+def _user_code(roots: list[object]) -> Iterator[tuple[str, str]]:
+    """(qualified name, source or compiled code) of each of the user's functions and classes
+    `roots` are or reach: through a class's bases and members, a function's closure and the
+    names its code uses in its module."""
+    seen: set[int] = set()
+    work = list(roots)
+    while work and len(seen) < MAX_OBJECTS:
+        obj = _unwrap(work.pop())
+        if id(obj) in seen or not _is_users(obj):
+            continue
+        seen.add(id(obj))
+        yield f"{obj.__module__}.{obj.__qualname__}", _text(obj)
+        if isinstance(obj, type):
+            work += obj.__mro__[1:]
+            work += vars(obj).values()
+        else:
+            work += _named_by(obj)
+
+
+def _unwrap(obj: object) -> object:
+    if isinstance(obj, (staticmethod, classmethod)):
+        return obj.__func__
+    if isinstance(obj, property):
+        return obj.fget
+    if isinstance(obj, functools.partial):
+        return obj.func
+    return obj
+
+
+def _is_users(obj: object) -> bool:
+    if not isinstance(obj, (type, types.FunctionType)):
+        return False
+    module = getattr(obj, "__module__", None)
+    return isinstance(module, str) and module.split(".")[0] not in LIBRARIES
+
+
+def _named_by(function: types.FunctionType) -> list[object]:
+    """The globals a function's code (nested functions included) names, and its closure's values."""
+    names: set[str] = set()
+    codes = [function.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    found = [function.__globals__[n] for n in sorted(names) if n in function.__globals__]
+    for cell in function.__closure__ or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:  # a cell not filled yet
+            pass
+    return found
+
+
+def _text(obj: object) -> str:
+    """Its source where Python has it (a module's file, a notebook's cell), else its compiled code."""
+    try:
+        return _tokens(inspect.getsource(obj))
+    except (OSError, TypeError):
+        pass
+    if isinstance(obj, type):
+        members = [_unwrap(v) for v in vars(obj).values()]
+        return repr([_code(m.__code__) for m in members if isinstance(m, types.FunctionType)])
+    return _code(obj.__code__) if isinstance(obj, types.FunctionType) else repr(obj)
+
+
+def _code(code: types.CodeType) -> str:
+    consts = [_code(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    return repr((code.co_code.hex(), consts, code.co_names, sys.version_info[:2]))
+
+
+def _tokens(source: str) -> str:
+    """The source's tokens, without comments and blank lines, one space apart; the source as it
+    is where it does not tokenize."""
+    marks = {tokenize.NEWLINE: ";", tokenize.INDENT: "{", tokenize.DEDENT: "}"}
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(textwrap.dedent(source)).readline)
+        kept = [t for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL)]
+        return " ".join(marks.get(t.type, t.string) for t in kept)
+    except (tokenize.TokenError, SyntaxError):
+        return source
