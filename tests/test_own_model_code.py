@@ -195,3 +195,14 @@ def test_a_name_registered_again_with_another_network_does_not_resume_its_study(
         from tricklab.models import MODELS
 
         MODELS.pop("my-net", None)
+
+
+class ShowsItsWeights(FirstNet):
+    def extra_repr(self) -> str:  # reads storage, which the meta device's tensors do not have
+        return f"mean weight {self.head.weight.mean().item():.3f}"
+
+
+def test_an_extra_repr_that_fails_on_the_meta_device_still_hashes():
+    with torch.device("meta"):
+        model = ShowsItsWeights(10)
+    assert model_code_id(ShowsItsWeights, model) == model_code_id(ShowsItsWeights, model)

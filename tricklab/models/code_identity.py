@@ -54,13 +54,21 @@ def factory_of(builder: object) -> object:
 
 def _structure(model: nn.Module) -> str:
     modules = [
-        (name, f"{type(m).__module__}.{type(m).__qualname__}", m.extra_repr())
+        (name, f"{type(m).__module__}.{type(m).__qualname__}", _settings(m))
         for name, m in model.named_modules()
     ]
     tensors = [
         (name, list(t.shape)) for name, t in [*model.named_parameters(), *model.named_buffers()]
     ]
     return json.dumps([modules, tensors])
+
+
+def _settings(module: nn.Module) -> str:
+    """Its `extra_repr` (a conv's kernel and stride); yours may fail on the meta device's tensors."""
+    try:
+        return str(module.extra_repr())
+    except Exception:
+        return "?"
 
 
 def _user_code(roots: list[object]) -> Iterator[tuple[str, str]]:
