@@ -341,3 +341,31 @@ def test_a_sweep_prints_run_k_of_n_too_and_quiet_silences_it(tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "b"), "-q"]) == 0
     out = capsys.readouterr().out
     assert progress_lines(out) == [] and "2 sampled trials planned, 0 done before, 2 run now" in out
+
+
+def test_a_run_claimed_while_results_reads_the_study_is_listed_not_a_traceback(
+    tmp_path, capsys, monkeypatch
+):
+    """A worker's claim between results' reads of the trials (hostile round 14: KeyError, 1 in 250
+    tries): the runs are read first, then the trials they name."""
+    assert main(ablate_args("--out", str(tmp_path), "--json", seeds=1)) == 0
+    study = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["study"]
+    import tricklab.experiments.reading as reading
+
+    read_runs = reading.collect_runs
+
+    def a_worker_claims_meanwhile(opened):
+        done = opened.get_trials(deepcopy=False)[0]
+        claimed = opened.ask()  # RUNNING, as a worker's claim leaves it before its run folder
+        config_id = done.user_attrs["config_id"]
+        claimed.set_user_attr("unit", f"{config_id} seed=1")  # a unit no run has done yet
+        claimed.set_user_attr("config_id", config_id)
+        claimed.set_user_attr("overrides", done.user_attrs["overrides"])
+        claimed.set_user_attr("seed", 1)
+        return read_runs(opened)
+
+    monkeypatch.setattr(reading, "collect_runs", a_worker_claims_meanwhile)
+    assert main(["results", study, "--out", str(tmp_path), "--runs", "--format", "json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert sorted(r["status"] for r in runs) == ["complete", "complete", "running"]
+    assert [r["run_dir"] for r in runs if r["status"] == "running"] == [None]

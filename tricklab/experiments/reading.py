@@ -81,9 +81,12 @@ def study_runs(
     `results` counts it), with config_id, seed, status, accuracy, train_seconds, run_dir (its
     folder; None for a run of an older tricklab that kept none), trial and error."""
     url, opened = _stored_study(study, storage, out_dir)
+    records = collect_runs(opened)
+    # Read after the records: a trial a worker claims meanwhile is in both (one read before them
+    # missed it), and no trial is ever deleted.
     trials = {t.number: t for t in opened.get_trials(deepcopy=False)}
     runs = []
-    for record in collect_runs(opened):
+    for record in records:
         # A run that never stored its record (its worker died) has the folder its trial named.
         folder = record.get(RUN_DIR_ATTR) or trials[record["trial"]].user_attrs.get(RUN_DIR_ATTR)
         runs.append(
