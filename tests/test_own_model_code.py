@@ -21,8 +21,15 @@ from tricklab.models.code_identity import model_code_id
 TINY = [*(o for o in TINY_SYNTHETIC if not o.startswith("model.")), "run.epochs=1"]
 
 MODULE = """
+import math
+
 import torch
 from torch import nn
+
+import codehelpers
+
+SCALE = 1.0
+LAYOUT = {"pool": "mean", "dims": (2, 3)}
 
 
 def act(x):
@@ -39,12 +46,21 @@ class Net(nn.Module):
         self.conv = nn.Conv2d(3, width, 3, padding=1)
         self.head = nn.Linear(width, num_classes)
 
-    def forward(self, x):
-        return self.head(act(self.conv(x)).mean(dim=(2, 3)))
+    def forward(self, x, shift=0.0):
+        x = codehelpers.squash(act(self.conv(x)) + shift)
+        return self.head(x.mean(dim=LAYOUT["dims"])) * SCALE * math.pi
 
 
 def make(num_classes):
     return Net(num_classes)
+"""
+
+HELPERS = """
+import torch
+
+
+def squash(x):
+    return torch.clamp(x, max=6.0)
 """
 
 EDITS = {
@@ -52,11 +68,19 @@ EDITS = {
     "blank lines and spacing": ("def act(x):\n", "\n\ndef act( x ):\n"),
     "a function the model never names": ("return 1", "return 2"),
     "a helper forward calls": ("torch.relu(x)", "torch.sigmoid(x)"),
-    "forward": ("mean(dim=(2, 3))", "amax(dim=(2, 3))"),
+    "forward": ("x.mean(dim=", "x.amax(dim="),
+    # hostile round 14: a module's constant and a helper reached through a module were missed
+    "a module constant forward reads": ("SCALE = 1.0", "SCALE = 0.0"),
+    "a constant container": ('"dims": (2, 3)', '"dims": (3, 2)'),
+    "a default argument": ("shift=0.0", "shift=1.0"),
+    "a blank line above the class": ("class Net(", "\n\nclass Net("),
     "the factory's width": ("return Net(num_classes)", "return Net(num_classes, width=16)"),
     "a layer's setting": ("3, padding=1)", "3, padding=1, bias=False)"),
 }
-SAME = ("a comment", "blank lines and spacing", "a function the model never names")
+SAME = (
+    "a comment", "blank lines and spacing", "a function the model never names",
+    "a blank line above the class",
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -65,14 +89,17 @@ def module(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no stale .pyc within one second
 
-    def write(text: str):
+    def write(text: str, helpers: str = HELPERS):
         (tmp_path / "codemodels.py").write_text(text)
-        sys.modules.pop("codemodels", None)
+        (tmp_path / "codehelpers.py").write_text(helpers)
+        for name in ("codemodels", "codehelpers"):
+            sys.modules.pop(name, None)
         importlib.invalidate_caches()
         return importlib.import_module("codemodels")
 
     yield write
-    sys.modules.pop("codemodels", None)
+    for name in ("codemodels", "codehelpers"):
+        sys.modules.pop(name, None)
 
 
 def code_of(mod) -> str:
@@ -86,6 +113,12 @@ def test_the_hash_follows_the_code_the_model_runs_and_its_structure(module, edit
     assert old in MODULE
     after = code_of(module(MODULE.replace(old, new)))
     assert (after == before) == (edit in SAME), edit
+
+
+def test_a_helper_in_another_of_your_modules_is_part_of_the_hash(module):
+    before = code_of(module(MODULE))
+    assert code_of(module(MODULE, HELPERS.replace("max=6.0", "max=1.0"))) != before
+    assert code_of(module(MODULE, HELPERS + "\n\ndef unused():\n    return 3\n")) == before
 
 
 def test_code_without_source_is_hashed_as_compiled_code():

@@ -3,12 +3,13 @@
 A study resumed after its model's code changed would pool the runs of two networks under one
 name; experiments store this hash with the study and refuse a resume whose model hashes
 otherwise. It covers the factory, every class of the built model that is the user's (not
-torch's, torchvision's, timm's or tricklab's), their bases, and the functions and classes their
-code names from their modules (a helper `forward` calls), as source text where Python has it
-(the same on every machine sharing a study) and as compiled code where not; and the model's
-structure: each submodule's class and settings (`extra_repr`), each parameter's and buffer's
-shape. Comments, blank lines and spacing within a line are not part of it (the source is hashed
-as Python's tokens), nor is a part of the module the model never names.
+torch's, torchvision's, timm's or tricklab's), their bases, and the functions, classes and plain
+values their code reads (a helper `forward` calls, `helpers.act`, `SCALE = 0.5`, a default
+argument; another object by its class only; not what it reads from files), as source text where
+Python has it (the same on every machine sharing a study) and as compiled code where not; and the
+model's structure: each submodule's class and settings (`extra_repr`), each parameter's and
+buffer's shape. Comments, blank lines and spacing within a line are not part of it (the source is
+hashed as Python's tokens), nor is a part of the module the model never names.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from torch import nn
 # Libraries whose code is not the user's: a new torch changes no study's model.
 LIBRARIES = frozenset({"torch", "torchvision", "timm", "tricklab", "numpy", "builtins"})
 MAX_OBJECTS = 500  # a bound on the walk through what the code names
+MAX_ITEMS, MAX_VALUE_CHARS = 1000, 100_000  # of a plain value's text
+# Values hashed as they are (containers of them too); any other object as its class's name.
+PLAIN = (int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset)
 
 
 def model_code_id(factory: object, model: nn.Module | None = None) -> str:
@@ -72,22 +76,30 @@ def _settings(module: nn.Module) -> str:
 
 
 def _user_code(roots: list[object]) -> Iterator[tuple[str, str]]:
-    """(qualified name, source or compiled code) of each of the user's functions and classes
-    `roots` are or reach: through a class's bases and members, a function's closure and the
-    names its code uses in its module."""
-    seen: set[int] = set()
-    work = list(roots)
+    """(qualified name, text) of each of the user's functions and classes `roots` are or reach
+    (source or compiled code), and of the plain values their code reads (a module's `SCALE = 0.5`,
+    a default argument): through a class's bases and members, a function's defaults, closure and
+    the names its code uses, in its module or in your modules it names (`helpers.act`)."""
+    seen: set[object] = set()
+    work: list[tuple[str | None, object]] = [(None, root) for root in roots]
     while work and len(seen) < MAX_OBJECTS:
-        obj = _unwrap(work.pop())
+        name, obj = work.pop()
+        obj = _unwrap(obj)
+        if isinstance(obj, PLAIN):
+            if name is not None and name not in seen:
+                seen.add(name)
+                yield name, _value_text(obj)
+            continue
         if id(obj) in seen or not _is_users(obj):
             continue
         seen.add(id(obj))
-        yield f"{obj.__module__}.{obj.__qualname__}", _text(obj)
+        qualname = f"{obj.__module__}.{obj.__qualname__}"
+        yield qualname, _text(obj)
         if isinstance(obj, type):
-            work += obj.__mro__[1:]
-            work += vars(obj).values()
+            work += [(None, base) for base in obj.__mro__[1:]]
+            work += [(f"{qualname}.{k}", v) for k, v in vars(obj).items() if not k.startswith("__")]
         else:
-            work += _named_by(obj)
+            work += _named_by(obj, qualname)
 
 
 def _unwrap(obj: object) -> object:
@@ -107,21 +119,54 @@ def _is_users(obj: object) -> bool:
     return isinstance(module, str) and module.split(".")[0] not in LIBRARIES
 
 
-def _named_by(function: types.FunctionType) -> list[object]:
-    """The globals a function's code (nested functions included) names, and its closure's values."""
+def _is_users_module(obj: object) -> bool:
+    if not isinstance(obj, types.ModuleType):
+        return False
+    top = obj.__name__.split(".")[0]
+    return top not in LIBRARIES and top not in sys.stdlib_module_names
+
+
+def _named_by(function: types.FunctionType, qualname: str) -> list[tuple[str, object]]:
+    """What a function's code (nested functions included) reads by name: its module's globals,
+    the attributes of your modules among them, its defaults and its closure's values."""
     names: set[str] = set()
     codes = [function.__code__]
     while codes:
         code = codes.pop()
         names.update(code.co_names)
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    found = [function.__globals__[n] for n in sorted(names) if n in function.__globals__]
-    for cell in function.__closure__ or ():
+    module = function.__module__
+    found = [(f"{module}.{n}", function.__globals__[n]) for n in sorted(names)
+             if n in function.__globals__]  # fmt: skip
+    modules = [value for _, value in found if _is_users_module(value)]
+    while modules and len(found) < MAX_OBJECTS:
+        space = vars(modules.pop())
+        reached = [(f"{space['__name__']}.{n}", space[n]) for n in sorted(names) if n in space]
+        found += reached
+        modules += [value for _, value in reached if _is_users_module(value)]
+    found.append((f"{qualname}.<defaults>", (function.__defaults__, function.__kwdefaults__)))
+    for i, cell in enumerate(function.__closure__ or ()):
         try:
-            found.append(cell.cell_contents)
+            found.append((f"{qualname}.<closure {i}>", cell.cell_contents))
         except ValueError:  # a cell not filled yet
             pass
     return found
+
+
+def _value_text(value: object, depth: int = 0) -> str:
+    """A plain value as text that is the same in every process: numbers, text and containers of
+    them as written; another object as its class's name (its code is hashed where it is yours)."""
+    if isinstance(value, (int, float, complex, str, bytes, bool, type(None))):
+        return repr(value)[:MAX_VALUE_CHARS]
+    if depth < 4 and isinstance(value, dict):
+        items = list(value.items())[:MAX_ITEMS]
+        inner = [f"{_value_text(k, depth + 1)}: {_value_text(v, depth + 1)}" for k, v in items]
+        return "{" + ", ".join(sorted(inner)) + "}"
+    if depth < 4 and isinstance(value, (tuple, list, set, frozenset)):
+        inner = [_value_text(v, depth + 1) for v in list(value)[:MAX_ITEMS]]
+        inner = sorted(inner) if isinstance(value, (set, frozenset)) else inner
+        return f"{type(value).__name__}({', '.join(inner)})"
+    return f"<{type(value).__qualname__}>"
 
 
 def _text(obj: object) -> str:
