@@ -289,11 +289,11 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from tricklab.experiments.runner import (
-        SWEEP_MATCH,
         check_sweep,
         grid_configs,
         sweep,
         sweep_attrs,
+        sweep_match,
         sweep_study,
     )
     from tricklab.experiments.space import describe, load_space
@@ -320,7 +320,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         model_code = check_sweep(plan)
         name = sweep_study(plan)
         url = storage_url(args.storage, experiment_dir(name, args.out))
-        check_storage(url, (name, sweep_attrs(plan, model_code), SWEEP_MATCH))
+        check_storage(url, (name, sweep_attrs(plan, model_code), sweep_match(plan.sampler)))
         shown: dict[str, Any] = {
             "study": name,
             "storage": shown_url(url),

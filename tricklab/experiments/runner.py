@@ -143,6 +143,12 @@ ABLATION_MATCH = ("kind", "baseline", "configs", "model_code")  # another --vary
 SWEEP_MATCH = ("kind", "baseline", "space", "model_code")
 
 
+def sweep_match(sampler: str) -> tuple[str, ...]:
+    """What a sweep's study must hold again: a random/TPE trial's value is the mean over its
+    seeds, all trained in the trial, so its seeds cannot change (a grid's (point, seed) can)."""
+    return SWEEP_MATCH if sampler == "grid" else (*SWEEP_MATCH, "seeds")
+
+
 def ablation_attrs(
     plan: AblationPlan, configs: Sequence[Config], model_code: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -330,7 +336,7 @@ def sweep(
         name,
         where=shown_url(url),
         attrs=sweep_attrs(plan, model_code),
-        must_match=SWEEP_MATCH,
+        must_match=sweep_match(sampler),
         sampler=optuna_sampler,
         pruner=_pruner(plan.pruner),
     )
