@@ -60,3 +60,29 @@ def test_a_grid_sweep_takes_more_seeds_on_resume(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(sweep_args(out, 2, "grid")) == 0
     assert "2 done before, 2 run now" in capsys.readouterr().out
+
+
+def ablation(out, *baseline: str) -> list[str]:
+    return [
+        "ablate", "--baseline", *TINY, *baseline, "--vary", "optim.lr=0.05", "--seeds", "1",
+        "--study", out.name, "--out", str(out), "-q",
+    ]  # fmt: skip
+
+
+def test_a_report_joining_studies_whose_references_differ_says_so(tmp_path, capsys):
+    """It printed one "baseline" row of a run with TTA beside one without, without a word."""
+    assert main(ablation(tmp_path / "one")) == 0
+    assert main(ablation(tmp_path / "same")) == 0
+    assert main(ablation(tmp_path / "other", "tricks.tta=flip", "tricks.label_smoothing=0.1")) == 0
+    capsys.readouterr()
+    said = "The sources' references ran different recipes"
+    for other, differs in (("same", False), ("other", True)):
+        report = tmp_path / f"report-{other}"
+        args = ["report", str(tmp_path / "one"), str(tmp_path / other), "--out", str(report)]
+        assert main(args) == 0
+        text = (report / "report.md").read_text()
+        assert "All sources side by side" in text
+        assert (said in text) == differs, text
+        if differs:
+            assert 'tricks.tta: "none" in one, "flip" in other' in text, text
+            assert "tricks.label_smoothing: 0.0 in one, 0.1 in other" in text

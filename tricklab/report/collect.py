@@ -233,7 +233,8 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _flat(recipe: dict[str, Any]) -> dict[str, Any]:
+def flat_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe as a result.json holds it, as `group.key: value`."""
     return {
         f"{group}.{key}": value
         for group, values in recipe.items()
@@ -248,7 +249,7 @@ def _changes(recipe: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
     if base is None:
         return []
-    flat, flat_base = _flat(recipe), _flat(base)
+    flat, flat_base = flat_recipe(recipe), flat_recipe(base)
     return [
         f"{k}={format_value(v)}"
         for k, v in flat.items()

@@ -16,7 +16,7 @@ from tricklab.core.version import __version__
 from tricklab.data.names import DATASET_NOTES
 from tricklab.experiments.busy import BUSY_ADVICE
 from tricklab.recipe.yamlio import dump_yaml
-from tricklab.report.collect import Source
+from tricklab.report.collect import Source, flat_recipe
 from tricklab.report.figures import FIGURES, Figure
 from tricklab.report.tables import (
     NO_RESUME_WORDS,
@@ -268,6 +268,34 @@ def _joined_table(sources: Sequence[Source]) -> TableData:
     return TableData("All sources side by side", header, rows, align)
 
 
+# What may differ between the references of joined sources (the same study on two machines).
+MACHINE_KEYS = ("data.dir", "data.cache_dir", "run.seed", "run.loggers", "run.wandb_project")
+
+
+def joined_recipes_note(sources: Sequence[Source]) -> str | None:
+    """Words for sources whose references ran other recipes (their data's folder aside): the
+    joined table's rows then hold different recipes under one configuration name."""
+    recipes = [(s.name, flat_recipe(s.baseline_recipe() or {})) for s in sources]
+    recipes = [(name, r) for name, r in recipes if r]
+    if len(recipes) < 2:
+        return None
+    keys = sorted({k for _, r in recipes for k in r} - set(MACHINE_KEYS))
+    differ = [
+        k for k in keys if len({json.dumps(r.get(k), sort_keys=True) for _, r in recipes}) > 1
+    ]
+    if not differ:
+        return None
+    shown_keys = [
+        f"{k}: " + ", ".join(f"{json.dumps(r.get(k))} in {name}" for name, r in recipes)
+        for k in differ[:3]
+    ]
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return shown(
+        f"The sources' references ran different recipes ({'; '.join(shown_keys)}{more}): the "
+        "table joins configurations by name, not by recipe, so compare the rows within a source."
+    )
+
+
 def _source_heading(source: Source) -> str:
     kinds = {"ablation": "ablation", "sweep": "sweep", "speedrun": "speedruns", "runs": "runs"}
     return f"{source.name}: {kinds.get(source.kind, source.kind)} on {source.machine}"
@@ -332,6 +360,8 @@ def build_document(
         blocks += [Paragraph(note) for note in table.notes]
     if len(sources) > 1:
         blocks += [Heading(3, "All sources side by side"), TableBlock(_joined_table(sources))]
+        if note := joined_recipes_note(sources):
+            blocks.append(Paragraph(note))
     blocks.append(Heading(2, "Figures"))
     for figure in figures:
         blocks += [Heading(3, figure.title), FigureBlock(figure), Paragraph(figure.caption)]
