@@ -86,3 +86,125 @@ def test_a_report_joining_studies_whose_references_differ_says_so(tmp_path, caps
         if differs:
             assert 'tricks.tta: "none" in one, "flip" in other' in text, text
             assert "tricks.label_smoothing: 0.0 in one, 0.1 in other" in text
+
+
+# ---------------------------------------------------------------- the operating environment
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        # a convolution's backward waited for ever, and a SIGTERM could not stop it
+        ({"OMP_NUM_THREADS": "2", "OMP_THREAD_LIMIT": "1"}, "OMP_THREAD_LIMIT=1 is below the 2"),
+        # torch aborted as it loaded: a C++ stack trace of 23 lines, exit 134, on a CPU too
+        ({"PYTORCH_CUDA_ALLOC_CONF": "garbage"}, "PYTORCH_CUDA_ALLOC_CONF=garbage is not"),
+        ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:"}, "PYTORCH_ALLOC_CONF=max_split_size_mb:"),
+        ({"PYTORCH_ALLOC_CONF": "a:1,foo:bar:baz"}, "is not the key:value,key:value form"),
+        # libgomp could not start a thread mid-run: its own line, exit 1
+        ({"OMP_STACKSIZE": "100000G"}, "OMP_STACKSIZE=100000G asks each OpenMP thread"),
+        # ignored by torch with a two-line warning on every command
+        ({"ATEN_CPU_CAPABILITY": "nonsense"}, "ATEN_CPU_CAPABILITY=nonsense is none of"),
+    ],
+)
+def test_settings_torch_hangs_or_aborts_on_are_one_line_before_it_loads(
+    tmp_path, monkeypatch, capsys, env, says
+):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and says in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "expandable_segments:True",
+        " max_split_size_mb : 128 ,",
+        "roundup_power2_divisions:[256:1,512:2]",
+    ],
+)
+def test_allocator_settings_torch_reads_are_taken(monkeypatch, value):
+    from tricklab.core.environment import check_environment
+
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", value)
+    check_environment()
+
+
+def test_an_open_files_limit_too_low_for_a_study_is_one_line(tmp_path):
+    """`ulimit -n 6`: ablate, sweep and demo were a 108-line traceback from Optuna, exit 1."""
+    import resource
+
+    from test_cli import tricklab
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (6, 6))
+
+    out = tmp_path / "study"
+    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--out", str(out)]
+    code, _, err = tricklab(args, preexec_fn=limited)
+    lines = err.decode().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "open-files limit is 6 (ulimit -n)" in lines[0]
+    assert not out.exists()
+
+
+def test_too_many_open_files_met_later_is_one_line(monkeypatch, capsys):
+    """A storage or a loader that meets EMFILE wraps it (Optuna's StorageInternalError)."""
+    import errno
+
+    from tricklab.cli import main as cli_main
+
+    class StorageInternalError(Exception):
+        pass
+
+    def command(args):
+        try:
+            raise OSError(errno.EMFILE, "Too many open files")
+        except OSError as exc:
+            raise StorageInternalError("An exception is raised during the commit") from exc
+
+    parser = cli_main.build_parser()
+    args = parser.parse_args(["tricks"])
+    monkeypatch.setattr(args, "func", command)
+    monkeypatch.setattr(cli_main, "build_parser", lambda: _Fixed(parser, args))
+    assert cli_main.main(["tricks"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "too many open files" in err and "ulimit -n" in err, err
+
+
+class _Fixed:
+    """A parser whose parse_known_args gives `args`."""
+
+    def __init__(self, parser, args):
+        self.parser, self.args = parser, args
+
+    def parse_known_args(self, argv):
+        return self.args, []
+
+
+def test_a_torch_cache_folder_that_is_not_there_is_not_made_by_a_listing(tmp_path, monkeypatch):
+    """`recipes` and `--dry-run` made the whole TORCHINDUCTOR_CACHE_DIR tree (a failing `train`
+    left it behind)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "a" / "b" / "cache"))
+    assert main(["recipes"]) == 0
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "a").write_text("a file in its way")
+    assert main(["recipes"]) == 2
+
+
+def test_torch_that_aborts_under_an_address_space_limit_is_one_line(tmp_path):
+    """`ulimit -v 3000000`: torch began to load and aborted (std::bad_alloc, exit 134)."""
+    import resource
+
+    from test_cli import tricklab
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (3_000_000 * 1024, 3_000_000 * 1024))
+
+    code, _, err = tricklab(["data", "show", "synthetic"], preexec_fn=limited)
+    if code == 0:
+        pytest.skip("torch loads within 2.9 GiB of address space here")
+    lines = err.decode().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "ulimit -v 3000000" in lines[0], lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import json
 import logging
 import os
@@ -337,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                 leave_rank_error(str(exc))
             return 2
         except OSError as exc:  # a full disk met where no file of ours was written (a storage)
+            if exc.errno in FILES_ERRNOS:
+                print_error(f"too many open files ({exc.strerror}): {FILES_ADVICE}")
+                return 2
             if exc.filename and exc.errno in PATH_ERRNOS:  # a folder the user may not enter,
                 print_error(f"cannot use the path {shown(exc.filename)}: {exc.strerror}")
                 return 2  # a name past PATH_MAX met by a check before any file was written
@@ -347,10 +351,28 @@ def main(argv: list[str] | None = None) -> int:
         except (ImportError, MemoryError) as exc:  # torch's libraries not mapped: `ulimit -v`
             print_error(f"cannot load {_library(exc)}: {described(exc)}; {LOAD_ADVICE}")
             return 2
+        except Exception as exc:  # Optuna's or a loader's wrapping of "too many open files"
+            if not any(getattr(e, "errno", None) in FILES_ERRNOS for e in _chain(exc)):
+                raise
+            print_error(f"too many open files ({described(exc)[:120]}): {FILES_ADVICE}")
+            return 2
         except KeyboardInterrupt:
             if this_process_speaks() and not another_rank_failed():  # once
                 err_console.print("interrupted", highlight=False)
             return INTERRUPTED_EXIT_CODE
+
+
+FILES_ERRNOS = (errno.EMFILE, errno.ENFILE)
+FILES_ADVICE = "raise the open-files limit (ulimit -n, e.g. 1024) or use fewer loader.num_workers"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """An exception and those it was raised from or during, as far as they go (at most 20)."""
+    chain: list[BaseException] = []
+    while exc is not None and len(chain) < 20 and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
 
 
 LOAD_ADVICE = (

@@ -26,6 +26,8 @@ def out_of_memory_error(exc: BaseException) -> str | None:
         isinstance(exc, RuntimeError)
         and ("out of memory" in text or "can't allocate memory" in text)  # CPU: DefaultCPUAllocator
     )
+    if isinstance(exc, MemoryError):  # Python's own: host memory, or `ulimit -v` (a late import)
+        return f"out of host memory (MemoryError{': ' + str(exc) if str(exc) else ''})"
     if not oom:
         return None
     return str(exc).splitlines()[0] if str(exc) else "out of memory"

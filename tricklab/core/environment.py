@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.process_limits import check_process_limits, check_torch_loads
 from tricklab.core.safeio import shown
 
 THREADS_ENV = "OMP_NUM_THREADS"
@@ -41,7 +42,35 @@ def check_environment() -> None:
             f"threads OpenMP, and so torch, may use): set one, e.g. {THREADS_ENV}=2, or unset it"
         )
     _check_openmp_env()
+    _check_torch_load_env()
+    check_process_limits()
     check_torch_cache_env()
+
+
+# torch's allocator settings, parsed as libc10 loads (on a CPU too): an item that is not
+# `key:value` aborts the process with a C++ stack trace; a list value is bracketed.
+ALLOC_CONF_ENVS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+_ALLOC_ITEM = re.compile(r"\s*[^:,\[\]\s][^:,\[\]]*:\s*(\[[^\[\]]*\]|[^:,\[\]\s][^:,\[\]]*)\s*")
+# ATEN_CPU_CAPABILITY: what torch's dispatch reads (per build); another value is ignored with
+# a warning on every command.
+CPU_CAPABILITIES = ("default", "avx2", "avx512", "vsx", "zvector", "sve256")
+
+
+def _check_torch_load_env() -> None:
+    for name in ALLOC_CONF_ENVS:
+        value = os.environ.get(name)
+        items = re.split(r",(?![^\[]*\])", value) if value else []
+        if any(item.strip() and not _ALLOC_ITEM.fullmatch(item) for item in items):
+            raise TrickLabError(
+                f"{name}={shown(value)} is not the key:value,key:value form torch reads (e.g. "
+                "expandable_segments:True): torch aborts on it as it loads; correct or unset it"
+            )
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    if capability is not None and capability not in CPU_CAPABILITIES:
+        raise TrickLabError(
+            f"ATEN_CPU_CAPABILITY={shown(capability)} is none of {', '.join(CPU_CAPABILITIES)} "
+            "(torch ignores it and warns on every command); set one or unset it"
+        )
 
 
 # What torch parses as it loads (TORCH_LOGS) or as its compiler's config loads (the others, read
@@ -54,6 +83,7 @@ def check_torch_env() -> None:
     that load torch (a listing of fields or recipes does not, and pays nothing)."""
     import logging
 
+    check_torch_loads()  # under `ulimit -v`: a child loads torch first
     fmt = os.environ.get("TORCH_LOGS_FORMAT")
     if fmt:  # read at each log line, where a bad one is a logging traceback, not an error
         try:
@@ -166,12 +196,16 @@ def check_torch_cache_env() -> None:
     if not value:
         _check_default_cache()
         return
-    folder = Path(value)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)  # as torch would
-        problem = None if os.access(folder, os.W_OK | os.X_OK) else "is not writable"
-    except OSError as err:
-        problem = f"cannot be made a folder ({err.strerror or err})"
+    folder = Path(value).absolute()
+    # Where torch would make it (the nearest folder that exists), checked without making it: a
+    # listing or a dry run leaves no folder behind.
+    there = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)
+    if there is None or not there.is_dir():
+        problem = "cannot be made a folder (a file is in its way)"
+    elif not os.access(there, os.W_OK | os.X_OK):
+        problem = "is not writable" if there == folder else f"cannot be made ({there} is read-only)"
+    else:
+        problem = None
     if problem:
         raise TrickLabError(
             f"{TORCH_CACHE_ENV}={shown(value)} {problem}: torch keeps its compile cache there; "

@@ -86,12 +86,14 @@ def _versions() -> dict[str, str | None]:
 
 @functools.lru_cache(maxsize=1)
 def _accelerator_libraries() -> tuple[str | None, int | None]:
-    """(CUDA version torch was built with, cuDNN version): None where the build has none."""
+    """(CUDA version torch was built with, cuDNN version): None where the build has none, and
+    cuDNN's None where no GPU is there (loading its library to ask maps hundreds of MB, which
+    under `ulimit -v` aborted a CPU run)."""
     import torch
 
     cudnn = None
     try:
-        if torch.backends.cudnn.is_available():
+        if torch.cuda.is_available() and torch.backends.cudnn.is_available():
             cudnn = torch.backends.cudnn.version()
     except RuntimeError:  # a cuDNN that fails to load
         pass
