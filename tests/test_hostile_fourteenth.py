@@ -208,3 +208,23 @@ def test_torch_that_aborts_under_an_address_space_limit_is_one_line(tmp_path):
         pytest.skip("torch loads within 2.9 GiB of address space here")
     lines = err.decode().strip().splitlines()
     assert code == 2 and len(lines) == 1 and "ulimit -v 3000000" in lines[0], lines
+
+
+def test_two_class_folders_that_read_as_one_name_are_refused(tmp_path, monkeypatch, capsys):
+    """A folder named with the byte 0xff beside one named with the four characters \\xff: both
+    were listed as dog\\xff, and the cache was refused and rewritten on every command."""
+    import os
+
+    from PIL import Image
+
+    for split in (b"train", b"test"):
+        for name in (b"dog\xff", b"dog\\xff"):
+            folder = os.path.join(os.fsencode(tmp_path), b"images", split, name)
+            os.makedirs(folder)
+            Image.new("RGB", (8, 8), (1, 2, 3)).save(os.path.join(folder, b"a.png"))
+    monkeypatch.setenv("TRICKLAB_CACHE", str(tmp_path / "cache"))
+    args = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "images")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "read as one name, dog\\xff" in err, err
+    assert not list((tmp_path / "cache").rglob("*.npz"))

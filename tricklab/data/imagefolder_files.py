@@ -325,9 +325,16 @@ def _index_classes(
                 f"class folder {split}/{printable(name)} (in {source}) holds no images "
                 f"({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder"
             )
+    shown_names = [printable(name) for name in names]
+    if len(set(shown_names)) < len(names):  # a byte 0xff beside the four characters \xff
+        twice = next(n for n in shown_names if shown_names.count(n) > 1)
+        raise TrickLabError(
+            f"two class folders of {split} (in {source}) read as one name, {twice}: one holds a "
+            "byte that is not UTF-8, shown as that escape; rename one of them"
+        )
     entries = [
         ImageEntry(display, label, data)
         for label, name in enumerate(names)
         for display, data in by_class[name]
     ]
-    return SplitListing([printable(name) for name in names], entries)
+    return SplitListing(shown_names, entries)
