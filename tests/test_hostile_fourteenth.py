@@ -228,3 +228,18 @@ def test_two_class_folders_that_read_as_one_name_are_refused(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "read as one name, dog\\xff" in err, err
     assert not list((tmp_path / "cache").rglob("*.npz"))
+
+
+def test_a_umask_that_takes_the_owners_write_permission_is_one_line(tmp_path):
+    """umask 0277: ablate and sweep made a read-only study folder, could not make their storage
+    in it ("unable to open database file"), and the rerun refused the folder."""
+    import os
+
+    from test_cli import tricklab
+
+    out = tmp_path / "study"
+    args = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--out", str(out)]
+    code, _, err = tricklab(args, preexec_fn=lambda: os.umask(0o277))
+    lines = err.decode().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "the umask is 0277" in lines[0], lines
+    assert not out.exists()

@@ -7,7 +7,10 @@ torch hangs, aborts with a C++ stack trace or fails a run half-way say so in one
 - `OMP_STACKSIZE` larger than the machine's memory: libgomp cannot start its threads;
 - an open-files limit (`ulimit -n`) too low for a storage, a dataset and a loader's workers;
 - an address-space limit (`ulimit -v`) that lets torch begin to load but not finish (a C++
-  `std::bad_alloc`, an abort): found by loading torch in a child process under it, once.
+  `std::bad_alloc`, an abort): found by loading torch in a child process under it, once;
+- a umask that takes the owner's write or search permission from every folder made (0277): a
+  study's folder was made read-only, then its storage could not be made in it, and the rerun
+  refused the folder.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import shown
@@ -33,6 +37,20 @@ def check_process_limits() -> None:
     _check_open_files()
     _check_thread_limit()
     _check_stack_size()
+    _check_umask()
+
+
+def _check_umask() -> None:
+    try:  # read, not set: os.umask would change it for a moment, for every thread
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+    except OSError:
+        return
+    match = re.search(r"^Umask:\s*([0-7]+)", status, re.M)
+    if match and int(match[1], 8) & 0o300:
+        raise TrickLabError(
+            f"the umask is {match[1]}: every folder tricklab makes would lose its owner's write "
+            "or search permission, and nothing could be written into it; set one such as 022"
+        )
 
 
 def _check_open_files() -> None:
