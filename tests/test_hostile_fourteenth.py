@@ -243,3 +243,29 @@ def test_a_umask_that_takes_the_owners_write_permission_is_one_line(tmp_path):
     lines = err.decode().strip().splitlines()
     assert code == 2 and len(lines) == 1 and "the umask is 0277" in lines[0], lines
     assert not out.exists()
+
+
+def test_rows_with_nothing_to_compare_say_why_in_words():
+    """A reference with no complete run left every other row's verdicts blank, and a row with no
+    complete run too."""
+    from tricklab.experiments.stats import config_stats
+
+    def run(config: str, seed: int, status: str = "complete") -> dict:
+        done = status == "complete"
+        return {
+            "config_id": config, "seed": seed, "status": status, "trial": seed,
+            "accuracy": 0.5 + seed / 100 if done else None,
+            "train_seconds": 1.0 + seed / 10 if done else None,
+        }  # fmt: skip
+
+    records = [
+        *(run("baseline", s) for s in range(3)),
+        *(run("broken", s, "diverged") for s in range(3)),
+        *(run("other", s) for s in range(3)),
+    ]
+    rows = {r.config_id: r for r in config_stats(records)}
+    assert rows["broken"].verdict == rows["broken"].time_verdict == "no complete run"
+    assert rows["other"].verdict == "within noise"
+    rows = {r.config_id: r for r in config_stats(records, reference="broken")}
+    assert rows["broken"].verdict == "reference"
+    assert rows["baseline"].verdict == rows["other"].time_verdict == "no reference run"

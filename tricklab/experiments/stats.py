@@ -1,15 +1,13 @@
 """Statistics of an experiment: one row per configuration, compared with the reference.
 
 Per configuration (complete runs only):
-- accuracy mean ± std (ddof=1) and its confidence interval (Student t, `scipy.stats.t.interval`);
-  accuracy is the TTA accuracy when the run used TTA, else the plain validation accuracy; the
-  interval clipped to [0, 1];
+- accuracy mean ± std (ddof=1), its interval (Student t, `scipy.stats.t.interval`) clipped to
+  [0, 1]; accuracy is the TTA accuracy when the run used TTA, else the plain validation accuracy;
 - train seconds: mean ± std, and the geometric mean with its interval (Student t on the log
   times, exponentiated: above 0 s), the statistic the speedup divides;
-- against the reference (the `baseline` configuration of an ablation; for a sweep, the config with
-  the best mean accuracy unless one is named): the accuracy difference with Welch's confidence
-  interval and p-value (`scipy.stats.ttest_ind(equal_var=False)`); the row is "within noise" when
-  that interval contains 0;
+- against the reference (an ablation's `baseline`; a sweep's best mean accuracy unless named):
+  the accuracy difference with Welch's interval and p-value (`scipy.stats.ttest_ind(equal_var=
+  False)`); the row is "within noise" when that interval contains 0;
 - speedup = reference time / config time, as the ratio of geometric means: Welch's test on the
   log train seconds gives its point estimate exp(mean log t_ref - mean log t), its interval
   (exponentiated) and the time p-value, so the interval and p-value agree;
@@ -24,7 +22,8 @@ Per configuration (complete runs only):
 - a verdict for accuracy and one for time: "significant" when the 95% interval excludes no change
   (and, with more than 3 rows, the adjusted p-value is below 0.05), "within noise" when it
   includes it, "not significant after BH" when only the adjustment takes it back, "too few runs"
-  with fewer than MIN_RUNS_FOR_INTERVAL (3) runs on a side. The verdict uses Welch's interval:
+  with fewer than MIN_RUNS_FOR_INTERVAL (3) runs on a side, NO_RUN when a side has no complete
+  run (the row's own, or the reference's: said which). The verdict uses Welch's interval:
   the paired test is reported beside it, not used to call a change, so a verdict never rests on
   the pairing alone;
 - planned and done: with the study's plan (`planned`), how many runs each configuration was to
@@ -80,6 +79,7 @@ __all__ = [
     "write_csv",
 ]
 
+NO_RUN, NO_REFERENCE_RUN = "no complete run", "no reference run"  # the verdicts of no comparison
 FAILURE_KINDS = (Status.DIVERGED, Status.OOM, Status.FAILED, Status.PRUNED, Status.INTERRUPTED)
 
 
@@ -155,13 +155,11 @@ def config_stats(
     order: str = "appearance",
     planned: Mapping[str, int] | None = None,
 ) -> list[ConfigStats]:
-    """The results table from run records (see `collect_runs`).
-
-    The reference is `reference` if given, else `baseline` when present, else the configuration
-    with the best mean accuracy (its row's `picked_best`: chosen after the runs). `order`: "appearance" (reference first, then in the plan's order,
-    then as first run; the same rows in the same order however the runs were ordered) or
-    "accuracy" (reference first, then best mean accuracy first). `planned`: {config id: runs}
-    of the study's plan; a planned configuration with no run yet gets a row of its own (n=0)."""
+    """The results table from run records (`collect_runs`). The reference is `reference`, else
+    `baseline`, else the best mean accuracy (`picked_best`: chosen after the runs). `order`:
+    "appearance" (reference, then the plan's order, then as first run, however the runs were
+    ordered) or "accuracy" (reference, then best first). `planned`: {config id: runs} of the
+    study's plan; a planned configuration with no run yet gets a row of its own (n=0)."""
     groups: dict[str, list[dict[str, Any]]] = {cid: [] for cid in planned or {}}
     for record in records:
         groups.setdefault(record["config_id"], []).append(record)
@@ -193,6 +191,8 @@ def config_stats(
             _adjust_p_values(list(rows.values()))
     for row in rows.values():
         row.verdict, row.time_verdict = _verdicts(row, 1 - confidence)
+        if not row.is_reference and row.verdict is None:  # a side with no complete run
+            row.verdict = row.time_verdict = NO_RUN if row.n == 0 else NO_REFERENCE_RUN
     ordered = list(rows.values())
     if order == "accuracy":
         ordered.sort(key=lambda r: -(r.accuracy_mean if r.accuracy_mean is not None else -1))

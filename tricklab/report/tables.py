@@ -18,6 +18,7 @@ from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import shown
 from tricklab.core.status import Status
 from tricklab.experiments.busy import NOT_JUDGED
+from tricklab.experiments.stats import NO_REFERENCE_RUN, NO_RUN
 from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
 from tricklab.recipe.yamlio import read_value
 from tricklab.report.table_writers import (
@@ -47,6 +48,8 @@ VERDICT_WORDS = {
     "not significant after BH": ("n.s. after BH", "n.s. after BH"),
     "too few runs": ("too few runs", "too few runs"),
     NOT_JUDGED: ("", NOT_JUDGED),
+    NO_RUN: (NO_RUN, NO_RUN),
+    NO_REFERENCE_RUN: (NO_REFERENCE_RUN, NO_REFERENCE_RUN),
 }
 PICKED_NOTE = (
     "reference: the configuration with the best mean accuracy, picked after the runs; the others' "
@@ -57,7 +60,8 @@ VERDICT_NOTE = (
     "higher/lower, faster/slower: the 95% interval excludes no change (and, with more than 3 rows, "
     "the Benjamini-Hochberg adjusted p < 0.05); within noise: it includes no change; n.s. after "
     f"BH: only the adjustment for many comparisons takes it back; too few runs: fewer than "
-    f"{MIN_RUNS_FOR_INTERVAL} on a side. acc: with test-time augmentation where the "
+    f"{MIN_RUNS_FOR_INTERVAL} on a side; no complete run, no reference run: nothing to compare. "
+    "acc: with test-time augmentation where the "
     "configuration's recipe has it (tricks.tta), else the plain validation accuracy. train s: "
     "geometric mean over the complete runs; speedup: the reference's train s / the configuration's."
 )
