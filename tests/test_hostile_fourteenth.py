@@ -269,3 +269,15 @@ def test_rows_with_nothing_to_compare_say_why_in_words():
     rows = {r.config_id: r for r in config_stats(records, reference="broken")}
     assert rows["broken"].verdict == "reference"
     assert rows["baseline"].verdict == rows["other"].time_verdict == "no reference run"
+
+
+def test_names_in_markdown_and_latex_tables_show_as_they_are():
+    """`<b>`, backticks and `*` were written raw into `--format md` (markup when rendered; `<!--`
+    hid the rest), and `|` into LaTeX (a dash in OT1 fonts)."""
+    from tricklab.report.table_writers import TableData, to_latex, to_markdown
+
+    name = "run.wandb_project=a|b*c*`x`<!--<b>\\"
+    table = TableData("t", ["config", "n"], [[name, "3"]], ["l", "r"])
+    row = to_markdown(table).splitlines()[2]
+    assert row == "| run.wandb_project=a\\|b\\*c\\*\\`x\\`\\<!--\\<b\\>\\\\ | 3 |"
+    assert "a\\textbar{}b" in to_latex(table) and "|b" not in to_latex(table)

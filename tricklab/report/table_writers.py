@@ -40,9 +40,14 @@ class TableData:
         )
 
 
+# Characters Markdown would read as markup in a cell (a column, code, emphasis, HTML: `<!--`
+# would hide the rest of the table): written escaped, so a name shows as it is.
+_MARKDOWN = {c: "\\" + c for c in "\\|`*<>"}
+
+
 def to_markdown(table: TableData) -> str:
     def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+        return "".join(_MARKDOWN.get(c, c) for c in text.replace("\n", " "))
 
     lines = ["| " + " | ".join(cell(h) for h in table.header) + " |"]
     lines.append("|" + "|".join("---:" if a == "r" else "---" for a in table.align) + "|")
@@ -52,6 +57,7 @@ def to_markdown(table: TableData) -> str:
 
 _LATEX = {
     "\\": r"\textbackslash{}",
+    "|": r"\textbar{}",
     "&": r"\&",
     "%": r"\%",
     "$": r"\$",
