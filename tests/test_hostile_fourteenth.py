@@ -281,3 +281,20 @@ def test_names_in_markdown_and_latex_tables_show_as_they_are():
     row = to_markdown(table).splitlines()[2]
     assert row == "| run.wandb_project=a\\|b\\*c\\*\\`x\\`\\<!--\\<b\\>\\\\ | 3 |"
     assert "a\\textbar{}b" in to_latex(table) and "|b" not in to_latex(table)
+
+
+def test_a_resume_that_runs_nothing_keeps_the_record_of_the_call_that_trained(tmp_path):
+    """Its own load average replaced the study's, and `results` then blamed a busy machine at
+    "the start of a run" that never happened."""
+    from tricklab.experiments import AblationPlan, ablate
+    from tricklab.experiments.reading import study_results
+
+    plan = AblationPlan(
+        load_recipe("speedrun94", TINY), {"optim.lr": [0.05]}, 1, study="s", out_dir=str(tmp_path)
+    )
+    first = ablate(plan)
+    again = ablate(plan)
+    assert first.ran == 2 and again.ran == 0
+    assert again.provenance["started_at"] == first.provenance["started_at"]
+    meta, _ = study_results("s", out_dir=str(tmp_path))
+    assert meta["provenance"]["started_at"] == first.provenance["started_at"]

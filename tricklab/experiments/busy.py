@@ -161,8 +161,8 @@ def hold_time_verdicts(rows: Sequence[Any], busy: Busy) -> None:
 def study_meta(
     attrs: Mapping[str, Any], records: Sequence[Mapping[str, Any]], rows: Sequence[Any]
 ) -> dict[str, Any]:
-    """What a study's results carry: the record of the latest ablate/sweep call on it (its user
-    attr `provenance`) and the busy-machine verdict (`busy_machine`, `busy_reason`); on a busy
+    """What a study's results carry: the record of the latest ablate/sweep call on it that ran a
+    run (its user attr `provenance`) and the busy-machine verdict (`busy_machine`, `busy_reason`); on a busy
     machine the rows' time verdicts are held back (`hold_time_verdicts`)."""
     summary = attrs.get("provenance")
     busy = results_busy(records, rows, summaries=[summary])

@@ -75,7 +75,7 @@ class ExperimentSummary:
     status_counts: dict[str, int]
     stats: list[ConfigStats] = field(default_factory=list)
     unit: str = "runs"  # what planned, ran and already_done count: "sampled trials" for random/TPE
-    provenance: dict[str, Any] | None = None  # this call's record (measure/provenance.py)
+    provenance: dict[str, Any] | None = None  # the latest call that trained (measure/provenance.py)
     busy_machine: bool = False  # busy.results_busy: load above the cores, or times spread
     busy_reason: str | None = None
     # the study's runs' warm-ups (torch.compile, cuDNN autotuning), timed apart from their times:
@@ -98,7 +98,9 @@ def _summary(
     counts: dict[str, int], provenance: dict[str, Any],
 ) -> ExperimentSummary:  # fmt: skip
     provenance = finish_record(provenance)
-    study.set_user_attr("provenance", provenance)  # the latest call's, for `results`
+    if ran or "provenance" not in study.user_attrs:  # the latest call that trained, for `results`
+        study.set_user_attr("provenance", provenance)  # (a resume that ran nothing measured none)
+    provenance = study.user_attrs.get("provenance", provenance)
     records = collect_runs(study)
     order = "appearance" if kind == "ablation" else "accuracy"
     stats = config_stats(records, order=order, planned=planned_runs(study.user_attrs, records))
