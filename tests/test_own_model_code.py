@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 
 import pytest
 import torch
@@ -239,3 +240,14 @@ def test_an_extra_repr_that_fails_on_the_meta_device_still_hashes():
     with torch.device("meta"):
         model = ShowsItsWeights(10)
     assert model_code_id(ShowsItsWeights, model) == model_code_id(ShowsItsWeights, model)
+
+
+def test_huge_constants_cost_no_more_than_small_ones(module):
+    """A module-level table of a billion cells or an int past Python's digits limit: a bounded
+    text, no error (the hash is made before every study)."""
+    text = MODULE.replace("SCALE = 1.0", "SCALE = 1.0\nTABLE = [[[[0] * 1000] * 1000] * 1000]\n"
+                          "BIG = 10 ** 5000")  # fmt: skip
+    text = text.replace("* SCALE * math.pi", "* SCALE * math.pi * len(TABLE) * (BIG > 0)")
+    start = time.perf_counter()
+    assert code_of(module(text)) != code_of(module(MODULE))
+    assert time.perf_counter() - start < 30  # seconds, not hours: the walk is bounded

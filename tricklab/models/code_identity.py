@@ -18,6 +18,7 @@ import functools
 import hashlib
 import inspect
 import io
+import itertools
 import json
 import sys
 import textwrap
@@ -30,7 +31,7 @@ from torch import nn
 # Libraries whose code is not the user's: a new torch changes no study's model.
 LIBRARIES = frozenset({"torch", "torchvision", "timm", "tricklab", "numpy", "builtins"})
 MAX_OBJECTS = 500  # a bound on the walk through what the code names
-MAX_ITEMS, MAX_VALUE_CHARS = 1000, 100_000  # of a plain value's text
+MAX_ITEMS, MAX_VALUE_CHARS = 10_000, 100_000  # of a plain value's text
 # Values hashed as they are (containers of them too); any other object as its class's name.
 PLAIN = (int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset)
 
@@ -153,17 +154,25 @@ def _named_by(function: types.FunctionType, qualname: str) -> list[tuple[str, ob
     return found
 
 
-def _value_text(value: object, depth: int = 0) -> str:
+def _value_text(value: object, budget: list[int] | None = None) -> str:
     """A plain value as text that is the same in every process: numbers, text and containers of
-    them as written; another object as its class's name (its code is hashed where it is yours)."""
+    them as written, up to MAX_ITEMS values in all (a huge nested list costs no more); another
+    object as its class's name (its code is hashed where it is yours)."""
+    budget = budget if budget is not None else [MAX_ITEMS]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return "..."
     if isinstance(value, (int, float, complex, str, bytes, bool, type(None))):
-        return repr(value)[:MAX_VALUE_CHARS]
-    if depth < 4 and isinstance(value, dict):
-        items = list(value.items())[:MAX_ITEMS]
-        inner = [f"{_value_text(k, depth + 1)}: {_value_text(v, depth + 1)}" for k, v in items]
+        try:
+            return repr(value)[:MAX_VALUE_CHARS]
+        except ValueError:  # an int past Python's digits limit for text
+            return f"<int of {value.bit_length()} bits>" if isinstance(value, int) else "<?>"
+    if isinstance(value, dict):
+        items = itertools.islice(value.items(), MAX_ITEMS)
+        inner = [f"{_value_text(k, budget)}: {_value_text(v, budget)}" for k, v in items]
         return "{" + ", ".join(sorted(inner)) + "}"
-    if depth < 4 and isinstance(value, (tuple, list, set, frozenset)):
-        inner = [_value_text(v, depth + 1) for v in list(value)[:MAX_ITEMS]]
+    if isinstance(value, (tuple, list, set, frozenset)):
+        inner = [_value_text(v, budget) for v in itertools.islice(value, MAX_ITEMS)]
         inner = sorted(inner) if isinstance(value, (set, frozenset)) else inner
         return f"{type(value).__name__}({', '.join(inner)})"
     return f"<{type(value).__qualname__}>"
