@@ -135,11 +135,11 @@ def _loads_under(limit: int) -> None:
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return  # no child to be had, or a slow disk: the import here says what it meets
-    if child.returncode == 0:
-        return
+    if child.returncode >= 0:  # loaded, or an ImportError, which the import here meets in turn
+        return  # after the command's own checks (cli/main.py says it in one line)
     said = [ln.strip() for ln in child.stderr.decode(errors="replace").splitlines() if ln.strip()]
     what = next((ln for ln in said if ln.startswith(("what()", "terminate"))), None)
-    what = what or (said[-1] if said else f"exit status {child.returncode}")
+    what = what or (said[-1] if said else f"killed by signal {-child.returncode}")
     raise TrickLabError(
         f"torch cannot load under the address-space limit of {limit / 2**30:.1f} GiB "
         f"(ulimit -v {limit // 1024}): {shown(what[:160])}; raise the limit (torch maps about "
