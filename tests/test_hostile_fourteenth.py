@@ -298,3 +298,36 @@ def test_a_resume_that_runs_nothing_keeps_the_record_of_the_call_that_trained(tm
     assert again.provenance["started_at"] == first.provenance["started_at"]
     meta, _ = study_results("s", out_dir=str(tmp_path))
     assert meta["provenance"]["started_at"] == first.provenance["started_at"]
+
+
+def test_an_ablation_from_python_checks_the_environment_as_the_command_does(tmp_path):
+    """From Python, umask 0277 made a read-only study folder and every run failed."""
+    import os
+
+    from tricklab.experiments import AblationPlan, ablate
+
+    plan = AblationPlan(
+        load_recipe("speedrun94", TINY), {"optim.lr": [0.05]}, 1, study="s",
+        out_dir=str(tmp_path / "study"),
+    )  # fmt: skip
+    old = os.umask(0o277)
+    try:
+        with pytest.raises(TrickLabError, match="the umask is 0277"):
+            ablate(plan)
+    finally:
+        os.umask(old)
+    assert not (tmp_path / "study").exists()
+
+
+def test_the_thread_limit_counts_the_threads_torch_starts(monkeypatch):
+    """torch takes MKL_NUM_THREADS before OMP_NUM_THREADS: a limit of 1 with MKL at 2 hung."""
+    from tricklab.core.process_limits import check_process_limits
+
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    with pytest.raises(TrickLabError, match="below the 2 threads"):
+        check_process_limits()
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    check_process_limits()  # torch starts 1 thread: taken

@@ -46,10 +46,11 @@ def _check_umask() -> None:
     except OSError:
         return
     match = re.search(r"^Umask:\s*([0-7]+)", status, re.M)
-    if match and int(match[1], 8) & 0o300:
+    if match and int(match[1], 8) & 0o700:
         raise TrickLabError(
-            f"the umask is {match[1]}: every folder tricklab makes would lose its owner's write "
-            "or search permission, and nothing could be written into it; set one such as 022"
+            f"the umask is {match[1]}: every folder tricklab makes would lose its owner's read, "
+            "write or search permission, and nothing could be written into it or read back; set "
+            "one such as 022"
         )
 
 
@@ -68,11 +69,12 @@ def _check_open_files() -> None:
 
 
 def threads_torch_starts() -> int:
-    """The threads torch's OpenMP pool starts: OMP_NUM_THREADS's first level, else one per CPU
-    this process may run on."""
-    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if first.isdigit() and int(first) > 0:
-        return int(first)
+    """The threads torch's OpenMP pool starts: MKL_NUM_THREADS, else OMP_NUM_THREADS's first
+    level (torch asks them in that order), else one per CPU this process may run on."""
+    for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        first = os.environ.get(name, "").split(",")[0].strip()
+        if first.isdigit() and int(first) > 0:
+            return int(first)
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -87,8 +89,9 @@ def _check_thread_limit() -> None:
     if 0 < int(limit) < threads:
         raise TrickLabError(
             f"OMP_THREAD_LIMIT={shown(limit)} is below the {threads} threads torch starts (one "
-            f"per CPU, or OMP_NUM_THREADS): its kernels would wait for ever for the rest; set "
-            f"OMP_NUM_THREADS={limit} too, or unset OMP_THREAD_LIMIT"
+            f"per CPU, or MKL_NUM_THREADS, else OMP_NUM_THREADS): its kernels would wait for ever "
+            f"for the rest; set OMP_NUM_THREADS={limit} (and MKL_NUM_THREADS, if set) too, or "
+            "unset OMP_THREAD_LIMIT"
         )
 
 
@@ -128,16 +131,17 @@ def check_torch_loads() -> None:
 
 @functools.lru_cache(maxsize=4)
 def _loads_under(limit: int) -> None:
-    try:
+    try:  # torch, and its compiler, which a run's first forward loads (its MAC count)
         child = subprocess.run(
-            [sys.executable, "-c", "import torch"], stdin=subprocess.DEVNULL,
+            [sys.executable, "-c", "import torch, torch._dynamo"], stdin=subprocess.DEVNULL,
             capture_output=True, timeout=LOAD_SECONDS,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return  # no child to be had, or a slow disk: the import here says what it meets
-    if child.returncode >= 0:  # loaded, or an ImportError, which the import here meets in turn
-        return  # after the command's own checks (cli/main.py says it in one line)
     said = [ln.strip() for ln in child.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    out_of_memory = any(ln.startswith(("MemoryError", "SystemError")) for ln in said[-1:])
+    if child.returncode >= 0 and not out_of_memory:  # loaded, or not mapped (an ImportError the
+        return  # import here meets after the command's own checks: cli/main.py's one line)
     what = next((ln for ln in said if ln.startswith(("what()", "terminate"))), None)
     what = what or (said[-1] if said else f"killed by signal {-child.returncode}")
     raise TrickLabError(

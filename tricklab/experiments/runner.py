@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 
+from tricklab.core.environment import check_environment
 from tricklab.core.errors import TrickLabError
 from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
@@ -205,6 +206,7 @@ def plan_ablation(
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
     units = plan_units(planned.configs, plan.seeds)
     if check_runs:
+        check_environment()  # as the command line checks it: one line, not every run failed
         from tricklab.training.setup import check_setup  # torch
 
         return planned.configs, units, check_setup(planned.checked)
@@ -304,6 +306,7 @@ def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> dict[str, str]:
     if sampler == "grid":
         plan.space.grid_size()  # too large a grid is refused before any setup is built
     if check_runs:
+        check_environment()  # as the command line checks it: one line, not every run failed
         from tricklab.training.setup import check_setup
 
         return check_setup([plan.base, *recipes])
