@@ -484,9 +484,7 @@ def test_imagefolder_follows_linked_class_folders_and_ends_link_cycles(tmp_path)
 def test_imagefolder_different_test_classes_raise(tmp_path):
     make_tree(tmp_path / "data", classes=("a", "b"), per_split={"train": 1})
     make_tree(tmp_path / "data", classes=("a", "c"), per_split={"test": 1})
-    with pytest.raises(
-        TrickLabError, match=r"test classes differ.*missing: \['b'\], extra: \['c'\]"
-    ):
+    with pytest.raises(TrickLabError, match=r"test classes differ.*missing: b; extra: c\)"):
         load_dataset("imagefolder", tmp_path / "data", cache_dir=tmp_path / "cache")
 
 

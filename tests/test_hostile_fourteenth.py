@@ -331,3 +331,22 @@ def test_the_thread_limit_counts_the_threads_torch_starts(monkeypatch):
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     check_process_limits()  # torch starts 1 thread: taken
+
+
+def test_class_folders_that_only_look_alike_across_splits_are_refused(
+    tmp_path, monkeypatch, capsys
+):
+    """train/a<0xff> and test/a\\xff (four characters) were merged into one class."""
+    import os
+
+    from PIL import Image
+
+    for split, name in ((b"train", b"a\xff"), (b"test", b"a\\xff")):
+        for folder in (name, b"b"):
+            path = os.path.join(os.fsencode(tmp_path), b"images", split, folder)
+            os.makedirs(path)
+            Image.new("RGB", (8, 8), (1, 2, 3)).save(os.path.join(path, b"a.png"))
+    monkeypatch.setenv("TRICKLAB_CACHE", str(tmp_path / "cache"))
+    assert main(["data", "show", "imagefolder", "--data-dir", str(tmp_path / "images")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the test classes differ" in err, err

@@ -74,14 +74,15 @@ def decode_imagefolder(
     every image is grey, else 3 (grey images are replicated into RGB, as Pillow's convert does).
     """
     listings = {split: list_split(source) for split, source in sources.items()}
-    classes = listings["train"].classes
+    classes, folders = listings["train"].classes, listings["train"].folders
     for split, listing in listings.items():
-        if listing.classes != classes:
-            missing = sorted(set(classes) - set(listing.classes))
-            extra = sorted(set(listing.classes) - set(classes))
+        if listing.folders != folders:  # as named, not as shown: a byte 0xff is not "\\xff"
+            shown = dict(zip(listing.folders + folders, listing.classes + classes))
+            missing = ", ".join(shown[n] for n in sorted(set(folders) - set(listing.folders)))
+            extra = ", ".join(shown[n] for n in sorted(set(listing.folders) - set(folders)))
             raise TrickLabError(
-                f"the {split} classes differ from the train classes (missing: {missing}, extra: {extra}); "
-                "both splits need the same class folders"
+                f"the {split} classes differ from the train classes (missing: {missing or '-'}; "
+                f"extra: {extra or '-'}); both splits need the same class folders"
             )
 
     count = sum(len(listing.entries) for listing in listings.values())

@@ -38,8 +38,9 @@ class ImageEntry:
 
 @dataclass(frozen=True)
 class SplitListing:
-    classes: list[str]
+    classes: list[str]  # as shown (printable)
     entries: list[ImageEntry]
+    folders: tuple[str, ...] = ()  # the class folders' names as they are (splits match by these)
 
 
 def walk_folder(folder: Path) -> list[Path]:
@@ -337,4 +338,4 @@ def _index_classes(
         for label, name in enumerate(names)
         for display, data in by_class[name]
     ]
-    return SplitListing(shown_names, entries)
+    return SplitListing(shown_names, entries, tuple(names))
