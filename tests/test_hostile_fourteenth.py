@@ -276,10 +276,11 @@ def test_names_in_markdown_and_latex_tables_show_as_they_are():
     hid the rest), and `|` into LaTeX (a dash in OT1 fonts)."""
     from tricklab.report.table_writers import TableData, to_latex, to_markdown
 
-    name = "run.wandb_project=a|b*c*`x`<!--<b>\\"
-    table = TableData("t", ["config", "n"], [[name, "3"]], ["l", "r"])
+    name = "run.wandb_project=a|b*c*`x`<!--<b>\\~~s~~[l](http://e)&lt;"
+    table = TableData("t", ["config", "n"], [[name, "[0.1, 0.2]"]], ["l", "r"])
     row = to_markdown(table).splitlines()[2]
-    assert row == "| run.wandb_project=a\\|b\\*c\\*\\`x\\`\\<!--\\<b\\>\\\\ | 3 |"
+    escaped = "a\\|b\\*c\\*\\`x\\`\\<!--\\<b\\>\\\\\\~\\~s\\~\\~[l]\\(http://e)\\&lt;"
+    assert row == f"| run.wandb_project={escaped} | [0.1, 0.2] |"
     assert "a\\textbar{}b" in to_latex(table) and "|b" not in to_latex(table)
 
 

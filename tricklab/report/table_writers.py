@@ -40,14 +40,17 @@ class TableData:
         )
 
 
-# Characters Markdown would read as markup in a cell (a column, code, emphasis, HTML: `<!--`
-# would hide the rest of the table): written escaped, so a name shows as it is.
-_MARKDOWN = {c: "\\" + c for c in "\\|`*<>"}
+# Characters Markdown would read as markup in a cell (a column, code, emphasis, strike-through, an
+# entity, HTML: `<!--` would hide the rest of the table): written escaped (CommonMark takes a
+# backslash before any ASCII punctuation), so a name shows as it is; `_` inside a word is no
+# emphasis in GitHub's Markdown and stays as it is (label_smoothing).
+_MARKDOWN = {c: "\\" + c for c in "\\|`*~<>&"}
 
 
 def to_markdown(table: TableData) -> str:
     def cell(text: str) -> str:
-        return "".join(_MARKDOWN.get(c, c) for c in text.replace("\n", " "))
+        text = "".join(_MARKDOWN.get(c, c) for c in text.replace("\n", " "))
+        return text.replace("](", "]\\(")  # no link; an interval's [a, b] stays as it reads
 
     lines = ["| " + " | ".join(cell(h) for h in table.header) + " |"]
     lines.append("|" + "|".join("---:" if a == "r" else "---" for a in table.align) + "|")
