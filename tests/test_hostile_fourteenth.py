@@ -351,3 +351,20 @@ def test_class_folders_that_only_look_alike_across_splits_are_refused(
     assert main(["data", "show", "imagefolder", "--data-dir", str(tmp_path / "images")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the test classes differ" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flag", "values", "says"),
+    [
+        ("--compile", "off,auto", "--compile lists off and auto, which are both off on cpu"),
+        ("--precisions", "32-true,32-true", "32-true"),
+    ],
+)
+def test_profile_values_that_resolve_alike_are_refused(capsys, flag, values, says):
+    """`--compile off,auto` on a CPU gave two rows alike; `--precisions auto,bf16-mixed` dropped
+    one value without a word."""
+    args = ["profile", "model", "airbench", "model.widths=[8,16,16]", "--batch-sizes", "2",
+            "--repeats", "1", "--device", "cpu", flag, values]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -83,3 +83,19 @@ def check_precision_runs(precision: str, device: torch.device) -> None:
         raise TrickLabError(
             f"precision {precision} cannot run on this {device.type} device: {first_line}"
         ) from None
+
+
+def resolved_once(
+    values: Sequence[str], resolve: Callable[[str], str], flag: str, device_type: str
+) -> tuple[str, ...]:
+    """`values` as the device resolves them (`auto`), each once: two that resolve alike (`auto`
+    and `bf16-mixed` on a CPU with AMX) are one TrickLabError, not a value dropped or a row twice."""
+    resolved: dict[str, str] = {}
+    for value in values:
+        same = resolved.setdefault(resolve(value), value)
+        if same != value:
+            raise TrickLabError(
+                f"{flag} lists {same} and {value}, which are both {resolve(value)} on "
+                f"{device_type}: give one of them"
+            )
+    return tuple(resolved)

@@ -4,11 +4,10 @@ Seed report 1 found MobileNetV2, with 4x fewer MACs than ResNet-18, not 4x faste
 arithmetic, not the memory traffic and kernel launches of depthwise convolutions, norms and
 activations. This module puts both side by side: per model its params and forward FLOPs/MACs
 (FlopCounterMode on an eager copy), then for every batch size x precision x compile mode x memory
-format the forward latency (eval mode, inference) and the train-step latency (forward,
-cross-entropy, backward, SGD-with-momentum step), as medians with their spread over repeats taken
-after a warm-up, device-synchronised, all combinations interleaved round by round. From those:
-images/s, achieved FLOP/s, MFU against the device's peak, and milliseconds per GMAC, which is
-equal across models only where MACs predict speed.
+format the forward latency (eval mode, inference) and the train-step latency (forward, loss,
+backward, SGD step), as medians with their spread over repeats after a warm-up, synchronised,
+combinations interleaved round by round. From those: images/s, achieved FLOP/s, MFU against the
+device's peak, and ms per GMAC, which is equal across models only where MACs predict speed.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from tricklab.profile.limits import (
     check_precision_runs,
     is_out_of_memory,
     out_of_memory_as_error,
+    resolved_once,
 )
 from tricklab.recipe.schema import MAX_BATCH, Recipe, TricksConfig
 from tricklab.training import precision as precision_lib
@@ -300,8 +300,10 @@ def profile_models(
     build = build if build is not None else ModelBuild()
     check_options(models, grid, repeats, peak_tflops_override)
     torch_device = resolve_device(device)
-    auto = (_auto_precision(p, torch_device.type) for p in grid.precisions)  # as a run resolves it
-    grid = dataclasses.replace(grid, precisions=tuple(dict.fromkeys(auto)))
+    kind = torch_device.type  # `auto` as a run on it resolves it; two values alike are refused
+    resolved_once(grid.compile_modes, lambda c: compile_for_device(c, kind), "--compile", kind)
+    auto = resolved_once(grid.precisions, lambda p: _auto_precision(p, kind), "--precisions", kind)
+    grid = dataclasses.replace(grid, precisions=auto)
     side = f"{build.image_size}×{build.image_size}"
     subject = f"{', '.join(models)} at batch {max(grid.batch_sizes)} on {side} images"
     with own_torch_state():  # a caller's grad mode, default dtype or autocast is not the profile's
