@@ -2,6 +2,7 @@
 case is one clear line before anything is written, or a true number, or no longer happens."""
 
 import dataclasses
+import json
 
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
@@ -368,3 +369,14 @@ def test_profile_values_that_resolve_alike_are_refused(capsys, flag, values, say
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
+
+
+def test_profile_commands_show_their_stages_in_a_log(capsys):
+    """`profile model --repeats 100000` printed nothing for minutes, on a terminal or in a log."""
+    args = ["profile", "model", "airbench", "model.widths=[8,16,16]", "--batch-sizes", "2",
+            "--repeats", "3", "--device", "cpu", "--json"]  # fmt: skip
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert lines[0] == "timing 2 × 3 rounds ..." and "6 timed calls in" in lines[1], lines
+    json.loads(captured.out)  # the JSON alone on stdout

@@ -59,7 +59,16 @@ def _switch(text: str) -> bool:
 
 @contextlib.contextmanager
 def _threads(count: int | None) -> Iterator[None]:
-    """torch's intra-op threads for the command (--threads), restored after."""
+    """torch's intra-op threads for the command (--threads), restored after; its stages (a compile,
+    the timed rounds) shown on stderr while it runs (bars on a terminal, else plain lines)."""
+    from tricklab.cli.common import err_console
+    from tricklab.core.progress import ProgressDisplay
+
+    with ProgressDisplay(err_console):
+        yield from _set_threads(count)
+
+
+def _set_threads(count: int | None) -> Iterator[None]:
     if count is None:
         yield
         return

@@ -1,6 +1,7 @@
 """Progress on the command line: a bar per batch within each epoch (epoch e/E, images/s, the run's
 elapsed time and ETA), a bar while a dataset is decoded, and `run k/N` of a speedrun or an
-experiment (ablate, sweep, the demo) with its elapsed time and ETA. Plain lines when the output is not a terminal (a line per epoch, per run, and
+experiment (ablate, sweep, the demo) with its elapsed time and ETA, and a profile's stages
+(`stage`: a compile, the timed rounds). Plain lines when the output is not a terminal (a line per epoch, per run, and
 at the start and end of decoding; never a carriage return), nothing at all with `--quiet`.
 
 Library code prints nothing: a display shows only inside `with ProgressDisplay(console):`, which
@@ -70,6 +71,18 @@ def decoding(what: str) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def stage(what: str, calls: int = 0, unit: str = "timed calls") -> Iterator[Callable[[], None]]:
+    """Shows `what` while the block runs (a profile's compile, its timed rounds), with a bar over
+    `calls` when given, if a display is shown; yields the function to call after each call."""
+    display = current()
+    if display is None:
+        yield _nothing
+        return
+    with display.decoding(what, unit):
+        yield display.decode_ticker(calls) if calls else _nothing
+
+
 def decode_ticker(images: int) -> Callable[[], None]:
     """A function to call once per decoded image, of `images` to decode (adds to the decoding's
     total); it does nothing when no display is shown or nothing is being decoded."""
@@ -131,8 +144,9 @@ class _Runs:
 class _Decoding:
     what: str
     start: float
-    images: int = 0  # to decode, once the source has been listed
+    images: int = 0  # to decode, once the source has been listed (or calls to time)
     decoded: int = 0
+    unit: str = "images"
 
     def tick(self) -> None:
         self.decoded += 1
@@ -278,9 +292,9 @@ class ProgressDisplay:
 
     # ------------------------------------------------------------ decoding a dataset
     @contextlib.contextmanager
-    def decoding(self, what: str) -> Iterator[None]:
+    def decoding(self, what: str, unit: str = "images") -> Iterator[None]:
         what = shown(what)  # a data folder's name
-        state = _Decoding(what=what, start=time.perf_counter())
+        state = _Decoding(what=what, start=time.perf_counter(), unit=unit)
         self._decoding = state
         if not self.animate:
             self._line(f"{what} ...")
@@ -289,7 +303,7 @@ class ProgressDisplay:
         finally:
             self._decoding = None
         if not self.animate:
-            count = f"{state.decoded:,} images " if state.decoded else ""
+            count = f"{state.decoded:,} {state.unit} " if state.decoded else ""
             self._line(f"{what}: done, {count}in {time.perf_counter() - state.start:.1f} s")
 
     def decode_ticker(self, images: int) -> Callable[[], None]:
@@ -325,7 +339,7 @@ class ProgressDisplay:
                 description=decode.what,
                 completed=decode.decoded,
                 total=decode.images or None,  # a pulsing bar while the source is listed
-                rate="images",
+                rate=decode.unit,
                 times=f"{clock(now - decode.start)} elapsed",
             ),
         )

@@ -19,6 +19,7 @@ import torch
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError
+from tricklab.core.progress import stage
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -61,12 +62,15 @@ def interleave(
     if repeats < 1:
         raise TrickLabError(f"repeats must be >= 1, got {repeats}")
     samples: dict[str, list[float]] = {c.name: [] for c in contenders}
-    for round_number in range(repeats):
-        shift = round_number % len(contenders) if contenders else 0
-        for contender in [*contenders[shift:], *contenders[:shift]]:
-            if contender.before is not None:
-                contender.before()
-            samples[contender.name].append(timed_call(contender.fn, contender.number, device))
+    calls = repeats * len(contenders)
+    with stage(f"timing {len(contenders)} × {repeats} rounds", calls) as timed:  # the CLI's bar
+        for round_number in range(repeats):
+            shift = round_number % len(contenders) if contenders else 0
+            for contender in [*contenders[shift:], *contenders[:shift]]:
+                if contender.before is not None:
+                    contender.before()
+                samples[contender.name].append(timed_call(contender.fn, contender.number, device))
+                timed()
     return samples
 
 

@@ -37,6 +37,7 @@ from torch import nn
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.progress import stage
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.timing import (
     Contender,
@@ -154,7 +155,8 @@ class StepBench:
         self.parts, self.info = prepare(recipe, dataset, self.device)
         self.compile_seconds = 0.0
         if needs_warm_up(recipe.tricks, self.device):
-            self.compile_seconds = warm_up(self.parts)
+            with stage("compiling and warming up the step (apart from its times)"):
+                self.compile_seconds = warm_up(self.parts)
         self.images, self.labels = next(iter(self.parts.train_loader))
         self.batches = self._endless_batches()
         ema = self.parts.ema
