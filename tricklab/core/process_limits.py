@@ -8,8 +8,8 @@ torch hangs, aborts with a C++ stack trace or fails a run half-way say so in one
 - an open-files limit (`ulimit -n`) too low for a storage, a dataset and a loader's workers;
 - an address-space limit (`ulimit -v`) that lets torch begin to load but not finish (a C++
   `std::bad_alloc`, an abort): found by loading torch in a child process under it, once;
-- a umask that takes the owner's write or search permission from every folder made (0277): a
-  study's folder was made read-only, then its storage could not be made in it, and the rerun
+- a umask that takes the owner's read, write or search permission from every folder made (0277):
+  a study's folder was made read-only, then its storage could not be made in it, and the rerun
   refused the folder.
 """
 
@@ -32,8 +32,8 @@ _UNITS = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 def check_process_limits() -> None:
-    """TrickLabError for an open-files limit, an OpenMP thread limit or stack size under which
-    torch cannot run (see the module's docstring); cheap: no child process, no torch."""
+    """TrickLabError for an open-files limit, an OpenMP thread limit or stack size, or a umask
+    under which torch or tricklab cannot run (the module's docstring); cheap: no child, no torch."""
     _check_open_files()
     _check_thread_limit()
     _check_stack_size()
