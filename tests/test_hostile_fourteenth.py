@@ -374,9 +374,13 @@ def test_profile_values_that_resolve_alike_are_refused(capsys, flag, values, say
 def test_profile_commands_show_their_stages_in_a_log(capsys):
     """`profile model --repeats 100000` printed nothing for minutes, on a terminal or in a log."""
     args = ["profile", "model", "airbench", "model.widths=[8,16,16]", "--batch-sizes", "2",
-            "--repeats", "3", "--device", "cpu", "--json"]  # fmt: skip
+            "--repeats", "3", "--device", "cpu"]  # fmt: skip
     assert main(args) == 0
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
+    lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "timing 2 × 3 rounds ..." and "6 timed calls in" in lines[1], lines
-    json.loads(captured.out)  # the JSON alone on stdout
+    for quiet in ("--json", "--quiet"):  # stdout and stderr as without a display
+        assert main([*args, quiet]) == 0
+        captured = capsys.readouterr()
+        assert captured.err == ""
+        if quiet == "--json":
+            json.loads(captured.out)  # the object alone

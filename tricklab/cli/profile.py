@@ -58,14 +58,16 @@ def _switch(text: str) -> bool:
 
 
 @contextlib.contextmanager
-def _threads(count: int | None) -> Iterator[None]:
+def _threads(args: argparse.Namespace) -> Iterator[None]:
     """torch's intra-op threads for the command (--threads), restored after; its stages (a compile,
-    the timed rounds) shown on stderr while it runs (bars on a terminal, else plain lines)."""
+    the timed rounds) shown on stderr while it runs (bars on a terminal, else plain lines), unless
+    --quiet or --json (stdout and stderr then as without a display, as `train --json` keeps them)."""
     from tricklab.cli.common import err_console
     from tricklab.core.progress import ProgressDisplay
 
-    with ProgressDisplay(err_console):
-        yield from _set_threads(count)
+    quiet = args.quiet or args.json
+    with contextlib.nullcontext() if quiet else ProgressDisplay(err_console):
+        yield from _set_threads(args.threads)
 
 
 def _set_threads(count: int | None) -> Iterator[None]:
@@ -140,7 +142,7 @@ def cmd_profile_model(args: argparse.Namespace) -> int:
     grid = ProfileGrid(batch_sizes, precisions, compile_modes, channels_last)
     m = settings.model
     build = ModelBuild(m.width, m.widths, image_size=settings.data.image_size or 32)
-    with _threads(args.threads):
+    with _threads(args):
         result = profile_models(
             names,
             grid,
@@ -177,7 +179,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     _quiet_profiler()
     from tricklab.profile.step import profile_step
 
-    with _threads(args.threads):
+    with _threads(args):
         result = profile_step(recipe, recipe_name=name, repeats=args.repeats, trace=args.trace)
     if args.json:
         _print_json(result)
@@ -222,7 +224,7 @@ def cmd_profile_loader(args: argparse.Namespace) -> int:
     pin_memory = parse_list(args.pin_memory, "--pin-memory", _switch)
     from tricklab.profile.loader import LoaderGrid, profile_loader
 
-    with _threads(args.threads):
+    with _threads(args):
         result = profile_loader(
             recipe,
             LoaderGrid(kinds, num_workers, pin_memory),
@@ -272,7 +274,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--threads", type=int_number, help="torch intra-op threads (default: torch's)"
         )
-        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.add_argument(
+            "--json", action="store_true", help="print one JSON object (no progress on stderr)"
+        )
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     model = actions.add_parser(
         "model",
