@@ -65,11 +65,15 @@ def cell(text: str) -> str:
 
 
 def tricks_markdown(rows: list[dict[str, Any]], title: str = "Every recipe field") -> str:
-    """The fields of `rows` (from `field_table()`), one table per group."""
+    """The fields of `rows` (from `field_table()`), one table per group; only the whole table
+    (its default title) says it is the generated reference, not a selection of it."""
+    whole = title == "Every recipe field"
     lines = [
         f"# {title}",
         "",
-        GENERATED.format(command="tricklab tricks --format md"),
+        GENERATED.format(command="tricklab tricks --format md")
+        if whole
+        else "A selection of the fields `tricklab tricks --format md` lists.",
         "",
         "Set any field on the command line as `key=value` (values are YAML: `true`, `null`,"
         " `[16,64,64]`), in a recipe file under its group, or in an ablation's `--vary` and a"
