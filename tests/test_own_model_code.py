@@ -333,3 +333,19 @@ def test_huge_constants_cost_no_more_than_small_ones(module):
     start = time.perf_counter()
     assert code_of(module(text)) != code_of(module(MODULE))
     assert time.perf_counter() - start < 30  # seconds, not hours: the walk is bounded
+
+
+def test_a_report_joining_studies_of_two_versions_of_a_model_says_so(
+    module, tmp_path, capsys, monkeypatch
+):
+    """The same model name, other code: the side-by-side table joined them without a word."""
+    monkeypatch.chdir(tmp_path)
+    module(MODULE)
+    assert main(ablate_args(tmp_path / "one")) == 0
+    module(MODULE.replace(*EDITS["a helper forward calls"]))
+    assert main(ablate_args(tmp_path / "two")) == 0
+    capsys.readouterr()
+    report = tmp_path / "report"
+    assert main(["report", str(tmp_path / "one"), str(tmp_path / "two"), "--out", str(report)]) == 0
+    text = (report / "report.md").read_text()
+    assert "The sources' references ran different recipes (model code: " in text, text

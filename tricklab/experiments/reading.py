@@ -60,6 +60,8 @@ def study_results(
     )
     ref = next((r.config_id for r in rows if r.is_reference), None)
     meta = {"study": study, "storage": shown_url(url), "kind": kind, "reference": ref}
+    if isinstance(code := opened.user_attrs.get("model_code"), dict):  # your model's code hash
+        meta["model_code"] = code
     meta |= {"confidence": 0.95, **study_meta(opened.user_attrs, records, rows)}
     return meta, rows
 

@@ -275,8 +275,12 @@ MACHINE_KEYS = ("data.dir", "data.cache_dir", "run.seed", "run.loggers", "run.wa
 def joined_recipes_note(sources: Sequence[Source]) -> str | None:
     """Words for sources whose references ran other recipes (their data's folder aside): the
     joined table's rows then hold different recipes under one configuration name."""
-    recipes = [(s.name, flat_recipe(s.baseline_recipe() or {})) for s in sources]
-    recipes = [(name, r) for name, r in recipes if r]
+    recipes = [(s.name, flat_recipe(s.baseline_recipe() or {}), s.meta) for s in sources]
+    recipes = [  # your own model's code (a study's hash of it) beside the recipe's fields
+        (name, {**r, **({"model code": meta["model_code"]} if "model_code" in meta else {})})
+        for name, r, meta in recipes
+        if r
+    ]
     if len(recipes) < 2:
         return None
     keys = sorted({k for _, r in recipes for k in r} - set(MACHINE_KEYS))
