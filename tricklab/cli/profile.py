@@ -66,11 +66,13 @@ def _threads(args: argparse.Namespace) -> Iterator[None]:
     from tricklab.core.progress import ProgressDisplay
 
     quiet = args.quiet or args.json
-    with contextlib.nullcontext() if quiet else ProgressDisplay(err_console):
-        yield from _set_threads(args.threads)
+    with contextlib.nullcontext() if quiet else ProgressDisplay(err_console), _set_threads(args):
+        yield
 
 
-def _set_threads(count: int | None) -> Iterator[None]:
+@contextlib.contextmanager
+def _set_threads(args: argparse.Namespace) -> Iterator[None]:
+    count = args.threads
     if count is None:
         yield
         return

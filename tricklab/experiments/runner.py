@@ -99,9 +99,11 @@ def _summary(
     counts: dict[str, int], provenance: dict[str, Any],
 ) -> ExperimentSummary:  # fmt: skip
     provenance = finish_record(provenance)
-    if ran or "provenance" not in study.user_attrs:  # the latest call that trained, for `results`
-        study.set_user_attr("provenance", provenance)  # (a resume that ran nothing measured none)
-    provenance = study.user_attrs.get("provenance", provenance)
+    stored = study.user_attrs  # one read of the storage
+    if ran or "provenance" not in stored:  # the latest call that trained, for `results`
+        study.set_user_attr("provenance", provenance)
+    else:  # a resume that ran nothing measured nothing: the stored record stands
+        provenance = stored["provenance"]
     records = collect_runs(study)
     order = "appearance" if kind == "ablation" else "accuracy"
     stats = config_stats(records, order=order, planned=planned_runs(study.user_attrs, records))

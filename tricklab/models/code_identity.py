@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import inspect
 import io
 import itertools
 import json
@@ -103,21 +104,30 @@ def _library_folders() -> tuple[str, ...]:
     )
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every global of every module walked
 def _source_file(module: object) -> Path | None:
     """The .py file of one of your modules, or None: a library's, or a module without a file
     (a notebook, `exec`) or run as a script (`__main__`)."""
     if not isinstance(module, types.ModuleType) or module.__name__ == "__main__":
         return None
-    if module.__name__.split(".")[0] in LIBRARIES or module.__name__ in sys.stdlib_module_names:
-        return None
     file = getattr(module, "__file__", None)
-    if not isinstance(file, str) or not file.endswith(".py"):
+    if _is_library(module.__name__) or not isinstance(file, str) or not file.endswith(".py"):
         return None
     path = Path(file).resolve()
-    inside = (str(path).startswith(folder + "/") for folder in _library_folders())
-    if any(inside) or "site-packages" in path.parts or "dist-packages" in path.parts:
-        return None
     return path if path.is_file() else None
+
+
+def _is_library(module_name: str) -> bool:
+    """Whether a module is not yours: torch's and the like (LIBRARIES), the standard library's,
+    or one installed (its file in the interpreter's library folders or a site-packages)."""
+    if module_name.split(".")[0] in LIBRARIES or module_name in sys.stdlib_module_names:
+        return True
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    if not isinstance(file, str):
+        return False
+    path = Path(file).resolve()
+    inside = any(str(path).startswith(folder + "/") for folder in _library_folders())
+    return inside or "site-packages" in path.parts or "dist-packages" in path.parts
 
 
 def _module_of(obj: object) -> types.ModuleType | None:
@@ -215,16 +225,7 @@ def _is_users(obj: object) -> bool:
     if not isinstance(obj, (type, types.FunctionType)):
         return False
     module = getattr(obj, "__module__", None)
-    if not isinstance(module, str) or module.split(".")[0] in LIBRARIES:
-        return False
-    return module not in sys.stdlib_module_names and not _is_installed(sys.modules.get(module))
-
-
-def _is_installed(module: object) -> bool:
-    file = getattr(module, "__file__", None)
-    return isinstance(file, str) and any(
-        p in Path(file).parts for p in ("site-packages", "dist-packages")
-    )
+    return isinstance(module, str) and not _is_library(module)
 
 
 def _named_by(function: types.FunctionType, qualname: str) -> list[tuple[str, object]]:
@@ -285,19 +286,13 @@ def _value_text(value: object, budget: list[int] | None = None, depth: int = 0) 
 def _text(obj: object) -> str:
     """Its source where Python has it (a notebook's cell), else its compiled code."""
     try:
-        return _tokens(inspect_source(obj))
+        return _tokens(inspect.getsource(obj))
     except (OSError, TypeError):
         pass
     if isinstance(obj, type):
         members = [_unwrap(v)[0] for v in vars(obj).values()]
         return repr([_code(m.__code__) for m in members if isinstance(m, types.FunctionType)])
     return _code(obj.__code__) if isinstance(obj, types.FunctionType) else repr(obj)
-
-
-def inspect_source(obj: object) -> str:
-    import inspect
-
-    return inspect.getsource(obj)
 
 
 def _code(code: types.CodeType) -> str:

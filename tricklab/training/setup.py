@@ -441,10 +441,10 @@ def check_setup(recipes: Iterable[Recipe]) -> dict[str, str]:
             dataset = reuse.call(load_data, recipe.data)
             with backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark):
                 prepare(recipe, dataset, device, reuse)
-            if code := own_model_code(recipe, dataset.num_classes, dataset.image_shape):
-                codes.setdefault(recipe.model.name, code)
+            if (name := recipe.model.name) not in codes:  # read once, however many settings
+                codes[name] = own_model_code(recipe, dataset.num_classes, dataset.image_shape)
         except TrickLabError:
             raise
         except Exception:  # the run meets it and records it (oom, failed) with its message
             pass
-    return codes
+    return {name: code for name, code in codes.items() if code}  # tricklab's own models: None
