@@ -151,7 +151,12 @@ def start_ranks(argv: list[str], world_size: int = 2, **popen) -> list[subproces
 
 def ranks_trained(out: Path, device: str) -> list[dict]:
     """Every config trained by 2 gloo processes on `device`, each process's results."""
-    code = f"import test_distributed; test_distributed.worker({str(out)!r}, {device!r})"
+    # Leaving as `tricklab` does under torchrun (cli/main.py run): without Python's shutdown,
+    # which a gloo thread still freeing a collective's tensors can abort.
+    code = (
+        f"import os, test_distributed; test_distributed.worker({str(out)!r}, {device!r}); "
+        "os._exit(0)"
+    )
     procs = start_ranks(["-c", code])
     try:
         assert [proc.wait(timeout=300) for proc in procs] == [0, 0]
@@ -251,6 +256,37 @@ def test_train_nproc_runs_data_parallel_and_records_world_size_and_backend(tmp_p
     assert (provenance["world_size"], provenance["dist_backend"]) == (2, "gloo")
     assert [row["epoch"] for row in result["epochs"]] == [1, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no folder from rank 1
+
+
+# A command's end, with a marker that speaks if Python's own shutdown (finalization) runs.
+EXIT_PROBE = """
+import atexit, os, sys
+sys.argv = ["tricklab", *sys.argv[1:]]
+class Finalized:
+    def __del__(self, write=os.write):
+        write(1, b"finalized\\n")
+marker = Finalized()
+atexit.register(lambda: os.write(1, b"exit functions ran\\n"))
+from tricklab.cli.main import run
+run()
+"""
+
+
+@pytest.mark.parametrize("args, code", [(["recipes", "--json"], 0), (["tricks", "nosuchgroup"], 2)])
+def test_a_rank_leaves_after_its_exit_functions_without_pythons_shutdown(args, code):
+    # CI saw a rank whose run had completed die of SIGABRT as Python shut down: a gloo worker
+    # thread, dropping a finished collective's tensors, took the GIL during finalization
+    # ("terminate called without an active exception"), about once in 50 runs under load.
+    rank = {"RANK": "0", "WORLD_SIZE": "1"}
+    for env, finalized in (({}, True), (rank, False)):
+        ran = subprocess.run(
+            [sys.executable, "-c", EXIT_PROBE, *args], capture_output=True, text=True,
+            env={**os.environ, **env}, timeout=120,
+        )  # fmt: skip
+        assert ran.returncode == code, ran.stderr
+        assert ran.stdout.endswith(
+            "exit functions ran\nfinalized\n" if finalized else "exit functions ran\n"
+        )
 
 
 def test_speedrun_nproc_runs_each_seed_data_parallel_and_counts_every_device_in_mfu(tmp_path):

@@ -6,6 +6,7 @@ A user mistake (TrickLabError) becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import difflib
 import errno
@@ -45,6 +46,7 @@ from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import (
     TrickLabError,
     another_rank_failed,
+    launched_by_torchrun,
     leave_rank_error,
     this_process_speaks,
 )
@@ -397,7 +399,13 @@ def run() -> None:
     by a closed pipe (`tricklab ... | head`) ends quietly with status 1. SIGTERM (what `kill`, job
     schedulers and containers send) stops like Ctrl-C: the run in flight is recorded interrupted.
     The standard streams are prepared first (cli/streams.py: closed ones, encodings, failed
-    writes)."""
+    writes).
+
+    A rank of a data-parallel run (torchrun's) leaves the same way, after Python's exit
+    functions: gloo's worker threads may still be dropping a finished collective whose tensors
+    need the GIL, and a thread that takes it while Python shuts down aborts the process
+    (SIGABRT, "terminate called without an active exception"; seen once in about 50 runs under
+    load), which would record a run that completed as failed."""
     streams.prepare()
     try:
         code = main()
@@ -409,7 +417,9 @@ def run() -> None:
     except TrickLabError as exc:  # the standard output failed outside a command (--help)
         print_error(str(exc))
         sys.exit(2)
-    if code == INTERRUPTED_EXIT_CODE:
+    if code == INTERRUPTED_EXIT_CODE or launched_by_torchrun():
+        if code != INTERRUPTED_EXIT_CODE:
+            atexit._run_exitfuncs()  # what Python runs at exit, while it can still run it
         logging.shutdown()
         sys.stderr.flush()
         os._exit(code)
