@@ -10,6 +10,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tiny_recipe import TINY_SYNTHETIC
 from torch import nn
 
@@ -117,6 +119,31 @@ def test_a_helper_in_another_of_your_modules_is_part_of_the_hash(module):
     before = code_of(module(MODULE))
     assert code_of(module(MODULE, HELPERS.replace("max=6.0", "max=1.0"))) != before
     assert code_of(module(MODULE, HELPERS.replace("max=6.0", "max=6.0,"))) == before  # a comma
+
+
+# The hash reads your module files as they are on disk, not as imported: a file torn half-way,
+# emptied or holding any bytes after the import still hashes, quickly, and a torn one otherwise.
+ON_DISK = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@ON_DISK
+@given(data=st.one_of(st.binary(max_size=400), st.integers(0, len(MODULE.rstrip()) - 1)))
+def test_your_module_file_holding_anything_after_its_import_still_hashes(module, tmp_path, data):
+    mod = module(MODULE)
+    whole = code_of(mod)
+    path = tmp_path / "codemodels.py"
+    if isinstance(data, int):  # cut at that character: a write torn half-way
+        path.write_text(MODULE[:data])
+    else:
+        path.write_bytes(data)
+    start = time.perf_counter()
+    code = code_of(mod)
+    assert time.perf_counter() - start < 5.0
+    assert len(code) == 16 and int(code, 16) >= 0
+    if isinstance(data, int):
+        assert code != whole
 
 
 # Hostile round 14, tried again: each changed the network and hashed the same (module objects,

@@ -83,12 +83,10 @@ def _set_threads(args: argparse.Namespace) -> Iterator[None]:
         raise TrickLabError(f"--threads {count} is more than this machine's {cores} cores")
     import torch
 
-    saved = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
+    from tricklab.core.torchstate import held
+
+    with held(torch.get_num_threads, torch.set_num_threads, count):
         yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def _quiet_profiler() -> None:

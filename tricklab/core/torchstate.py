@@ -13,10 +13,12 @@ session, 2026-11-28), and an fp32 run computed in the caller's dtype."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 
+T = TypeVar("T")
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
@@ -79,11 +81,17 @@ def own_torch_state() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """torch's default dtype `dtype` in the block, the caller's after it."""
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
+def held(get: Callable[[], T], put: Callable[[T], object], value: T) -> Iterator[None]:
+    """A setting read by `get` and written by `put` (torch's default dtype, its thread count)
+    held at `value` in the block, the caller's put back after it."""
+    saved = get()
+    put(value)
     try:
         yield
     finally:
-        torch.set_default_dtype(saved)
+        put(saved)
+
+
+def default_dtype(dtype: torch.dtype) -> contextlib.AbstractContextManager[None]:
+    """torch's default dtype `dtype` in the block, the caller's after it."""
+    return held(torch.get_default_dtype, torch.set_default_dtype, dtype)
