@@ -175,6 +175,11 @@ def test_train_live_view_renders(tmp_path, capsys):
         (["train", "--out", ""], "--out is empty"),
         (["speedrun", "--out", " "], "--out is empty"),
         (["speedrun", "--warmup-epochs", "-1"], "--warmup-epochs must be a number >= 0"),
+        # fifteenth round: a warm-up longer than a run trained the recipe's length, silently
+        (
+            ["speedrun", "run.epochs=2", "--warmup-epochs", "2.5"],
+            "--warmup-epochs 2.5 is more than the recipe's run.epochs 2",
+        ),
         # seventh round: the shell's bytes that are no UTF-8 read as "not valid YAML"
         (["train", "data.dir=/x/img\udcff"], "holds bytes that are not UTF-8 text"),
         (

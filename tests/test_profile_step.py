@@ -29,7 +29,7 @@ KEYS = {
     "kind", "recipe", "device", "hardware", "batch_size", "repeats", "steps_per_sample",
     "variants", "step_ms", "components", "components_sum_ms", "inside_forward_backward",
     "replaced_modules", "compile_seconds", "evaluation", "profiled_steps", "top_operators",
-    "trace", "params", "forward_macs", "recipe_resolved",
+    "trace", "params", "forward_macs", "recipe_resolved", "resolved",
 }  # fmt: skip
 COMPONENT_KEYS = {
     "name", "doc", "measured_as", "ms", "ms_raw", "ci_low_ms", "ci_high_ms", "within_noise", "share"

@@ -161,7 +161,10 @@ def cmd_profile_model(args: argparse.Namespace) -> int:
 def render_model(result: dict) -> None:
     console = wide_console()
     c, h, w = result["image_shape"]
-    _print_table(console, f"models ({c}×{h}×{w} input, per image)", tables.model_counted(result))
+    size = tables.model_size(result)
+    _print_table(
+        console, f"models ({size}{c}×{h}×{w} input, per image)", tables.model_counted(result)
+    )
     title = (
         f"latency on {result['hardware']['device_name']} ({result['device']}, "
         f"{_threads_text(result)}; {tables.fixed_settings(result)}): "
@@ -198,6 +201,8 @@ def render_step(result: dict) -> None:
     _print_table(console, title, tables.step_components(result))
     title = f"top operators by self time, per step ({result['profiled_steps']} steps profiled)"
     _print_table(console, title, tables.step_operators(result))
+    for note in result["resolved"]["notes"]:  # what the device decided, and why (as train's)
+        echo(console, f"note: {note}")
     if result["trace"]:
         echo(
             console,

@@ -41,6 +41,7 @@ from tricklab.experiments.speedrun import (
     SpeedrunSummary,
     check_arguments,
     check_speedrun_folder,
+    check_warmup,
     speedrun,
 )
 from tricklab.profile.tables import num
@@ -223,6 +224,7 @@ def cmd_speedrun(args: argparse.Namespace) -> int:
     if args.out:  # before anything is printed (the header, the data's decoding)
         check_speedrun_folder(Path(args.out), args.runs)
     recipe = load_recipe(args.recipe, args.overrides)
+    check_warmup(args.warmup_epochs, recipe)
     from tricklab.training import distributed
     from tricklab.training.setup import resolve_device
 

@@ -390,10 +390,21 @@ def check_file_name(path: Path, option: str) -> None:
         )
 
 
-def check_output_file(path: Path, option: str, holds: bytes) -> Path:
-    """`path` for a file an option writes (check_replaceable), in a folder that takes it; an
+def file_path(name: str | Path, option: str) -> Path:
+    """`name` as the Path of a file an option writes; TrickLabError for one ending in a slash, a
+    folder's name (Path drops the slash: `t.json/` wrote the file t.json)."""
+    if isinstance(name, str) and name.endswith(("/", os.sep)) and name.strip("/" + os.sep):
+        raise TrickLabError(
+            f"{option} {shown(name)} ends in a slash, as a folder does: give a file"
+        )
+    return Path(name)
+
+
+def check_output_file(name: str | Path, option: str, holds: bytes) -> Path:
+    """`name` for a file an option writes (check_replaceable), in a folder that takes it; an
     existing file is replaced only if it `holds` the given bytes in its first MiB: one written
     before (torch's Chrome trace: '"traceEvents"')."""
+    path = file_path(name, option)
     check_file_name(path, option)
     if not str(path).strip() or str(path) == "-" or path.is_dir():
         raise TrickLabError(f"{option} needs a file name, got {shown(str(path))}")

@@ -221,6 +221,15 @@ def check_arguments(
         raise TrickLabError(f"--warmup-epochs must be a number >= 0, got {warmup_epochs}")
 
 
+def check_warmup(warmup_epochs: float | None, recipe: Recipe) -> None:
+    """A warm-up longer than the recipe's runs is refused: it would train the recipe's length."""
+    if warmup_epochs is not None and warmup_epochs > recipe.run.epochs:
+        raise TrickLabError(
+            f"--warmup-epochs {warmup_epochs:g} is more than the recipe's run.epochs "
+            f"{recipe.run.epochs:g}: a warm-up is at most one run (leave it out for a whole run)"
+        )
+
+
 @dataclass(frozen=True)
 class SpeedrunPlan:
     """A speedrun: `recipe` trained once to warm up (not counted), then `runs` times.
@@ -274,6 +283,7 @@ def speedrun(
     counted run, KeyboardInterrupt, with the folders it made removed (the same --out runs again)."""
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_arguments(plan.runs, plan.peak_tflops, plan.target_accuracy, plan.warmup_epochs)
+    check_warmup(plan.warmup_epochs, plan.recipe)
     if isinstance(plan.out_dir, str) and not plan.out_dir.strip():
         raise TrickLabError("--out is empty: give a folder name")
     out = Path(plan.out_dir) if plan.out_dir is not None else None
@@ -305,7 +315,7 @@ def _speedrun(
     warmup = None
     if warmup_epochs is None or warmup_epochs > 0:
         changes = [f"run.seed={WARMUP_SEED}"]
-        if warmup_epochs is not None and warmup_epochs < recipe.run.epochs:
+        if warmup_epochs is not None and warmup_epochs < recipe.run.epochs:  # at most (checked)
             changes.append(f"run.epochs={warmup_epochs}")
         run_out = out / "warmup" if out is not None else None
         result = train(recipe.override(changes), out_dir=run_out, stop=stop)

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import atomic_write, check_replaceable
+from tricklab.core.paths import atomic_write, check_replaceable, file_path
 from tricklab.core.status import (
     COMPLETE_STATUSES,
     DONE_STATUSES,
@@ -428,7 +428,7 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
     folder must exist (TrickLabError otherwise)."""
     names = [f.name for f in fields(ConfigStats) if f.name != "failures"]
     header = names + [f"failures_{kind}" for kind in FAILURE_KINDS]
-    path = Path(path)
+    path = file_path(path, "--csv")
     if not path.parent.is_dir():  # a reader makes no folder: a typo in it would go unseen
         what = "is not a folder" if path.parent.exists() else "does not exist"
         raise TrickLabError(f"cannot write the CSV file {path}: {path.parent} {what}")

@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -72,7 +71,7 @@ PRECISIONS = _choices("precision")
 COMPILE_MODES = _choices("compile")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Combination:
     batch_size: int
     precision: str
@@ -88,7 +87,7 @@ def _auto_precision(precision: str, device_type: str) -> str:
     return precision_lib.auto_precision(device_type, capability, "sgd")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ProfileGrid:
     """What every model is timed in: each batch size x precision x compile mode x memory format
     (channels_last False/True)."""
@@ -109,7 +108,7 @@ class ProfileGrid:
         ]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ModelBuild:
     """How every profiled model is built: `width` scales its channels or `widths` sets them (a
     model that does not take them is an error), for `image_size`-square RGB images and
@@ -417,6 +416,7 @@ def _measure(
         "hardware": hardware_fingerprint(torch_device),
         "repeats": repeats,
         "image_shape": list(shape),
+        "build": {"width": build.width, "widths": build.widths and [*build.widths]},
         "macs_note": MACS_NOTE,
         "train_step_note": TRAIN_STEP_NOTE,
         "peak_tflops": {p: v for p, (v, _) in peaks.items()},

@@ -406,6 +406,7 @@ def profile_step(
             "params": bench.info["params"],
             "forward_macs": bench.info["forward_macs"],
             "recipe_resolved": recipe.to_dict(),
+            "resolved": bench.info["resolved"],  # what the device decided, with its notes
         }
     return result
 

@@ -114,6 +114,15 @@ def fixed_settings(result: dict[str, Any]) -> str:
     return ", ".join(f"{k} {word(rows[0][k])}" for k in SETTINGS if rows and k not in varying)
 
 
+def model_size(result: dict[str, Any]) -> str:
+    """'width 0.25, ' or 'widths [16, 32, 64], ' where the models were built other than at their
+    full size; '' at full size and in files from before the profile recorded it."""
+    build = result.get("build") or {}
+    if build.get("widths"):
+        return f"widths {build['widths']}, "
+    return f"width {build['width']:g}, " if build.get("width", 1) != 1 else ""
+
+
 def model_counted(result: dict[str, Any]) -> ProfileTable:
     """Params, forward FLOPs and MACs per image of each model."""
     rows = [

@@ -17,7 +17,7 @@ def check_trace_path(trace: str | Path | None) -> Path | None:
     """The --trace file, or None without one; TrickLabError for a path it must not replace."""
     if trace is None:
         return None
-    return check_output_file(Path(trace), "--trace", holds=b'"traceEvents"')
+    return check_output_file(trace, "--trace", holds=b'"traceEvents"')
 
 
 def write_trace(prof: Any, trace: Path) -> None:

@@ -54,6 +54,7 @@ SETTING = "text|switch"  # precision, compile, channels_last: a word or on/off
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
         **COMMON, "image_shape": ["count"], "macs_note?": "text", "train_step_note?": "text",
+        "build?": {"width?": "positive", "widths?": ["count"]},
         "peak_tflops?": {"*?": "rate"}, "peak_source?": {"*?": "text"},
         "models": [
             {"name": "text", "params": "whole", "forward_flops": "rate", "forward_macs": "rate"},
@@ -75,6 +76,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         ],
         "profiled_steps?": "count", "replaced_modules?": {"*": "whole"},
         "components_sum_ms?": "ms", "compile_seconds?": "seconds",
+        "resolved?": {"notes?": ["text"]},
         "evaluation?": {"seconds?": "seconds", "images": "count", "tta?": "text",
                         "tta_seconds?": "seconds"},
     },
@@ -332,7 +334,8 @@ def _table(title: str, table: tables.ProfileTable) -> TableData:
 def _model(p: Profile) -> None:
     d = p.data
     c, h, w = d["image_shape"]
-    p.title = f"model cost: {', '.join(m['name'] for m in d['models'])} at {c}×{h}×{w}"
+    size = tables.model_size(d)
+    p.title = f"model cost: {', '.join(m['name'] for m in d['models'])} at {size}{c}×{h}×{w}"
     p.tables.append(_table("counted, per image", tables.model_counted(d)))
     title = f"measured ({tables.fixed_settings(d)}): {tables.model_spread_words(d)}, per batch"
     p.tables.append(_table(title, tables.model_measured(d)))
@@ -357,6 +360,7 @@ def _step(p: Profile) -> None:
     if operators.rows:
         title = f"top operators by self time, per step ({d.get('profiled_steps')} steps profiled)"
         p.tables.append(_table(title, operators))
+    p.notes += (d.get("resolved") or {}).get("notes") or []  # what the device decided, and why
     p.notes.append(
         "Each component is the difference of two variants that each do a little less; shares are "
         "of the sum of the clipped components; 'within noise' marks an interval that holds 0."
