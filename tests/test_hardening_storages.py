@@ -417,7 +417,7 @@ def test_json_output_writes_a_number_that_is_not_finite_as_null():
 def test_any_file_is_left_alone_or_replaceable_by_a_csv_never_an_exception(tmp_path, content):
     """check_replaceable reads a file's first bytes: any bytes give None or one TrickLabError."""
     from tricklab.core.errors import TrickLabError
-    from tricklab.core.paths import check_replaceable
+    from tricklab.core.outfiles import check_replaceable
 
     path = tmp_path / "rows.csv"
     path.write_bytes(content)

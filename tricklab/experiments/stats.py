@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import atomic_write, check_replaceable, file_path
+from tricklab.core.outfiles import check_replaceable, file_path
+from tricklab.core.paths import atomic_write
 from tricklab.core.status import (
     COMPLETE_STATUSES,
     DONE_STATUSES,

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.paths import check_output_file, write_with
+from tricklab.core.outfiles import check_output_file
+from tricklab.core.paths import write_with
 from tricklab.core.safeio import shown
 
 
