@@ -432,9 +432,8 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
     if not path.parent.is_dir():  # a reader makes no folder: a typo in it would go unseen
         what = "is not a folder" if path.parent.exists() else "does not exist"
         raise TrickLabError(f"cannot write the CSV file {path}: {path.parent} {what}")
-    check_replaceable(  # a CSV it wrote, not a run's result.json or the study's empty lock file
-        path, "--csv", holds=",".join(header).encode() + b"\r\n", at_start=True
-    )
+    # a CSV it wrote, not a run's result.json or the study's empty lock file
+    check_replaceable(path, "--csv", holds=",".join(header).encode() + b"\r\n", at_start=True)
     # A rename would replace a file the user may not write (root too: its mode says read-only).
     if path.is_file() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o200):
         raise TrickLabError(f"cannot write the CSV file {path}: it is read-only")
