@@ -174,6 +174,7 @@ def _walled_macs(name: str, model, side: int, classes: int) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    from tricklab.core.device import out_of_memory_error
     from tricklab.measure.flops import count_params
     from tricklab.models import build_model, get_model_info, list_models
     from tricklab.training.model_memory import check_weights_fit
@@ -197,7 +198,13 @@ def cmd_models(args: argparse.Namespace) -> int:
             width=m.width,
             widths=m.widths,
         )
-        macs = _walled_macs(info.name, model, side, args.num_classes)  # lazy modules sized
+        try:
+            macs = _walled_macs(info.name, model, side, args.num_classes)  # lazy modules sized
+        except RuntimeError as exc:  # its activations at this size: no memory for them
+            if (oom := out_of_memory_error(exc)) is None:
+                raise
+            raise TrickLabError(f"{shown(info.name)} at {side}×{side}: no memory to count its "
+                                f"MACs ({oom}); lower model.width(s) or data.image_size") from None  # fmt: skip
         rows.append(
             {
                 "name": info.name,
@@ -389,6 +396,17 @@ def _library(exc: BaseException) -> str:
     return shown("/".join(path.split(os.sep)[-2:])) if path else "torch's libraries (out of memory)"
 
 
+def _unraisable(hook: object) -> None:
+    """An error Python cannot raise where it happens (a model's __del__ raising or calling
+    sys.exit, a finalizer): one escaped warning line on stderr, not a traceback that a run which
+    went well prints (after its last line, at exit)."""
+    try:
+        said = described(hook.exc_value) if hook.exc_value is not None else hook.exc_type.__name__
+        print(f"warning: an error was ignored ({shown(said)})", file=sys.stderr)
+    except Exception:  # at the very end of Python's shutdown: nothing left to say it with
+        pass
+
+
 def run() -> None:
     """The `tricklab` command: exit with `main()`'s code.
 
@@ -407,6 +425,7 @@ def run() -> None:
     (SIGABRT, "terminate called without an active exception"; seen once in about 50 runs under
     load), which would record a run that completed as failed."""
     streams.prepare()
+    sys.unraisablehook = _unraisable
     try:
         code = main()
         exit_on_late_signals(code)  # a kill while Python shuts down: the command's own code

@@ -189,7 +189,10 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
         if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
             remove_empty_dirs(out, made)
     if result.traceback:  # not a user mistake (those exit 2): a bug or a broken environment
-        print(result.traceback, file=sys.stderr, end="")
+        # indented and escaped: a model's message cannot reach the terminal or pass as a line of
+        # tricklab's own ("error: ...")
+        print("".join(f"  {shown(line)}\n" for line in result.traceback.splitlines()), end="",
+              file=sys.stderr)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict()))
     else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import CLAIM_NAME
 from tricklab.core.safeio import shown
 
 try:
@@ -23,7 +24,6 @@ try:
 except ImportError:  # Windows: a claim is an exclusively created file (see claim_folder)
     fcntl = None  # type: ignore[assignment]
 
-CLAIM_NAME = ".tricklab-claim"
 # No room for the write: the disk, the user's quota on it, or the largest file allowed (EFBIG:
 # `ulimit -f`, or the file system's own limit; Python ignores SIGXFSZ, so the write says it)
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

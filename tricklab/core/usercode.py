@@ -33,12 +33,17 @@ def _first_line(text: str) -> str:
     return lines[0][:200] if lines else ""
 
 
+def message_of(exc: BaseException) -> str:
+    """str(exc), or a note saying it could not be read (an exception whose __str__ raises)."""
+    try:
+        return str(exc)
+    except Exception:
+        return "(its message could not be read)"
+
+
 def described(exc: BaseException) -> str:
     """'ValueError: its first line' for an exception of user code, even one whose str() raises."""
-    try:
-        said = _first_line(str(exc))
-    except Exception:  # an exception class whose __str__ itself fails
-        said = "(its message could not be read)"
+    said = _first_line(message_of(exc))
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 

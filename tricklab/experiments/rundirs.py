@@ -27,13 +27,13 @@ from pathlib import Path
 from optuna.trial import FrozenTrial
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import RUNS_FOLDER, check_not_another_commands
 from tricklab.core.paths import check_out_folder, claim_folder
 from tricklab.core.safeio import shown
 from tricklab.core.urls import file_of
 from tricklab.experiments.storage import experiment_dir, storage_url, stored_runs
 
 RUN_DIR_ATTR = "run_dir"
-RUNS_FOLDER = "runs"
 MAX_NAME_CHARS = 100  # well under the 255 bytes most file systems allow in a name
 _PLAIN = re.compile(r"[A-Za-z0-9._=,-]+")  # config id characters kept as they are (space: '+')
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
@@ -56,6 +56,7 @@ def check_out_dir(out_dir: str | Path | None, what: str) -> None:
     its path, a device, a link to nothing, read-only): paths.check_out_folder."""
     if out_dir is not None:
         check_out_folder(Path(out_dir), what)
+        check_not_another_commands(Path(out_dir), "a study")
 
 
 def config_folder_name(config_id: str) -> str:

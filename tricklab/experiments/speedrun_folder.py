@@ -10,10 +10,9 @@ import shutil
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import SUMMARY_FILE, check_not_another_commands
 from tricklab.core.paths import check_out_folder, remove_empty_dirs
 from tricklab.core.safeio import shown
-
-SUMMARY_FILE = "summary.json"
 
 
 def _run_folders(runs: int) -> tuple[str, ...]:
@@ -24,6 +23,7 @@ def check_speedrun_folder(out: Path, runs: int) -> None:
     """TrickLabError for an --out that cannot be a folder to write in, or holds a speedrun,
     finished or interrupted."""
     check_out_folder(out, "the speedrun")
+    check_not_another_commands(out, "a speedrun")
     taken = [f for f in (SUMMARY_FILE, *_run_folders(runs)) if (out / f).exists()]
     if taken:
         summary = out / SUMMARY_FILE

@@ -37,6 +37,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import STUDY_FILE
 from tricklab.core.paths import not_a_file, resolved
 from tricklab.core.safeio import parse_json, shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
@@ -60,7 +61,7 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     """The storage as one string (journal files as `journal:PATH`): what `open_storage` connects
     to; messages and records show it as `shown_url(url)` does, without its password."""
     if spec is None:
-        return sqlite_url(resolved(exp_dir / "study.db"))
+        return sqlite_url(resolved(exp_dir / STUDY_FILE))
     if spec.startswith("journal:"):
         if not spec.removeprefix("journal:").strip():
             raise TrickLabError("--storage journal: names no file; give journal:PATH")
@@ -98,9 +99,8 @@ def _check_database_url(url: str) -> None:
         )
     if parsed.get_backend_name() == "sqlite" and not url.startswith("sqlite:"):
         # sqlite+pysqlite:///x.db: the file's checks and claim lock key on the sqlite:/// form
-        raise TrickLabError(
-            f"--storage {shown_url(url)}: give an SQLite file as sqlite:///PATH (no driver name)"
-        )
+        raise TrickLabError(f"--storage {shown_url(url)}: give an SQLite file as sqlite:///PATH "
+                            "(no driver name)")  # fmt: skip
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise TrickLabError(
             f"--storage {shown_url(url)} is an in-memory database: nothing would be stored or "

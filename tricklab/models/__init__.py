@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError, expect_number, expect_type
-from tricklab.core.usercode import checked_user_code, described, user_code
 from tricklab.models import airbench, resnet, zoo
+from tricklab.models.own import TIMM_PREFIX, build_own, import_factory
 from tricklab.models.timm_source import create_timm, import_timm
 
-TIMM_PREFIX = "timm:"
 FACTORY_ARGUMENTS = ("num_classes", "in_channels", "image_size")
 
 
@@ -154,7 +149,7 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
     MODELS[name] = ModelInfo(
         name,
         doc if doc is not None else _first_doc_line(factory),
-        functools.partial(_build_own, name, factory),
+        functools.partial(build_own, name, factory),
         source="registered",
     )
 
@@ -197,11 +192,11 @@ def get_model_info(name: str) -> ModelInfo:
     if name.startswith(TIMM_PREFIX):
         return _timm_info(name)
     if ":" in name:
-        factory = _import_factory(name)
+        factory = import_factory(name)
         return ModelInfo(
             name,
             _first_doc_line(factory),
-            functools.partial(_build_own, name, factory),
+            functools.partial(build_own, name, factory),
             source="module",
         )
     close = difflib.get_close_matches(name, MODELS, n=1)
@@ -313,130 +308,6 @@ def _first_doc_line(obj: object) -> str:
     return doc.strip().splitlines()[0] if doc.strip() else getattr(obj, "__qualname__", repr(obj))
 
 
-def _building_on_meta() -> bool:
-    """Whether models are built on the meta device now (the memory estimate's shapes-only build)."""
-    return torch.empty(()).device.type == "meta"
-
-
-def _build_own(
-    name: str,
-    factory: Callable[..., nn.Module],
-    *,
-    num_classes: int,
-    in_channels: int,
-    image_size: int,
-    **options: object,
-) -> nn.Module:
-    """`factory` called with those of num_classes, in_channels, image_size (and `options`: timm's
-    pretrained) it takes; what it raises or returns other than an nn.Module is a TrickLabError.
-
-    On the meta device its exceptions pass as they are: a factory that needs real storage (one
-    that loads its own weights) is not a user mistake; the memory estimate skips such a model."""
-    given = dict(num_classes=num_classes, in_channels=in_channels, image_size=image_size)
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # a callable without a signature (some C functions)
-        parameters = None
-    if parameters is not None and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        if "num_classes" not in parameters:
-            raise TrickLabError(
-                f"model {name}: its factory must take num_classes (and may take in_channels, "
-                f"image_size); it takes ({', '.join(parameters)})"
-            )
-        given = {key: value for key, value in given.items() if key in parameters}
-    try:
-        with user_code(f"model {name}: its factory"):
-            model = factory(**given, **options)
-    except (TrickLabError, torch.cuda.OutOfMemoryError):
-        raise  # a device out of memory: the run records it (oom)
-    except Exception as err:  # a MemoryError too: no host memory to build it, one line
-        if _building_on_meta():
-            raise
-        who = "timm.create_model" if name.startswith(TIMM_PREFIX) else "its factory"
-        raise TrickLabError(f"model {name}: {who} raised {described(err)}") from err
-    if not isinstance(model, nn.Module):
-        if inspect.iscoroutine(model):  # an async factory's: closed, no warning after the line
-            model.close()
-        raise TrickLabError(
-            f"model {name}: its factory returned {type(model).__name__}, not a torch.nn.Module"
-        )
-    with checked_user_code(f"model {name}: its parameters()"):
-        tensors = [*model.parameters(), *model.buffers()]
-    if not _building_on_meta() and any(t.is_meta for t in tensors):
-        raise TrickLabError(f"model {name}: its factory returned a model on the meta device "
-                            "(shapes without storage); build it with real tensors")  # fmt: skip
-    kinds = {str(t.dtype) for t in tensors if t.is_floating_point() and t.dtype != torch.float32}
-    if kinds:
-        raise TrickLabError(f"model {name}: its factory returned {', '.join(sorted(kinds))} "
-                            "weights; build it in float32 (tricks.precision casts them)")  # fmt: skip
-    return model
-
-
-def _import_factory(spec: str) -> Callable[..., nn.Module]:
-    """The callable `package.module:attribute` names, imported now.
-
-    A module in the current folder is found too, as `python -m` would find it: the `tricklab`
-    command's own folder is on sys.path, the current one is not, so it is appended (last, so it
-    shadows no installed package) when the module is found nowhere else."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise TrickLabError(f"model.name={spec!r}: give package.module:factory, both parts")
-    try:
-        with user_code(f"model.name={spec}: importing {module_name}"):
-            module = _import_module(module_name)
-    except TrickLabError:
-        raise
-    except ModuleNotFoundError as err:
-        missing = err.name or module_name
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise TrickLabError(
-                f"model.name={spec}: no module named {missing!r} (searched the current folder "
-                f"{os.getcwd()} and the installed packages); check the name, install it, or "
-                "add its folder to PYTHONPATH"
-            ) from None
-        raise TrickLabError(
-            f"model.name={spec}: importing {module_name} failed: it needs {missing!r}, "
-            "which is not installed"
-        ) from err
-    except Exception as err:  # SyntaxError, and anything the module raises while importing
-        raise TrickLabError(
-            f"model.name={spec}: importing {module_name} failed: {type(err).__name__}: {err}"
-        ) from err
-    target: object = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            names = [n for n in dir(target) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise TrickLabError(
-                f"model.name={spec}: {module_name} has no attribute {attribute!r}{hint}"
-            )
-        target = getattr(target, part)
-    if not callable(target):
-        raise TrickLabError(
-            f"model.name={spec}: {attribute} is a {type(target).__name__}, not a callable "
-            "that builds a model"
-        )
-    return target
-
-
-def _import_module(module_name: str) -> object:
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        top = module_name.split(".")[0]
-        here = os.getcwd()
-        if err.name != top or here in sys.path or "" in sys.path:
-            raise
-        sys.path.append(here)
-        try:
-            return importlib.import_module(module_name)
-        except ModuleNotFoundError as again:
-            if again.name == top:  # not in the current folder either: leave sys.path as it was
-                sys.path.remove(here)
-            raise
-
-
 def _timm_info(name: str) -> ModelInfo:
     """timm's model `name` (after "timm:"): its builder passes num_classes, in_chans, pretrained
     and, to models that take it (vision transformers), img_size."""
@@ -446,5 +317,5 @@ def _timm_info(name: str) -> ModelInfo:
         close = difflib.get_close_matches(arch, timm.list_models(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise TrickLabError(f"timm has no model {arch!r}{hint} (timm.list_models() lists them all)")
-    builder = functools.partial(_build_own, name, functools.partial(create_timm, timm, arch))
+    builder = functools.partial(build_own, name, functools.partial(create_timm, timm, arch))
     return ModelInfo(name, f"timm {arch}", builder, options=("pretrained",), source="timm")

@@ -67,7 +67,7 @@ def model_code_id(factory: object, model: nn.Module | None = None) -> str:
 
 
 def factory_of(builder: object) -> object:
-    """The user's factory inside a registry builder (`functools.partial(_build_own, name,
+    """The user's factory inside a registry builder (`functools.partial(build_own, name,
     factory)`), else the builder itself."""
     if isinstance(builder, functools.partial) and len(builder.args) == 2:
         return builder.args[1]

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
+from tricklab.core.outputs import REPORT_FILES
 from tricklab.core.paths import check_out_folder, claim_folder, first_missing, remove_empty_dirs
 from tricklab.report.collect import Source, load_sources
 
-OUTPUTS = ("report.md", "report.html", "figures")
+OUTPUTS = REPORT_FILES
 MOVING = ".tricklab-report-moving"  # in out_dir while a report's files are moved in, one by one
 WORK_MARK = ".tricklab-report-"  # in the name of the hidden folder a report is made in
 ABANDONED_SECONDS = 60

@@ -23,6 +23,7 @@ from typing import Any
 
 from tricklab.core import safeio
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import RESULT_FILE, STUDY_FILE, SUMMARY_FILE
 from tricklab.core.paths import resolved
 from tricklab.core.urls import file_of
 from tricklab.report.fmt import config_namer
@@ -35,9 +36,7 @@ from tricklab.report.inputs import (
 # A summary.json of 10,000 runs is about 10 MB; a larger file is no tricklab output.
 MAX_JSON_BYTES = 64 << 20
 
-SPEEDRUN_FILE = "summary.json"
-RUN_FILE = "result.json"
-STUDY_FILE = "study.db"
+SPEEDRUN_FILE, RUN_FILE = SUMMARY_FILE, RESULT_FILE
 
 
 @dataclass

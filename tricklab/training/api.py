@@ -33,7 +33,7 @@ from tricklab.core.safeio import json_safe, shown
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, StopRequest, is_interrupt
 from tricklab.core.torchstate import own_torch_state
-from tricklab.core.usercode import described, raised_by_code
+from tricklab.core.usercode import described, message_of, raised_by_code
 from tricklab.measure.hardware import hardware_fingerprint
 from tricklab.measure.provenance import finish_record, start_record
 from tricklab.recipe.schema import Recipe
@@ -305,7 +305,7 @@ def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, s
         return Status.INTERRUPTED, INTERRUPTED_ERROR
     if oom := out_of_memory_error(exc):
         return Status.OOM, oom
-    return Status.FAILED, f"{type(exc).__name__}: {exc}"
+    return Status.FAILED, f"{type(exc).__name__}: {message_of(exc)}"  # a model's may not read
 
 
 def _stops_held(stop: StopRequest | None) -> contextlib.AbstractContextManager:

@@ -39,7 +39,8 @@ class WeightAverage:
             lookahead,
         )
         self.decay_power, self.total_steps = decay_power, max(total_steps, 1)
-        self.live = [t for t in model.state_dict().values() if t.is_floating_point()]
+        state = model.state_dict().values()  # a module's extra state may hold any object
+        self.live = [t for t in state if isinstance(t, torch.Tensor) and t.is_floating_point()]
         self.average: list[torch.Tensor] | None = None
 
     @torch.no_grad()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+import torch.distributed as dist
 
 from tricklab.core.errors import TrickLabError
 from tricklab.recipe.schema import ScheduleConfig
@@ -63,6 +64,10 @@ class GraphedStep:
     def __init__(
         self, parts: Parts, schedule: ScheduleConfig, total_steps: int, capture: bool = True
     ) -> None:
+        if dist.is_initialized() and dist.get_world_size() > 1:  # a graph holds no DDP hooks
+            raise TrickLabError(
+                "tricks.cuda_graph=on runs in one process; drop it or --nproc for data-parallel runs"
+            )
         if not reads_lr_on_device(parts.optimizer):
             raise TrickLabError(
                 "tricks.cuda_graph=true needs an optimizer that reads its lr on the device: "

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import RUN_FILES, check_not_another_commands
 from tricklab.core.paths import (
     CLAIM_NAME,
     FolderClaim,
@@ -29,7 +30,6 @@ from tricklab.recipe.schema import Recipe, load_recipe
 from tricklab.training.loggers import WRITES as LOGGER_OUTPUTS
 
 # What a run writes in its directory; a directory holding any of them is not reused.
-RUN_FILES = ("recipe.yaml", "metrics.jsonl", "result.json", "checkpoint.pt")
 RESULT_LIMIT = 64 << 20  # bytes of a result.json read back (its epochs' rows included)
 # Recipe fields that say where a run's metrics go, whether its weights are saved and how long its
 # ranks wait for each other, not what it trains: a rerun may change them and still take over.
@@ -177,6 +177,7 @@ def make_run_dir(out: Path, recipe: Recipe | None = None) -> FolderClaim:
         raise TrickLabError(
             f"cannot make the run directory {out}: {blocking} is a file, not a folder"
         )
+    check_not_another_commands(out, "a run")  # a study's or a speedrun's folder: mixed, unread
     try:
         for attempt in range(3):  # a run whose setup failed may remove the folder meanwhile
             out.mkdir(parents=True, exist_ok=True)
@@ -228,6 +229,7 @@ def check_run_dir(out: Path, recipe: Recipe | None = None) -> UnfinishedRun | No
     unfinished run a run of `recipe` would replace there, if any."""
     if out.exists() and not out.is_dir():
         raise TrickLabError(f"cannot make the run directory {out}: it is a file, not a folder")
+    check_not_another_commands(out, "a run")
     if (out / "result.json").exists() and not ended_unfinished(out):
         previous = [name for name in RUN_FILES if (out / name).exists()]
         raise TrickLabError(

@@ -36,13 +36,13 @@ from tricklab.data.loaders import (
 from tricklab.data.sources import Dataset, Sampling, load_dataset
 from tricklab.measure.flops import count_forward_macs, count_params
 from tricklab.models import build_model, is_own_model, set_batchnorm_momentum
+from tricklab.models.own import check_returned
 from tricklab.recipe.schema import (
     AugConfig,
     DataConfig,
     LoaderConfig,
     ModelConfig,
     Recipe,
-    ScheduleConfig,
     TricksConfig,
 )
 from tricklab.training import distributed
@@ -328,17 +328,8 @@ def prepare(
         accumulate_steps=recipe.optim.accumulate_steps,
     )
     if t.cuda_graph == "on":
-        parts.graph = graphed_step(parts, recipe.schedule)
+        parts.graph = GraphedStep(parts, recipe.schedule, parts.total_steps)
     return parts, {**info, "resolved": resolved}
-
-
-def graphed_step(parts: Parts, schedule: ScheduleConfig) -> GraphedStep:
-    """tricks.cuda_graph's step, for a run in one process (a graph does not hold DDP's hooks)."""
-    if distributed.world().world_size > 1:
-        raise TrickLabError(
-            "tricks.cuda_graph=on runs in one process; drop it or --nproc for data-parallel runs"
-        )
-    return GraphedStep(parts, schedule, parts.total_steps)
 
 
 def weight_average(
@@ -348,8 +339,7 @@ def weight_average(
     start is in epochs, not steps, so it moves with the data size and batch (a subset, a CPU run)."""
     if tricks.ema_decay == 0:
         return None
-    warmup_steps = math.ceil(tricks.ema_warmup_epochs * steps_per_epoch)
-    t = tricks
+    warmup_steps, t = math.ceil(tricks.ema_warmup_epochs * steps_per_epoch), tricks
     return WeightAverage(
         model, t.ema_decay, t.ema_every, warmup_steps, t.lookahead, t.ema_decay_power, total_steps
     )
@@ -392,6 +382,8 @@ def build_run_model(
         start = time.perf_counter()
         with checked_if(own, f"model.name={m.name}: its init_from_data"):
             init(normalize(sample, mean, std))
+        if own:  # a model it froze, moved to the meta device or made float64: one line, not later
+            check_returned(model, m.name, "its init_from_data left")
         synchronize(device)
         info["whiten_seconds"] = time.perf_counter() - start
     if m.bn_momentum is not None:

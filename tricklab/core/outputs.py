@@ -1,0 +1,59 @@
+"""What each command leaves in its --out folder, named once, and the check that one command's
+folder is not taken for another's: a run's files written into an ablation's folder (or a study
+into a run's) mixed the two, and a report of the folder read both as one."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from tricklab.core.errors import TrickLabError
+from tricklab.core.safeio import shown
+
+CLAIM_NAME = ".tricklab-claim"  # one writer per folder (core/paths.claim_folder)
+RESULT_FILE = "result.json"
+RUN_FILES = ("recipe.yaml", "metrics.jsonl", RESULT_FILE, "checkpoint.pt")  # `train`'s
+STUDY_FILE = "study.db"  # `ablate` and `sweep`'s SQLite storage, beside...
+RUNS_FOLDER = "runs"  # ...the folder of its runs, runs/<config>/seed-<n>/
+SUMMARY_FILE = "summary.json"  # `speedrun`'s, beside warmup/ and seed-<n>/
+REPORT_FILES = ("report.md", "report.html", "figures")  # `report`'s (and the demo's)
+
+MARKS = {
+    "a run": (RESULT_FILE, "recipe.yaml", "metrics.jsonl"),
+    "a study": (STUDY_FILE, RUNS_FOLDER),
+    "a speedrun": (SUMMARY_FILE, "warmup"),
+}  # a report may go into any of these folders (`report STUDY --out` its folder): no mark
+LOOKED_AT = 200  # entries of a folder looked into for runs one or two levels down
+
+
+def check_not_another_commands(out: Path, mine: str) -> None:
+    """TrickLabError when the folder `out` holds what another command than `mine` ('a run',
+    'a study', 'a speedrun') writes; for a run, also runs one or two folders down (a study's
+    runs/ folder, a speedrun's)."""
+    if not out.is_dir():
+        return
+    for what, names in MARKS.items():
+        found = next((name for name in names if (out / name).exists()), None)
+        if what != mine and found is not None:
+            _refuse(out, found, what)
+    if mine == "a run":
+        for entry in _folders(out):
+            inner = [entry, *_folders(entry)]
+            if any((folder / RESULT_FILE).exists() for folder in inner):
+                _refuse(out, entry.name, "runs")
+
+
+def _folders(folder: Path) -> list[Path]:
+    """Up to LOOKED_AT folders in `folder` (not links); none where it cannot be read."""
+    try:
+        entries = itertools.islice(folder.iterdir(), LOOKED_AT)
+        return [entry for entry in entries if entry.is_dir() and not entry.is_symlink()]
+    except OSError:  # a folder it may not read: the write will say so
+        return []
+
+
+def _refuse(out: Path, found: str, what: str) -> None:
+    raise TrickLabError(
+        f"--out {shown(out)} holds {what} ({shown(found)}), another command's output; give a "
+        "new folder"
+    )
