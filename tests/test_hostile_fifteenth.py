@@ -3,6 +3,8 @@ profile that says what it measured."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -12,11 +14,16 @@ from tiny_recipe import TINY_SYNTHETIC
 import tricklab
 from tricklab.cli.main import main
 from tricklab.core.errors import TrickLabError
+from tricklab.experiments import ablate, sweep
+from tricklab.experiments.recordfields import number_problem
 from tricklab.experiments.speedrun import SpeedrunPlan, speedrun
 from tricklab.experiments.stats import write_csv
+from tricklab.profile.loader import profile_loader
 from tricklab.profile.model import ModelBuild, ProfileGrid, profile_models
 from tricklab.profile.step import profile_step
-from tricklab.report.profiles import load_profile
+from tricklab.report.build import write_report
+from tricklab.report.profiles import load_profile, load_profiles
+from tricklab.report.table_writers import to_csv
 
 TINY = [*TINY_SYNTHETIC, "run.epochs=1", "tricks.precision=32-true"]
 
@@ -289,3 +296,111 @@ def test_one_commands_out_folder_is_refused_by_the_others(mark, what, commands, 
         assert "holds runs (baseline), another command's output" in one_error_line(capsys)
     else:
         assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_a_loss_a_run_records_below_the_float32_range_is_read_back(tmp_path, capsys):
+    """An lr of 1e10 trained to a loss of 1.6e28, stored complete; every reader then refused the
+    study, the run folder and the speedrun ("more than any run records (1e+18)")."""
+    assert number_problem("epochs[0].train_loss", 1.6e28) is None
+    assert number_problem("val_loss", 3.4e38) is None
+    assert "more than any run records (1e+39)" in number_problem("val_loss", 1e40)
+    assert "more than any run records (1e+18)" in number_problem("params", 1e19)  # as it was
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--out", str(out), "--json"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    for row in result["epochs"]:
+        row["train_loss"] = 1.6e28
+    (out / "result.json").write_text(json.dumps(result))
+    capsys.readouterr()
+    assert main(["report", str(out), "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "report.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["results", "--storage", "sqlite:///%00.db"],
+        ["results", "s", "--storage", "sqlite:///x%00y.db"],
+        ["ablate", *TINY, "--vary", "tricks.label_smoothing=0", "--seeds", "1", "--dry-run",
+         "--storage", "sqlite:///%00.db"],
+    ],
+)  # fmt: skip
+def test_a_nul_in_an_sqlite_url_is_one_line(argv, capsys):
+    """`%00` decodes to a NUL, which os.stat refuses with a ValueError: a 25-line traceback."""
+    assert main(argv) == 2
+    assert "a file's path cannot hold a NUL (%00)" in one_error_line(capsys)
+
+
+def test_csv_output_writes_a_text_cell_on_one_line_without_its_control_characters():
+    """`results --per-seed --format csv` printed a varied value's newline, ESC and CR raw."""
+    text = to_csv(["config", "seed"], [['run.wandb_project="a\nFORGED\x1b[31m\r"', 0]])
+    assert text == 'config,seed\n"run.wandb_project=""a\\nFORGED\\x1b[31m\\r""",0\n'
+
+
+def test_a_study_in_a_folder_named_otherwise_opens_by_the_name_the_listing_shows(
+    tmp_path, monkeypatch, capsys
+):
+    """`ablate --study foo --out runs/experiments/bar`: the listing showed foo, and `results foo`
+    answered "no study 'foo' ...; did you mean 'foo'?"."""
+    monkeypatch.chdir(tmp_path)
+    bar = tmp_path / "runs" / "experiments" / "bar"
+    argv = ["ablate", *TINY, "--vary", "tricks.label_smoothing=0.1", "--seeds", "1", "--study",
+            "foo", "--out", str(bar), "-q"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["results", "foo", "--format", "json"]) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta["study"] == "foo" and meta["storage"].endswith("bar/study.db")
+    assert main(["results", "foo", "--per-seed", "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3  # a header, two runs
+    assert main(["report", "foo", "--out", str(tmp_path / "r")]) == 0
+    shutil.copytree(bar, bar.with_name("baz"))
+    capsys.readouterr()
+    assert main(["results", "foo"]) == 2
+    assert "study 'foo' is in 2 databases (" in one_error_line(capsys)
+
+
+def test_python_callers_wrong_types_are_type_errors_naming_the_argument():
+    recipe = tricklab.load_recipe(None, TINY)
+    cases = [
+        (lambda: ablate("x"), "ablate's plan takes AblationPlan"),
+        (lambda: sweep(5), "sweep's plan takes SweepPlan"),
+        (lambda: speedrun("x"), "speedrun's plan takes SpeedrunPlan"),
+        (lambda: profile_models(["airbench"], peak_tflops_override="1"), "peak_tflops takes a"),
+        (lambda: profile_step(recipe, trace=5), "profile_step's trace takes"),
+        (lambda: profile_step(recipe, recipe_name=5), "profile_step's recipe_name takes"),
+        (lambda: profile_loader(recipe, with_step="yes"), "profile_loader's with_step takes"),
+    ]
+    for call, says in cases:
+        with pytest.raises(TypeError, match=re.escape(says)):
+            call()
+
+
+def test_a_step_profile_whose_operator_shares_pass_the_whole_is_refused(tmp_path):
+    result = profile_step(tricklab.load_recipe(None, TINY_SYNTHETIC), repeats=2)
+    for operator in result["top_operators"]:
+        operator["self_share"] = 0.9
+    saved = tmp_path / "p.json"
+    saved.write_text(json.dumps(result))
+    with pytest.raises(TrickLabError, match="self shares in top_operators add up to"):
+        load_profile(saved)
+
+
+def test_a_speedrun_shows_a_tiny_target_and_its_summary_plans_at_least_one_run(tmp_path, capsys):
+    out = tmp_path / "s"
+    argv = ["speedrun", *TINY, "--runs", "1", "--warmup-epochs", "0", "--target", "1e-5",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "runs ≥ target 0.001%" in capsys.readouterr().out  # it read 0.00%
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text(json.dumps({**summary, "runs_planned": 0}))
+    with pytest.raises(TrickLabError, match="'runs_planned' is 0, not a whole number from 1"):
+        write_report([out], tmp_path / "r")
+
+
+def test_a_profile_named_twice_is_one_profile(tmp_path):
+    saved = tmp_path / "m.json"
+    build = ModelBuild(widths=[8, 16, 16], image_size=16)
+    result = profile_models(["airbench"], ProfileGrid([2]), build=build, device="cpu", repeats=2)
+    saved.write_text(json.dumps(result))
+    assert len(load_profiles([saved, tmp_path / "." / "m.json"])) == 1

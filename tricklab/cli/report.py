@@ -151,9 +151,9 @@ def _results(args: argparse.Namespace, output: str) -> int:
     from tricklab.experiments.stats import write_csv
 
     target = normalize_target(args.target) if args.target is not None else None
-    check_study(args.study, args.storage, args.out)
+    storage = check_study(args.study, args.storage, args.out)  # the URL of the study's storage
     meta, rows = study_results(
-        args.study, args.storage, out_dir=args.out, reference=args.reference, target=target
+        args.study, storage, out_dir=args.out, reference=args.reference, target=target
     )
     if args.csv:
         write_csv(rows, args.csv)
@@ -161,7 +161,7 @@ def _results(args: argparse.Namespace, output: str) -> int:
     if args.per_seed:
         from tricklab.report.collect import load_study
 
-        records = load_study(args.study, args.storage, args.out).records
+        records = load_study(args.study, storage, args.out).records
         runs = tables.per_seed_runs(records)
         if output == "json":
             print(json_line({**meta, "runs": runs}))

@@ -83,8 +83,8 @@ def _print_runs(args: argparse.Namespace, output: str) -> int:
     from tricklab.experiments.reading import study_runs
     from tricklab.report.fmt import pct, seconds
 
-    check_study(args.study, args.storage, args.out)
-    meta, runs = study_runs(args.study, args.storage, out_dir=args.out)
+    storage = check_study(args.study, args.storage, args.out)  # the URL of the study's storage
+    meta, runs = study_runs(args.study, storage, out_dir=args.out)
     if output == "json":  # names exactly: JSON writes their control characters as escapes
         print(report_cli.json_line({**meta, "runs": runs}))
         return 0

@@ -47,11 +47,17 @@ from tricklab.experiments.speedrun import (
 from tricklab.profile.tables import num
 from tricklab.recipe.schema import load_recipe
 from tricklab.report.fmt import plural
+from tricklab.report.fmt import target as target_text
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
     """An accuracy as every line shows it (core.progress.percent), or an MFU with `digits`."""
     return percent(value) if digits == 2 else "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _target(value: float) -> str:
+    """A target accuracy as report/fmt.target writes it (1e-5 is no '0.00%')."""
+    return f"{target_text(value)}%"
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -123,7 +129,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
         ("95% CI of the mean", f"[{_pct(ci[0])}, {_pct(ci[1])}]" if ci else _no_ci(summary.n)),
         ("min / max", f"{_pct(summary.accuracy_min)} / {_pct(summary.accuracy_max)}"),
         (
-            f"runs ≥ target {_pct(target)}" if target else "runs ≥ target",
+            f"runs ≥ target {_target(target)}" if target else "runs ≥ target",
             _pct(summary.fraction_at_target, 0),
         ),
         *(_record_rows(summary) if airbench else []),

@@ -112,7 +112,10 @@ def file_of(url: str) -> Path | None:
         database = make_url(url).database
     except Exception:  # not a URL SQLAlchemy reads: the text after the prefix, as it was given
         database = None
-    return Path(database or url[len(SQLITE_PREFIX) :])
+    path = database or url[len(SQLITE_PREFIX) :]
+    if "\0" in path:  # `%00`: no file system takes the name (os.stat's ValueError)
+        raise TrickLabError(f"storage {shown_url(url)}: a file's path cannot hold a NUL (%00)")
+    return Path(path)
 
 
 def sqlite_url(path: Path) -> str:

@@ -89,12 +89,28 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     path = file_of(url) if url.startswith(SQLITE_PREFIX) else None
     if path is not None and not path.is_file():  # read-only: no database is made here
         names = [s.name for s in list_studies(None, out_dir)] if storage is None else []
+        if storage is None and out_dir is None and name in names:  # in a folder named otherwise
+            return _the_one_holding(name)
         where = f"{where} (no study database at {shown(path)})"
     else:
         names = [s.name for s in _studies_in(url)]
         if name in names:
             return url
     raise TrickLabError(_unknown(name, names, where))
+
+
+def _the_one_holding(name: str) -> str:
+    """The URL of the default database holding study `name` in a folder of another name (the
+    listing shows it there); TrickLabError where several do."""
+    urls = [storage_url(None, db.parent) for db in _default_databases(None)]
+    holding = [url for url in urls if name in (s.name for s in _studies_in(url))]
+    if len(holding) > 1:
+        raise TrickLabError(
+            f"study '{shown(name)}' is in {len(holding)} databases ({shown(file_of(holding[0]))}, "
+            f"{shown(file_of(holding[1]))}{', ...' if len(holding) > 2 else ''}): pass --out "
+            "with its folder, or --storage"
+        )
+    return holding[0]
 
 
 def _unknown(name: str, names: list[str], where: str) -> str:

@@ -24,6 +24,9 @@ from tricklab.core.status import Status
 # that sums, squares and exponentials of them stay finite in the statistics.
 MAX_MAGNITUDE = 1e18
 MAX_SECONDS = 1e9
+# A loss past the float32 range is inf (a diverged run); below it, any a run may record: an lr of
+# 1e10 trains to losses of 1e28, and a study of such runs must still read.
+MAX_LOSS = 1e39
 MIN_SECONDS = 1e-9  # a time above 0 s is at least what perf_counter resolves (0 is a phase not run)
 # Counts and rates no run records below 0 (a report drew "-500" images/s).
 NONNEGATIVE_FIELDS = ("images_per_second", "params", "forward_macs")
@@ -76,7 +79,7 @@ def quoted(value: Any) -> str:
 def number_problem(name: str, value: Any) -> str | None:
     """What makes `value` no reading of the field `name` (a number): a fraction outside 0..1 (a
     target accuracy of 0 too), seconds, bytes, counts or rates below 0, seconds between 0 and
-    MIN_SECONDS or above MAX_SECONDS, anything above
+    MIN_SECONDS or above MAX_SECONDS, a loss above MAX_LOSS, anything else above
     MAX_MAGNITUDE or not finite (a loss may be: NaN where a run diverged); None when it is one.
     `name` is as the message gives it."""
     field = name.rpartition(".")[2]
@@ -92,7 +95,13 @@ def number_problem(name: str, value: Any) -> str | None:
         return f"'{name}' is {value!r:.40}, below 0"
     if field.endswith("_seconds") and 0 < value < MIN_SECONDS:  # 5e-324 overflowed an interval
         return f"'{name}' is {value!r:.40}, less than any run records ({MIN_SECONDS:g} s)"
-    limit = MAX_SECONDS if field.endswith("_seconds") else MAX_MAGNITUDE
+    limit = (
+        MAX_SECONDS
+        if field.endswith("_seconds")
+        else MAX_LOSS
+        if field.endswith("_loss")
+        else MAX_MAGNITUDE
+    )
     if abs(value) > limit:
         return f"'{name}' is {value!r:.40}, more than any run records ({limit:g})"
     return None

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 
 from tricklab.core.environment import check_environment
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
@@ -203,6 +203,7 @@ def plan_ablation(
     model, ...) raises TrickLabError first: the setup of the baseline and of one configuration per
     varied value is built (each distinct data source, model and loader once), so a large grid
     costs about what a small one does; without it, no model is built and no hash is made."""
+    expect_type(plan, AblationPlan, "ablate's plan")
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_out_dir(plan.out_dir, "the ablation")
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
@@ -291,6 +292,7 @@ def check_sweep(plan: SweepPlan, *, check_runs: bool = True) -> dict[str, str]:
     space that is not valid. With `check_runs`, also for input every run with some value of the
     space would fail on (missing data, an unknown model, ...); returns its own models' code
     hashes then (training.setup.check_setup), else {}."""
+    expect_type(plan, SweepPlan, "sweep's plan")
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     sampler, trials, sampler_seed = plan.sampler, plan.trials, plan.sampler_seed
     check_out_dir(plan.out_dir, "the sweep")

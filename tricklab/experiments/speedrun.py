@@ -281,6 +281,7 @@ def speedrun(
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) after some counted runs raises
     SpeedrunInterrupted with their summary (also written to summary.json); before the first
     counted run, KeyboardInterrupt, with the folders it made removed (the same --out runs again)."""
+    expect_type(plan, SpeedrunPlan, "speedrun's plan")
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_arguments(plan.runs, plan.peak_tflops, plan.target_accuracy, plan.warmup_epochs)
     check_warmup(plan.warmup_epochs, plan.recipe)

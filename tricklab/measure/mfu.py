@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_number
 
 if TYPE_CHECKING:  # torch stays unimported until a run: the CLI answers bad input at once
     import torch
@@ -108,6 +108,8 @@ def check_peak(peak: float | None) -> None:
     """TrickLabError for a --peak-tflops outside PEAK_TFLOPS_RANGE (1e-320 gave an infinite MFU,
     which tricklab's own JSON refuses)."""
     low, high = PEAK_TFLOPS_RANGE
+    if peak is not None:  # a Python caller's text: a TypeError naming it, not one from `<=`
+        expect_number(peak, "peak_tflops")
     if peak is not None and not low <= peak <= high:
         raise TrickLabError(
             f"--peak-tflops must be a device's peak TFLOP/s, from {low:g} to {high:g}, got {peak:g}"

@@ -153,6 +153,7 @@ def profile_loader(
 
     expect_type(recipe, Recipe, "profile_loader's recipe")
     expect_type(grid, (LoaderGrid, type(None)), "profile_loader's grid")
+    expect_type(with_step, bool, "profile_loader's with_step")
     grid = grid if grid is not None else LoaderGrid()
     check_options(grid.kinds, grid.num_workers, grid.pin_memory, batch_size, batches, repeats)
     if batch_size is not None:

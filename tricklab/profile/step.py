@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -366,6 +367,8 @@ def profile_step(
 
     With `trace`, the profiled steps are written there as a Chrome/Perfetto trace (JSON)."""
     expect_type(recipe, Recipe, "profile_step's recipe")
+    expect_type(recipe_name, (str, type(None)), "profile_step's recipe_name")
+    expect_type(trace, (str, os.PathLike, type(None)), "profile_step's trace")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
         raise TrickLabError(
             f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"

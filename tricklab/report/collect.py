@@ -200,7 +200,7 @@ def load_study(name: str, storage: str | None = None, out_dir: str | None = None
     from tricklab.experiments.storage import open_storage
 
     url = check_study(name, storage, out_dir)
-    meta, rows = study_results(name, storage, out_dir=out_dir)
+    meta, rows = study_results(name, url, out_dir=out_dir)
     records = collect_runs(open_stored(open_storage(url, must_exist=True), name))
     return Source(name, meta["kind"], meta["storage"], records, rows, meta)  # URL as shown
 

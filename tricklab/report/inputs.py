@@ -63,9 +63,9 @@ def check_speedrun_summary(summary: dict[str, Any], path: Path) -> dict[str, Any
     if (
         problem is None
         and planned is not None
-        and not (type(planned) is int and 0 <= planned <= MAX_RUNS)
+        and not (type(planned) is int and 1 <= planned <= MAX_RUNS)  # --runs takes no 0
     ):
-        problem = f"'runs_planned' is {planned!r}, not a whole number from 0 to {MAX_RUNS:,}"
+        problem = f"'runs_planned' is {planned!r}, not a whole number from 1 to {MAX_RUNS:,}"
     if problem is None and planned and runs and len(runs) > planned:
         problem = f"'runs' holds {len(runs)} runs, more than the {planned} of 'runs_planned'"
     seeds = set()  # a seed listed twice would count one run twice (an interval from fewer)

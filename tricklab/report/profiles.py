@@ -165,14 +165,16 @@ class Profile:
 def load_profiles(paths: Sequence[str | Path]) -> list[Profile]:
     """Every file in `paths` as a Profile with its tables; TrickLabError, one line naming the
     file, for one that is not `tricklab profile model|step|loader --json` output."""
-    profiles = []
+    profiles, seen = [], set()
     for spec in paths:
         if not str(spec).strip():
             raise TrickLabError("an empty --profile file name; give a file")
         path = Path(spec)
         if path.is_dir():
             raise TrickLabError(f"--profile {path} is a folder; give the JSON file(s) it holds")
-        profiles.append(load_profile(path))
+        if path.resolve() not in seen:  # a file named twice is one profile, as a source is
+            seen.add(path.resolve())
+            profiles.append(load_profile(path))
     return profiles
 
 
@@ -284,6 +286,9 @@ def _step_misfit(data: dict[str, Any]) -> str | None:
         total = sum(c.get("share") or 0 for c in rows)
         if total > 1 + 1e-6:
             return f"the shares in {key} add up to {total:.4g}, not at most 1 (the whole step)"
+    total = sum(o.get("self_share") or 0 for o in data.get("top_operators") or [])
+    if total > 1 + 1e-6:  # each a share of all self time: the top ones hold at most all of it
+        return f"the self shares in top_operators add up to {total:.4g}, not at most 1"
     return None
 
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tricklab.core.safeio import shown
+
 
 @dataclass
 class TableData:
@@ -108,11 +110,13 @@ def to_latex(table: TableData) -> str:
 
 
 def to_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """CSV text, each text cell as one line (core/safeio.shown): a value a user varied (a run's
+    name, a project) cannot forge a row or reach the terminal, as in every other format."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
+    writer.writerow([shown(cell) for cell in header])
     for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
+        writer.writerow(["" if v is None else shown(v) if isinstance(v, str) else v for v in row])
     return buffer.getvalue()
 
 
