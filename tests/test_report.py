@@ -1,6 +1,7 @@
 """`tricklab report` / `write_report` on tiny real studies (generated data, 1 epoch, 3 seeds)."""
 
 import base64
+import dataclasses
 import json
 import re
 import shutil
@@ -353,14 +354,18 @@ def test_an_interrupted_speedrun_is_reported_unfinished_with_its_planned_runs(tm
 
 def test_a_folder_holding_a_speedrun_and_a_study_reports_both(study, tmp_path):
     """Fifth hostile round: a speedrun's --out into an ablation's folder hid the study from
-    `report FOLDER`, without a word."""
+    `report FOLDER`, without a word. Such a folder is refused now (fifteenth round: one command's
+    folder by the others); one made before, or by hand, is still reported whole."""
     from tricklab.experiments.speedrun import SpeedrunPlan, speedrun
     from tricklab.recipe.schema import load_recipe
 
     mixed = tmp_path / "mixed"
     shutil.copytree(study[1], mixed)
     plan = SpeedrunPlan(load_recipe(None, TINY), 2, warmup_epochs=0, out_dir=mixed)
-    speedrun(plan)
+    with pytest.raises(TrickLabError, match="holds a study .study.db., another command's output"):
+        speedrun(plan)
+    speedrun(dataclasses.replace(plan, out_dir=tmp_path / "sr"))
+    shutil.copytree(tmp_path / "sr", mixed, dirs_exist_ok=True)
     assert sorted(source.kind for source in load_sources([mixed])) == ["ablation", "speedrun"]
 
 
