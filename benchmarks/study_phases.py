@@ -41,7 +41,7 @@ TARGETS = [
     ("tricklab.training.setup", "channel_stats"),
     ("tricklab.training.setup", "check_model_fits"),
     ("tricklab.training.setup", "check_run"),
-    ("tricklab.training.setup", "graphed_step"),
+    ("tricklab.training.setup", "GraphedStep"),  # a CUDA graph's capture set up (cuda_graph=on)
     ("tricklab.experiments.runner", "plan_ablation"),
     ("tricklab.training.setup", "check_setup"),
     ("tricklab.experiments.runner", "_summary"),
