@@ -404,3 +404,14 @@ def test_a_profile_named_twice_is_one_profile(tmp_path):
     result = profile_models(["airbench"], ProfileGrid([2]), build=build, device="cpu", repeats=2)
     saved.write_text(json.dumps(result))
     assert len(load_profiles([saved, tmp_path / "." / "m.json"])) == 1
+
+
+@pytest.mark.parametrize("command", ["results", "report"])
+def test_a_study_named_in_a_storage_that_is_a_device_says_so(command, tmp_path, capsys):
+    """`report s1 --storage sqlite:////dev/null` said "no study database at /dev/null", where
+    `results --storage` alone said it is a device."""
+    argv = [command, "s1", "--storage", "sqlite:////dev/null"]
+    assert main([*argv, "--out", str(tmp_path / "r")] if command == "report" else argv) == 2
+    assert one_error_line(capsys) == (
+        "error: cannot open storage sqlite:////dev/null: it is a device, not a file"
+    )

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import STUDY_FILE
 from tricklab.core.safeio import shown
 from tricklab.core.urls import SQLITE_PREFIX, file_of, shown_url
-from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_url
-
-DB_NAME = "study.db"
+from tricklab.experiments.storage import EXPERIMENTS_ROOT, experiment_dir, storage_file, storage_url
 
 
 @dataclass
@@ -57,11 +56,11 @@ def _studies_in(url: str) -> list[StudyInfo]:
 
 def _default_databases(out_dir: str | None) -> list[Path]:
     if out_dir is not None:
-        db = Path(out_dir) / DB_NAME
+        db = Path(out_dir) / STUDY_FILE
         return [db] if db.is_file() else []
     if not EXPERIMENTS_ROOT.is_dir():
         return []
-    return sorted(p for p in EXPERIMENTS_ROOT.glob(f"*/{DB_NAME}") if p.is_file())
+    return sorted(p for p in EXPERIMENTS_ROOT.glob(f"*/{STUDY_FILE}") if p.is_file())
 
 
 def list_studies(storage: str | None = None, out_dir: str | None = None) -> list[StudyInfo]:
@@ -78,7 +77,7 @@ def where_listed(storage: str | None, out_dir: str | None) -> str:
     """Where `list_studies` looked, for messages (a URL without its password)."""
     if storage is not None:
         return shown_url(storage_url(storage, Path(".")))
-    return str(Path(out_dir) / DB_NAME) if out_dir is not None else f"{EXPERIMENTS_ROOT}/*/"
+    return str(Path(out_dir) / STUDY_FILE) if out_dir is not None else f"{EXPERIMENTS_ROOT}/*/"
 
 
 def check_study(name: str, storage: str | None = None, out_dir: str | None = None) -> str:
@@ -88,6 +87,7 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     where = where_listed(storage, out_dir)
     path = file_of(url) if url.startswith(SQLITE_PREFIX) else None
     if path is not None and not path.is_file():  # read-only: no database is made here
+        storage_file(url)  # a device, a pipe or a folder is said as such, as `results` alone says
         names = [s.name for s in list_studies(None, out_dir)] if storage is None else []
         if storage is None and out_dir is None and name in names:  # in a folder named otherwise
             return _the_one_holding(name)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError, expect_number, expect_type
+from tricklab.core.outputs import SUMMARY_FILE
 from tricklab.core.paths import atomic_write, first_missing
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest, stop_request
@@ -339,7 +340,7 @@ def _speedrun(
         busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
         summary.busy_machine, summary.busy_reason = busy.busy, busy.reason
         if out is not None:
-            with atomic_write(out / "summary.json") as handle:
+            with atomic_write(out / SUMMARY_FILE) as handle:
                 handle.write(json.dumps(summary.to_dict(), indent=2))
         return summary
 

@@ -119,7 +119,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     schema (an empty study.db, a table dropped) is one TrickLabError line, as Optuna would write
     the rest into it; so is one holding what tricklab cannot show (`contents.check_contents`)."""
     if url.startswith("journal:"):
-        path = _file_path(url)
+        path = storage_file(url)
         if must_exist and not path.is_file():
             raise TrickLabError(f"journal file {path} does not exist")  # a reader makes none
         _make_parent(path, url)
@@ -136,7 +136,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     kwargs: dict[str, Any] = {}
     fresh = None  # the SQLite file this call makes: taken back if its schema cannot be written
     if url.startswith(SQLITE_PREFIX):
-        path = _file_path(url)
+        path = storage_file(url)
         if must_exist and not path.is_file():
             raise TrickLabError(f"no study database at {shown(path)}; --storage says where it is")
         _make_parent(path, url)
@@ -205,7 +205,7 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
     its folder must be one we can write in; a database server is connected to once (driver,
     address, credentials), its study read if Optuna's tables are there, and nothing created."""
     if file_of(url) is not None:
-        path = _file_path(url)
+        path = storage_file(url)
         if path.exists():
             if url.startswith(SQLITE_PREFIX):
                 _check_sqlite(path)
@@ -294,7 +294,7 @@ def check_study(
             )
 
 
-def _file_path(url: str) -> Path:
+def storage_file(url: str) -> Path:
     """The file of a journal: or sqlite:/// URL, refused if anything but a file is there."""
     path = file_of(url)  # a pipe hangs Optuna, a device fails its fsync
     assert path is not None, url

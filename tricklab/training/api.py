@@ -21,6 +21,7 @@ from tricklab.core.device import out_of_memory_error, synchronize
 from tricklab.core.environment import check_environment, check_torch_env
 from tricklab.core.errors import MachineError, TrickLabError, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
+from tricklab.core.outputs import RESULT_FILE
 from tricklab.core.paths import (
     atomic_write,
     disk_full_error,
@@ -158,7 +159,7 @@ def _claimed_train(
         # Only a run that holds the folder's claim cleans it: a run refused the folder (another
         # run writes there) must not remove that run's files.
         ours = claim is not None
-        if ours and (is_disk_full(exc) or not (out / "result.json").exists()):
+        if ours and (is_disk_full(exc) or not (out / RESULT_FILE).exists()):
             loggers.remove_outputs()  # metrics.csv, tensorboard/: a rerun's would mix with them
             for name in RUN_FILES:
                 with contextlib.suppress(OSError):
@@ -278,7 +279,7 @@ def _train(
                 result.wall_seconds = time.perf_counter() - wall_start
                 result.provenance = finish_record(result.provenance)
                 if out is not None:
-                    write_json_atomic(out / "result.json", result.to_dict())
+                    write_json_atomic(out / RESULT_FILE, result.to_dict())
                 if result.status == Status.INTERRUPTED and not isinstance(exc, SystemExit):
                     raise RunInterrupted(result) from exc
                 raise
@@ -291,7 +292,7 @@ def _train(
         result.wall_seconds = time.perf_counter() - wall_start
         result.provenance = finish_record(result.provenance)
         if out is not None:
-            write_json_atomic(out / "result.json", result.to_dict())
+            write_json_atomic(out / RESULT_FILE, result.to_dict())
     if stop is not None and stop.requested:  # a stop held while the end was recorded
         raise RunInterrupted(result)
     return result

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.outputs import RESULT_FILE
 from tricklab.core.paths import claim_folder
 from tricklab.core.safeio import json_safe, read_json
 from tricklab.core.status import Status
@@ -110,7 +111,7 @@ def record_failed_rank(out: Path, launched: RunResult, reason: str) -> None:
     if claim is None:  # a live writer holds it
         return
     try:
-        previous = out / "result.json"
+        previous = out / RESULT_FILE
         result = dataclasses.replace(
             launched,
             epochs=logged_epochs(out),

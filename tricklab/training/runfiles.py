@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.outputs import RUN_FILES, check_not_another_commands
+from tricklab.core.outputs import RESULT_FILE, RUN_FILES, check_not_another_commands
 from tricklab.core.paths import (
     CLAIM_NAME,
     FolderClaim,
@@ -79,7 +79,7 @@ def unfinished_run(out: Path, killed: bool | None = None) -> UnfinishedRun | Non
     """The unfinished run in `out` (see UnfinishedRun), or None: no run there, or one that ended
     as it records. `killed`: whether its claim was found abandoned (None: a claim file whose
     process is gone, for a check made without claiming)."""
-    result = out / "result.json"
+    result = out / RESULT_FILE
     if result.exists():
         try:
             data = read_json(result, RESULT_LIMIT, "a run's result.json")
@@ -202,7 +202,7 @@ def make_run_dir(out: Path, recipe: Recipe | None = None) -> FolderClaim:
     # a logger's output there (metrics.csv, tensorboard/) is a run's too: appended to, it would mix
     names = dict.fromkeys((*RUN_FILES, *LOGGER_OUTPUTS.values()))  # metrics.jsonl is in both
     previous = [name for name in names if (out / name).exists()]
-    killed = abandoned is not None and not (out / "result.json").exists()
+    killed = abandoned is not None and not (out / RESULT_FILE).exists()
     if previous and (killed or ended_unfinished(out)):
         left = unfinished_run(out, killed) if recipe is not None else None
         differs = left.differs_from(recipe) if left is not None and recipe is not None else []
@@ -230,7 +230,7 @@ def check_run_dir(out: Path, recipe: Recipe | None = None) -> UnfinishedRun | No
     if out.exists() and not out.is_dir():
         raise TrickLabError(f"cannot make the run directory {out}: it is a file, not a folder")
     check_not_another_commands(out, "a run")
-    if (out / "result.json").exists() and not ended_unfinished(out):
+    if (out / RESULT_FILE).exists() and not ended_unfinished(out):
         previous = [name for name in RUN_FILES if (out / name).exists()]
         raise TrickLabError(
             f"run directory {out} already holds a run ({', '.join(previous)}); "
@@ -247,7 +247,7 @@ def ended_unfinished(out: Path) -> bool:
     """The folder's result.json says its run ended failed, oom or interrupted: a rerun of the same
     command replaces it, as ablate and sweep retry such runs."""
     try:
-        result = read_json(out / "result.json", RESULT_LIMIT, "a run's result.json")
+        result = read_json(out / RESULT_FILE, RESULT_LIMIT, "a run's result.json")
     except TrickLabError:
         return False
     return isinstance(result, dict) and result.get("status") in RETRY_STATUSES
