@@ -46,7 +46,7 @@ def test_a_warm_up_longer_than_the_recipe_is_refused_before_any_run(tmp_path, ca
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name", ["t.json/", "sub/t.json//"])
+@pytest.mark.parametrize("name", ["t.json/", "sub/t.json//", "t.json/.", "sub/t.json/.."])
 def test_a_trace_or_csv_name_ending_in_a_slash_is_refused_not_written_as_a_file(
     name, tmp_path, monkeypatch, capsys
 ):
@@ -54,8 +54,8 @@ def test_a_trace_or_csv_name_ending_in_a_slash_is_refused_not_written_as_a_file(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()
     assert main(["profile", "step", *TINY_SYNTHETIC, "--repeats", "2", "--trace", name]) == 2
-    assert "ends in a slash, as a folder does: give a file" in one_error_line(capsys)
-    with pytest.raises(TrickLabError, match="ends in a slash"):
+    assert "names a folder (it ends in a slash, . or ..): give a file" in one_error_line(capsys)
+    with pytest.raises(TrickLabError, match="names a folder"):
         write_csv([], name.replace("t.json", "t.csv"))
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
 
@@ -293,7 +293,7 @@ def test_one_commands_out_folder_is_refused_by_the_others(mark, what, commands, 
         (out / "runs" / "baseline" / "seed-0").mkdir(parents=True)
         (out / "runs" / "baseline" / "seed-0" / "result.json").write_text("{}")
         assert main(["train", *TINY, "--out", str(out / "runs")]) == 2
-        assert "holds runs (baseline), another command's output" in one_error_line(capsys)
+        assert "is inside another command's folder (" in one_error_line(capsys)
     else:
         assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
@@ -415,3 +415,104 @@ def test_a_study_named_in_a_storage_that_is_a_device_says_so(command, tmp_path, 
     assert one_error_line(capsys) == (
         "error: cannot open storage sqlite:////dev/null: it is a device, not a file"
     )
+
+
+SECOND_PASS = """
+import torch
+from torch import nn
+
+
+def no_state(num_classes):
+    net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, num_classes))
+    net.state_dict = lambda *args, **kwargs: None
+    return net
+
+
+def text_state(num_classes):
+    net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, num_classes))
+    net.state_dict = lambda *args, **kwargs: {"x": "s"}
+    return net
+
+
+class Shared(nn.Module):  # one module in two places is no cycle
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.again, self.fc = self.conv, nn.Linear(8, num_classes)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def get_extra_state(self):
+        return {"note": "any object"}
+
+    def set_extra_state(self, state):
+        pass
+
+    def forward(self, x):
+        return self.fc(self.conv(x).mean((2, 3)))
+"""
+
+
+@pytest.mark.parametrize("factory", ["no_state", "text_state"])
+def test_a_state_dict_without_the_weights_is_one_line_before_the_run(
+    factory, tmp_path, monkeypatch, capsys
+):
+    """Second pass: a state_dict() giving None or text passed the check, then the EMA failed."""
+    (tmp_path / "secondpass.py").write_text(SECOND_PASS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["train", *OWN, f"model.name=secondpass:{factory}", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "its state_dict() gives" in one_error_line(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+def test_shared_submodules_extra_state_and_whole_number_buffers_train(tmp_path, monkeypatch):
+    (tmp_path / "secondpass.py").write_text(SECOND_PASS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["train", *OWN, "model.name=secondpass:Shared", "tricks.ema_decay=0.9", "--out",
+            str(tmp_path / "r"), "-q"]  # fmt: skip
+    assert main(argv) == 0
+
+
+def test_the_folders_above_an_out_are_looked_at_too(tmp_path, capsys):
+    """Second pass: `train --out STUDY/runs/extra` and `--out SPEEDRUN/seed-5`, and `ablate --out
+    STUDY/runs`, were taken."""
+    (tmp_path / "ab" / "runs" / "baseline" / "seed-0").mkdir(parents=True)
+    (tmp_path / "ab" / "study.db").write_bytes(b"")
+    (tmp_path / "ab" / "runs" / "baseline" / "seed-0" / "result.json").write_text("{}")
+    (tmp_path / "sp").mkdir()
+    (tmp_path / "sp" / "summary.json").write_text("{}")
+    for out, holds in (
+        (tmp_path / "ab" / "runs" / "extra", "study.db"),
+        (tmp_path / "sp" / "seed-5", "summary.json"),
+    ):
+        assert main(["train", *TINY, "--out", str(out)]) == 2
+        line = one_error_line(capsys)
+        assert line.endswith(f"holds {holds}); give a folder outside it"), line
+        assert not out.exists()
+    argv = ["ablate", "--baseline", *TINY, "--vary", "tricks.label_smoothing=0.1", "--seeds", "1",
+            "--out", str(tmp_path / "ab" / "runs"), "--dry-run"]  # fmt: skip
+    assert main(argv) == 2
+    assert "is inside another command's folder" in one_error_line(capsys)
+
+
+def test_csv_keeps_text_that_is_no_control_character_as_it_is():
+    """Second pass: a no-break space and an emoji's zero-width joiner came out escaped."""
+    text = to_csv(["config"], [["café\xa0x"], ["👨\u200d👩"], ["a\u2028b"]])
+    assert text.splitlines() == ["config", "café\xa0x", "👨\u200d👩", "a\\u2028b"]
+
+
+def test_a_warm_up_is_quoted_as_typed_and_a_loss_below_0_is_no_reading(capsys):
+    assert main(["speedrun", *TINY, "--warmup-epochs", "1.0000001", "--runs", "1"]) == 2
+    assert "--warmup-epochs 1.0000001 is more than the recipe's run.epochs 1:" in one_error_line(
+        capsys
+    )
+    assert "below 0" in number_problem("val_loss", -1e38)
+
+
+def test_a_folder_of_runs_is_no_study_folder(tmp_path, capsys):
+    (tmp_path / "many" / "r1").mkdir(parents=True)
+    (tmp_path / "many" / "r1" / "result.json").write_text("{}")
+    argv = ["ablate", "--baseline", *TINY, "--vary", "tricks.label_smoothing=0.1", "--seeds", "1",
+            "--out", str(tmp_path / "many"), "--dry-run"]  # fmt: skip
+    assert main(argv) == 2
+    assert "holds runs (r1), another command's output" in one_error_line(capsys)

@@ -27,12 +27,13 @@ def check_file_name(path: Path, option: str) -> None:
 
 
 def file_path(name: str | Path, option: str) -> Path:
-    """`name` as the Path of a file an option writes; TrickLabError for one ending in a slash, a
-    folder's name (Path drops the slash: `t.json/` wrote the file t.json)."""
-    if isinstance(name, str) and name.endswith(("/", os.sep)) and name.strip("/" + os.sep):
-        raise TrickLabError(
-            f"{option} {shown(name)} ends in a slash, as a folder does: give a file"
-        )
+    """`name` as the Path of a file an option writes; TrickLabError for a folder's name, one
+    ending in a slash, `.` or `..` (Path drops a last slash and `.`: `t.json/` wrote t.json)."""
+    if isinstance(name, str) and os.path.basename(name) in ("", ".", ".."):
+        if name.strip("/" + os.sep):  # "/" alone: "needs a file name", below
+            raise TrickLabError(
+                f"{option} {shown(name)} names a folder (it ends in a slash, . or ..): give a file"
+            )
     return Path(name)
 
 

@@ -26,21 +26,30 @@ MARKS = {
 LOOKED_AT = 200  # entries of a folder looked into for runs one or two levels down
 
 
-def check_not_another_commands(out: Path, mine: str) -> None:
+def check_not_another_commands(out: Path, mine: str, above: bool = True) -> None:
     """TrickLabError when the folder `out` holds what another command than `mine` ('a run',
-    'a study', 'a speedrun') writes; for a run, also runs one or two folders down (a study's
-    runs/ folder, a speedrun's)."""
+    'a study', 'a speedrun') writes, or runs one or two folders down (a study's runs/ folder, a
+    speedrun's); with `above`, also when it lies inside a study's or a speedrun's folder (up to
+    three folders up: a study's runs/<config>/<new>), where the command was not asked to run
+    there by that study or speedrun itself (their own runs are checked without `above`)."""
+    if above:
+        for parent in list(out.absolute().parents)[:3]:
+            found = next((n for n in (STUDY_FILE, SUMMARY_FILE) if (parent / n).is_file()), None)
+            if found is not None:
+                raise TrickLabError(
+                    f"--out {shown(out)} is inside another command's folder ({shown(parent)} "
+                    f"holds {found}); give a folder outside it"
+                )
     if not out.is_dir():
         return
     for what, names in MARKS.items():
         found = next((name for name in names if (out / name).exists()), None)
         if what != mine and found is not None:
             _refuse(out, found, what)
-    if mine == "a run":
-        for entry in _folders(out):
-            inner = [entry, *_folders(entry)]
-            if any((folder / RESULT_FILE).exists() for folder in inner):
-                _refuse(out, entry.name, "runs")
+    for entry in _folders(out) if mine != "a speedrun" else []:  # a speedrun's are its own
+        inner = [entry, *_folders(entry)]
+        if any((folder / RESULT_FILE).exists() for folder in inner):
+            _refuse(out, entry.name, "runs")
 
 
 def _folders(folder: Path) -> list[Path]:

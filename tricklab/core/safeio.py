@@ -15,6 +15,7 @@ import json
 import math
 import os
 import stat
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,16 @@ def shown(text: object) -> str:
     """`text` for one line of output: control characters (newlines, escape sequences, C1 and
     Unicode line breaks) written as escapes, so a file name cannot forge a line of its own."""
     return "".join(char if char.isprintable() else _escape(char) for char in str(text))
+
+
+def control_free(text: object) -> str:
+    """`text` with its control characters and line breaks (Unicode Cc, Zl, Zp) as escapes and
+    every other character as it is (a no-break space, an emoji's zero-width joiner): for data
+    written on one line that a reader takes as text (CSV), where `shown` would change them."""
+    return "".join(
+        _escape(char) if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
+        for char in str(text)
+    )
 
 
 def _escape(char: str) -> str:

@@ -91,7 +91,8 @@ def number_problem(name: str, value: Any) -> str | None:
         return f"'{name}' is {value!r:.40}, not a target accuracy: a fraction above 0, at most 1"
     if field in FRACTION_FIELDS and not 0 <= value <= 1:
         return f"'{name}' is {value!r:.40}, not a fraction from 0 to 1"
-    if (field.endswith(("_seconds", "_bytes")) or field in NONNEGATIVE_FIELDS) and value < 0:
+    at_least_0 = field.endswith(("_seconds", "_bytes", "_loss")) or field in NONNEGATIVE_FIELDS
+    if at_least_0 and value < 0:  # a cross-entropy is at least 0 too
         return f"'{name}' is {value!r:.40}, below 0"
     if field.endswith("_seconds") and 0 < value < MIN_SECONDS:  # 5e-324 overflowed an interval
         return f"'{name}' is {value!r:.40}, less than any run records ({MIN_SECONDS:g} s)"

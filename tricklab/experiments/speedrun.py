@@ -226,8 +226,8 @@ def check_warmup(warmup_epochs: float | None, recipe: Recipe) -> None:
     """A warm-up longer than the recipe's runs is refused: it would train the recipe's length."""
     if warmup_epochs is not None and warmup_epochs > recipe.run.epochs:
         raise TrickLabError(
-            f"--warmup-epochs {warmup_epochs:g} is more than the recipe's run.epochs "
-            f"{recipe.run.epochs:g}: a warm-up is at most one run (leave it out for a whole run)"
+            f"--warmup-epochs {warmup_epochs:.15g} is more than the recipe's run.epochs "
+            f"{recipe.run.epochs:.15g}: a warm-up is at most one run (leave it out for a whole run)"
         )
 
 

@@ -9,7 +9,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -74,8 +74,8 @@ def build_own(
 def check_returned(model: nn.Module, name: str, by: str = "its factory returned") -> None:
     """TrickLabError for a model that could not train as `by` says it came (its factory returned
     it, its init_from_data left it): parameters or buffers that are no tensors, a module among
-    its own submodules (`.to()` would recurse without end), a state_dict() that raises (EMA and
-    checkpoints read it), tensors on the meta device or other than float32; and after its
+    its own submodules (`.to()` would recurse without end), a state_dict() that raises or
+    holds none of its weights (EMA and checkpoints read it), tensors on the meta device or other than float32; and after its
     init_from_data, no trainable parameter (the factory's model: training/preflight asks)."""
     with checked_user_code(f"model {name}: its parameters()"):
         params, buffers = [*model.parameters()], [*model.buffers()]
@@ -89,7 +89,11 @@ def check_returned(model: nn.Module, name: str, by: str = "its factory returned"
         raise TrickLabError(f"model {name}: {by} a model holding itself among its submodules "
                             "(such as self.me = self); keep such a reference out of it")  # fmt: skip
     with checked_user_code(f"model {name}: its state_dict()"):
-        model.state_dict()
+        state = model.state_dict()
+        values = [*state.values()] if isinstance(state, Mapping) else []
+    if params and not any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in values):
+        raise TrickLabError(f"model {name}: its state_dict() gives {type(state).__name__} without "
+                            "its weights; it must map names to tensors (EMA, checkpoints)")  # fmt: skip
     if not building_on_meta() and any(t.is_meta for t in tensors):
         raise TrickLabError(f"model {name}: {by} a model on the meta device "
                             "(shapes without storage); build it with real tensors")  # fmt: skip

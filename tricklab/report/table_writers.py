@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tricklab.core.safeio import shown
+from tricklab.core.safeio import control_free
 
 
 @dataclass
@@ -110,13 +110,15 @@ def to_latex(table: TableData) -> str:
 
 
 def to_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """CSV text, each text cell as one line (core/safeio.shown): a value a user varied (a run's
-    name, a project) cannot forge a row or reach the terminal, as in every other format."""
+    """CSV text, each text cell on one line (core/safeio.control_free): a value a user varied
+    (a run's name, a project) cannot forge a row or reach the terminal; other text as it is."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([shown(cell) for cell in header])
+    writer.writerow([control_free(cell) for cell in header])
     for row in rows:
-        writer.writerow(["" if v is None else shown(v) if isinstance(v, str) else v for v in row])
+        writer.writerow(
+            ["" if v is None else control_free(v) if isinstance(v, str) else v for v in row]
+        )
     return buffer.getvalue()
 
 

@@ -177,7 +177,7 @@ def make_run_dir(out: Path, recipe: Recipe | None = None) -> FolderClaim:
         raise TrickLabError(
             f"cannot make the run directory {out}: {blocking} is a file, not a folder"
         )
-    check_not_another_commands(out, "a run")  # a study's or a speedrun's folder: mixed, unread
+    check_not_another_commands(out, "a run", above=False)  # a study's runs are in its folder
     try:
         for attempt in range(3):  # a run whose setup failed may remove the folder meanwhile
             out.mkdir(parents=True, exist_ok=True)
