@@ -274,7 +274,7 @@ GARBAGE_DB = lambda p: p.write_bytes(os.urandom(4096))  # noqa: E731
         (GARBAGE_DB, ["results", "x", "--storage", "{p}"], "file is not a database"),
         (GARBAGE_DB, ["--storage", "{p}"], "file is not a database"),
         (lambda p: p.mkdir(), ["--storage", "{p}"], "it is a folder, not a file"),
-        (lambda p: p.mkdir(), ["results", "x", "--storage", "{p}"], "no study database at {p}"),
+        (lambda p: p.mkdir(), ["results", "x", "--storage", "{p}"], "it is a folder, not a file"),
     ],
     ids=["results-garbage-url", "results-garbage-path", "ablate-garbage", "ablate-folder",
          "results-folder"],

@@ -516,3 +516,26 @@ def test_a_folder_of_runs_is_no_study_folder(tmp_path, capsys):
             "--out", str(tmp_path / "many"), "--dry-run"]  # fmt: skip
     assert main(argv) == 2
     assert "holds runs (r1), another command's output" in one_error_line(capsys)
+
+
+def test_a_data_parallel_run_keeps_its_loggers_in_rank_0s_folder(tmp_path, capsys):
+    """Round D: any logger but jsonl failed every --nproc run ("rank 1 refused: run.loggers csv
+    write into the run folder and this run has none"), and left a failed run's folder."""
+    out = tmp_path / "d"
+    argv = ["train", *TINY, "run.loggers=[jsonl,csv]", "--nproc", "2", "--out", str(out), "-q"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads((out / "result.json").read_text())["status"] == "complete"
+    assert len((out / "metrics.csv").read_text().splitlines()) == 2  # a header, one epoch
+
+
+def test_a_logger_package_that_raises_at_import_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "wandb").mkdir()
+    (tmp_path / "wandb" / "__init__.py").write_text('raise RuntimeError("broken install")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    assert main(["train", *TINY, "run.loggers=[wandb]", "--out", str(tmp_path / "r")]) == 2
+    assert one_error_line(capsys) == (
+        "error: run.loggers: wandb's package wandb cannot be imported (RuntimeError: broken "
+        "install); reinstall it or drop wandb"
+    )
+    assert not (tmp_path / "r").exists()

@@ -32,9 +32,12 @@ def check_not_another_commands(out: Path, mine: str, above: bool = True) -> None
     speedrun's); with `above`, also when it lies inside a study's or a speedrun's folder (up to
     three folders up: a study's runs/<config>/<new>), where the command was not asked to run
     there by that study or speedrun itself (their own runs are checked without `above`)."""
-    if above:
+    if above:  # a study's folder holds its runs/ too (not a --storage file in a project folder)
         for parent in list(out.absolute().parents)[:3]:
-            found = next((n for n in (STUDY_FILE, SUMMARY_FILE) if (parent / n).is_file()), None)
+            study = (parent / STUDY_FILE).is_file() and (parent / RUNS_FOLDER).is_dir()
+            found = (
+                STUDY_FILE if study else SUMMARY_FILE if (parent / SUMMARY_FILE).is_file() else None
+            )
             if found is not None:
                 raise TrickLabError(
                     f"--out {shown(out)} is inside another command's folder ({shown(parent)} "

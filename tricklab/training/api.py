@@ -146,8 +146,9 @@ def _claimed_train(
     main = distributed.world().is_main  # under torchrun, rank 0 alone writes the run folder
     out = Path(out_dir) if out_dir is not None and main else None
     device = resolve_device(recipe.run.device)
-    # a missing package, a logger without a folder: refused before the folder is made
-    loggers = RunLoggers(recipe, out, has_folder=out_dir is not None)
+    # a missing package, a logger without a folder: refused before the folder is made (a rank
+    # other than 0 writes nothing, its loggers neither: rank 0's folder is the run's)
+    loggers = RunLoggers(recipe, out, has_folder=out_dir is not None or not main)
     created = first_missing(out) if out is not None else None  # what to remove if setup fails
     claim = None
     try:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import append_line, is_disk_full
 from tricklab.core.status import COMPLETE_STATUSES, Status
+from tricklab.core.usercode import described
 from tricklab.recipe.schema import LOGGER_NAMES
 
 # The recipe (train/recipe.py) and the run's result (api.RunResult), not imported: both modules
@@ -68,6 +69,11 @@ def require_packages(names: Iterable[str]) -> None:
                 raise TrickLabError(
                     f"run.loggers: {name} needs the {PACKAGES[name]} package; "
                     f'pip install "tricklab[{name}]"'
+                ) from None
+            except Exception as exc:  # a broken install raising at import
+                raise TrickLabError(
+                    f"run.loggers: {name}'s package {PACKAGES[name]} cannot be imported "
+                    f"({described(exc)}); reinstall it or drop {name}"
                 ) from None
 
 
