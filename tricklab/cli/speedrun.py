@@ -55,11 +55,6 @@ def _pct(value: float | None, digits: int = 2) -> str:
     return percent(value) if digits == 2 else "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
-def _target(value: float) -> str:
-    """A target accuracy as report/fmt.target writes it (1e-5 is no '0.00%')."""
-    return f"{target_text(value)}%"
-
-
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -129,7 +124,7 @@ def render_summary(summary: SpeedrunSummary) -> Any:
         ("95% CI of the mean", f"[{_pct(ci[0])}, {_pct(ci[1])}]" if ci else _no_ci(summary.n)),
         ("min / max", f"{_pct(summary.accuracy_min)} / {_pct(summary.accuracy_max)}"),
         (
-            f"runs ≥ target {_target(target)}" if target else "runs ≥ target",
+            f"runs ≥ target {target_text(target)}%" if target else "runs ≥ target",
             _pct(summary.fraction_at_target, 0),
         ),
         *(_record_rows(summary) if airbench else []),

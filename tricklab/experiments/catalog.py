@@ -88,9 +88,10 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     path = file_of(url) if url.startswith(SQLITE_PREFIX) else None
     if path is not None and not path.is_file():  # read-only: no database is made here
         storage_file(url)  # a device, a pipe or a folder is said as such, as `results` alone says
-        names = [s.name for s in list_studies(None, out_dir)] if storage is None else []
+        listed = list_studies(None, out_dir) if storage is None else []
+        names = [s.name for s in listed]
         if storage is None and out_dir is None and name in names:  # in a folder named otherwise
-            return _the_one_holding(name)
+            return _the_one_holding(name, listed)
         where = f"{where} (no study database at {shown(path)})"
     else:
         names = [s.name for s in _studies_in(url)]
@@ -99,11 +100,14 @@ def check_study(name: str, storage: str | None = None, out_dir: str | None = Non
     raise TrickLabError(_unknown(name, names, where))
 
 
-def _the_one_holding(name: str) -> str:
-    """The URL of the default database holding study `name` in a folder of another name (the
-    listing shows it there); TrickLabError where several do."""
-    urls = [storage_url(None, db.parent) for db in _default_databases(None)]
-    holding = [url for url in urls if name in (s.name for s in _studies_in(url))]
+def _the_one_holding(name: str, listed: list[StudyInfo]) -> str:
+    """The URL of the default database holding study `name` in a folder of another name (as
+    `listed` by list_studies, which shows each URL as shown_url does); TrickLabError where
+    several do."""
+    urls = {
+        shown_url(u): u for u in (storage_url(None, db.parent) for db in _default_databases(None))
+    }
+    holding = [urls[s.storage] for s in listed if s.name == name and s.storage in urls]
     if len(holding) > 1:
         raise TrickLabError(
             f"study '{shown(name)}' is in {len(holding)} databases ({shown(file_of(holding[0]))}, "
