@@ -60,6 +60,21 @@ def test_a_group_whose_other_ranks_never_start_is_one_line_after_its_timeout(tmp
     assert "start every rank" in line
 
 
+def test_a_port_in_use_says_the_group_could_not_form_not_that_it_waited(tmp_path):
+    """A MASTER_PORT another program listens on failed at once, and the line said the group
+    "did not form within 600 s"."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(taken.getsockname()[1])}  # fmt: skip
+        code, _, err = tricklab(["train", *TINY, "--out", str(tmp_path / "r")], env=env)
+    line = one_error_line(err)
+    assert code == 2 and "the process group of 2 processes could not form at 127.0.0.1" in line
+    assert "within" not in line and "address already in use" in line
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("rank", ["1", "00", "01"])
 def test_a_rank_no_launcher_started_says_its_own_error(tmp_path, rank):
     """RANK=1 WORLD_SIZE=2 set by hand (no torchrun, no --nproc) silenced every error: rank 0

@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -156,14 +157,21 @@ def process_group(device: torch.device, timeout_seconds: float) -> Iterator[Worl
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
+    started = time.monotonic()
     try:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_seconds))
     except dist.DistError as err:  # RANK 0 of 2 started alone waits, then fails here
+        # A port in use fails at once: the group did not wait out its timeout, so do not say it.
+        waited = time.monotonic() - started >= 0.9 * timeout_seconds
+        how = (
+            f"did not form within {timeout_seconds:g} s (run.dist_timeout_seconds)"
+            if waited
+            else "could not form"
+        )
         raise TrickLabError(
-            f"the process group of {os.environ['WORLD_SIZE']} processes did not form within "
-            f"{timeout_seconds:g} s (run.dist_timeout_seconds) at {os.environ['MASTER_ADDR']}:"
-            f"{os.environ['MASTER_PORT']} ({str(err).splitlines()[0]}): start every rank, with "
-            "torchrun or `--nproc N`"
+            f"the process group of {os.environ['WORLD_SIZE']} processes {how} at "
+            f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+            f"({str(err).splitlines()[0]}): start every rank, with torchrun or `--nproc N`"
         ) from err
     try:
         yield world()
