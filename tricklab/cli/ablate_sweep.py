@@ -40,7 +40,6 @@ from tricklab.core.progress import ProgressDisplay, clock
 from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES
 from tricklab.core.urls import shown_url
-from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
 from tricklab.experiments.plan import (
     NO_EARLY_STOP,
@@ -53,6 +52,7 @@ from tricklab.experiments.plan import (
     normalize_target,
     parse_vary,
 )
+from tricklab.measure.provenance import BUSY_ADVICE, BUSY_WORDS
 from tricklab.recipe.schema import load_recipe
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from rich.console import Console
 from tricklab.cli.common import check_not_empty, echo, err_console, make_console, quiet_optuna
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import json_safe
-from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
+from tricklab.measure.provenance import BUSY_ADVICE, BUSY_WORDS
 
 FORMATS = ("table", "md", "latex", "csv", "json")
 

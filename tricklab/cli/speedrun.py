@@ -30,7 +30,6 @@ from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay, percent
 from tricklab.core.safeio import shown
 from tricklab.core.status import FAILED_STATUSES
-from tricklab.experiments.busy import BUSY_ADVICE, BUSY_WORDS
 from tricklab.experiments.plan import normalize_target
 from tricklab.experiments.speedrun import (
     DEFAULT_RECIPE,
@@ -44,6 +43,7 @@ from tricklab.experiments.speedrun import (
     check_warmup,
     speedrun,
 )
+from tricklab.measure.provenance import BUSY_ADVICE, BUSY_WORDS
 from tricklab.profile.tables import num
 from tricklab.recipe.schema import load_recipe
 from tricklab.report.fmt import plural

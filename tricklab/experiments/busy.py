@@ -9,23 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.measure.provenance import BUSY_WORDS, busiest_load
+
+# A row's time verdict on a busy machine: the speedup stays a measurement, not a finding.
+NOT_JUDGED = "not judged: busy machine"
 
 # Repeated runs of one recipe on an idle machine agree within a few percent; a speedrun whose train
 # seconds spread by more than this (std of the log times, about std / mean) was shared with other work.
 SPREAD_LIMIT = 0.10
-# A run alone on the machine with a thread per core reads a little above its cores (the shell, the
-# kernel's threads): the demo alone on the 2-core VM read 2.05. Busy is above 110 % of the cores.
-LOAD_MARGIN = 1.10
-
-
-BUSY_WORDS = "timings taken on a busy machine"
-# A row's time verdict on a busy machine: the speedup stays a measurement, not a finding.
-NOT_JUDGED = "not judged: busy machine"
-BUSY_ADVICE = (
-    "to judge train time, run again when the machine is idle (a load average below its cores, "
-    "as uptime shows it), "
-    "with fewer threads (OMP_NUM_THREADS=N, N below the cores left free), or on another machine"
-)
 
 
 @dataclass(frozen=True)
@@ -67,19 +58,9 @@ def busy_machine(
     or when some configuration's train seconds spread across seeds (`log_spread`) by more than the
     difference reported about them. The run's own threads count in the load: a run alone on the
     machine stays at or below its cores."""
-    worst = None
-    for record in records:
-        cores = (record or {}).get("cpu_count")
-        for when in ("start", "end"):
-            load = (record or {}).get(f"load_average_{when}")
-            busy = cores and load and load[0] > cores * LOAD_MARGIN
-            if busy and (worst is None or load[0] > worst[0]):
-                worst = (load[0], cores, when)
-    if worst is not None:
-        load, cores, when = worst
-        return Busy(
-            True, f"the 1-minute load average was {load:.2f} on {cores} cores ({when} of a run)"
-        )
+    loaded = busiest_load(records, "a run")
+    if loaded is not None:
+        return Busy(True, loaded)
     for item in timings:
         spread = log_spread(item.seconds)
         if spread is not None and spread > item.reported:

@@ -21,8 +21,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def hardware_fingerprint(device: torch.device) -> dict:
-    """Device name, CUDA/driver versions, torch version, CPU model and core count."""
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages; None where the system has none (Windows)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def hardware_fingerprint(device: torch.device, load_start: list[float] | None = None) -> dict:
+    """Device name, CUDA/driver versions, torch version, CPU model and core count; the load
+    averages as the measurement began (`load_start`, `load_average()` then) and now."""
     info = {
         "device_type": device.type,
         "device_name": cpu_model() if device.type == "cpu" else device.type,
@@ -34,6 +43,8 @@ def hardware_fingerprint(device: torch.device) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tricklab": __version__,
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

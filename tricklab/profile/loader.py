@@ -29,7 +29,7 @@ import torch
 
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_type
-from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.timing import Contender, interleave, summary_ms
 from tricklab.profile.limits import out_of_memory_as_error
 from tricklab.recipe.schema import LoaderConfig, Recipe
@@ -158,7 +158,7 @@ def profile_loader(
     check_options(grid.kinds, grid.num_workers, grid.pin_memory, batch_size, batches, repeats)
     if batch_size is not None:
         recipe = recipe.override([f"loader.batch_size={batch_size}"])
-    device = resolve_device(recipe.run.device)
+    device, load_start = resolve_device(recipe.run.device), load_average()
     size = recipe.data.image_size
     subject = f"a batch of {recipe.loader.batch_size}" + (
         f" of {size}×{size} images" if size else ""
@@ -187,7 +187,7 @@ def profile_loader(
         "recipe": recipe_name,
         "dataset": recipe.data.name,
         "device": str(device),
-        "hardware": hardware_fingerprint(device),
+        "hardware": hardware_fingerprint(device, load_start),
         "train_images": train_images,
         "image_shape": list(dataset.image_shape),
         "batch_size": recipe.loader.batch_size,

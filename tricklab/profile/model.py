@@ -2,12 +2,11 @@
 
 Seed report 1 found MobileNetV2, with 4x fewer MACs than ResNet-18, not 4x faster: MACs count
 arithmetic, not the memory traffic and kernel launches of depthwise convolutions, norms and
-activations. This module puts both side by side: per model its params and forward FLOPs/MACs
-(FlopCounterMode on an eager copy), then for every batch size x precision x compile mode x memory
-format the forward latency (eval mode, inference) and the train-step latency (forward, loss,
-backward, SGD step), as medians with their spread over repeats after a warm-up, synchronised,
-combinations interleaved round by round. From those: images/s, achieved FLOP/s, MFU against the
-device's peak, and ms per GMAC, which is equal across models only where MACs predict speed.
+activations. Here both side by side: per model its params and forward FLOPs/MACs (FlopCounterMode
+on an eager copy), then per batch size x precision x compile mode x memory format the forward
+(eval mode) and train-step (forward, loss, backward, SGD step) latencies: medians and spread over
+repeats after a warm-up, interleaved round by round; images/s, FLOP/s, MFU against the device's
+peak, ms per GMAC (alike only where MACs predict speed), load averages at start and end.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from tricklab.core.memory import available_memory_bytes
 from tricklab.core.torchstate import own_torch_state
 from tricklab.core.usercode import checked_if, described
 from tricklab.measure.flops import count_forward_flops, count_params, eval_mode
-from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
 from tricklab.models import build_model, get_model_info, is_own_model
@@ -321,7 +320,7 @@ def _measure(
     repeats: int,
     peak_tflops_override: float | None,
 ) -> dict:
-    image_size, precisions = build.image_size, grid.precisions
+    image_size, precisions, load_start = build.image_size, grid.precisions, load_average()
     shape = (3, image_size, image_size)
     combos = grid.combinations(torch_device.type)  # auto: the device's mode
     model_rows, setups = [], []
@@ -413,7 +412,7 @@ def _measure(
     return {
         "kind": "model",
         "device": str(torch_device),
-        "hardware": hardware_fingerprint(torch_device),
+        "hardware": hardware_fingerprint(torch_device, load_start),
         "repeats": repeats,
         "image_shape": list(shape),
         "build": {"width": build.width, "widths": build.widths and [*build.widths]},

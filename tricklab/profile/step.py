@@ -39,7 +39,7 @@ from torch import nn
 from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.progress import stage
-from tricklab.measure.hardware import hardware_fingerprint
+from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.timing import (
     Contender,
     calls_per_sample,
@@ -373,7 +373,7 @@ def profile_step(
         raise TrickLabError(
             f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"
         )
-    trace_path = check_trace_path(trace)
+    trace_path, load_start = check_trace_path(trace), load_average()
     with recipe_does_not_fit(recipe, recipe_name), StepBench(recipe) as bench:
         compile_seconds = bench.compile_seconds + bench.make_bare()
         names = ["full", "no_loading", "forward_backward", "forward", "forward_backward_bare"]
@@ -388,7 +388,7 @@ def profile_step(
             "kind": "step",
             "recipe": recipe_name,
             "device": str(bench.device),
-            "hardware": hardware_fingerprint(bench.device),
+            "hardware": hardware_fingerprint(bench.device, load_start),
             "batch_size": int(bench.images.shape[0]),
             "repeats": repeats,
             "steps_per_sample": steps_per_sample,

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tricklab.measure.provenance import BUSY_ADVICE, BUSY_WORDS, busiest_load
+
 SETTINGS = ("precision", "compile", "channels_last")  # what profile model can vary per row
 INSIDE_LABEL = "of forward + backward:"
 OPERATOR_NAME_CHARS = 100  # CUDA kernel names run to hundreds of characters
@@ -55,6 +57,15 @@ MIN_REPEATS_FOR_SPREAD = 3  # as `results` asks 3 runs a side before it gives an
 def too_few_repeats(result: dict[str, Any]) -> bool:
     """Whether the profile's repeats are too few for a spread or an interval to mean anything."""
     return int(result["repeats"]) < MIN_REPEATS_FOR_SPREAD
+
+
+def busy_notes(result: dict[str, Any]) -> list[str]:
+    """'timings taken on a busy machine: ...' when the 1-minute load average, as the profile began
+    or ended, was above the cores (the rule speedrun, ablate and results apply to runs)."""
+    hardware = result.get("hardware") or {}
+    record = {"cpu_count": hardware.get("cpu_cores"), **hardware}
+    reason = busiest_load([record], "the profile")
+    return [f"{BUSY_WORDS}: {reason}; {BUSY_ADVICE}"] if reason else []
 
 
 def model_spread_words(result: dict[str, Any]) -> str:
@@ -169,6 +180,7 @@ def model_measured(result: dict[str, Any]) -> ProfileTable:
             ]
         )
     notes = [result["train_step_note"]] if result.get("train_step_note") else []
+    notes += busy_notes(result)
     if any(v is None for v in (result.get("peak_tflops") or {}).values()):
         notes.append(
             f"MFU unavailable on {result['device']}: no peak FLOP/s known for it "
@@ -234,7 +246,7 @@ def _step_notes(result: dict[str, Any]) -> list[str]:
         notes.append(line)
     if result.get("compile_seconds"):
         notes.append(f"compilation and warm-up, apart: {result['compile_seconds']:.1f} s")
-    return notes
+    return notes + busy_notes(result)
 
 
 def step_operators(result: dict[str, Any]) -> ProfileTable:
@@ -280,5 +292,5 @@ def loader_configs(result: dict[str, Any]) -> ProfileTable:
             f"{result.get('recipe') or 'the recipe'}'s step on a batch already on the device: "
             f"{1e3 * step['seconds']:,.1f} ms at batch {step['batch_size']}"
         )
-    notes += [str(n) for n in result.get("notes") or []]
+    notes += [str(n) for n in result.get("notes") or []] + busy_notes(result)
     return ProfileTable(header, rows, ["l"] + ["r"] * (len(header) - 1), notes=notes)

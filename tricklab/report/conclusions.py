@@ -18,8 +18,9 @@ from typing import Any
 
 import tricklab.report.fmt as fmt
 from tricklab.core.status import COMPLETE_STATUSES
-from tricklab.experiments.busy import BUSY_ADVICE, NOT_JUDGED
+from tricklab.experiments.busy import NOT_JUDGED
 from tricklab.measure.intervals import MIN_RUNS_FOR_INTERVAL, too_few_words
+from tricklab.measure.provenance import BUSY_ADVICE
 from tricklab.report.collect import Source
 from tricklab.report.tables import unfinished
 

@@ -14,7 +14,7 @@ from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, Status
 from tricklab.core.version import __version__
 from tricklab.data.names import DATASET_NOTES
-from tricklab.experiments.busy import BUSY_ADVICE
+from tricklab.measure.provenance import BUSY_ADVICE
 from tricklab.recipe.yamlio import dump_yaml
 from tricklab.report.collect import Source, flat_recipe
 from tricklab.report.figures import FIGURES, Figure

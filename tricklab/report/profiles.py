@@ -43,6 +43,7 @@ TIMING = {"median_ms": "ms", "q1_ms": "ms", "q3_ms": "ms"}
 HARDWARE = {
     "device_type?": "text", "device_name?": "text", "cpu_model?": "text", "cpu_cores?": "count",
     "torch_threads?": "count", "torch?": "text", "cuda?": "text",
+    "load_average_start?": ["rate"], "load_average_end?": ["rate"],  # a busy machine's note
 }  # fmt: skip
 COMMON = {"device": "text", "hardware": HARDWARE, "repeats": "count", "date?": "text"}
 COMPONENT = {
