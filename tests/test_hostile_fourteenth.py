@@ -280,7 +280,7 @@ def test_names_in_markdown_and_latex_tables_show_as_they_are():
     name = "run.wandb_project=a|b*c*`x`<!--<b>\\~~s~~[l](http://e)&lt;"
     table = TableData("t", ["config", "n"], [[name, "[0.1, 0.2]"]], ["l", "r"])
     row = to_markdown(table).splitlines()[2]
-    escaped = "a\\|b\\*c\\*\\`x\\`\\<!--\\<b\\>\\\\\\~\\~s\\~\\~[l]\\(http://e)\\&lt;"
+    escaped = "a\\|b\\*c\\*\\`x\\`&lt;!--&lt;b&gt;\\\\\\~\\~s\\~\\~[l]\\(http://e)&amp;lt;"
     assert row == f"| run.wandb_project={escaped} | [0.1, 0.2] |"
     assert "a\\textbar{}b" in to_latex(table) and "|b" not in to_latex(table)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,19 +45,33 @@ class TableData:
 
 # Characters Markdown would read as markup in a cell (a column, code, emphasis, strike-through, an
 # entity, HTML: `<!--` would hide the rest of the table): written escaped (CommonMark takes a
-# backslash before any ASCII punctuation), so a name shows as it is; `_` inside a word is no
+# backslash before any ASCII punctuation; `<`, `>` and `&` as entities, which every Markdown reads,
+# Python-Markdown too), so a name shows as it is; `_` inside a word is no
 # emphasis in GitHub's Markdown and stays as it is (label_smoothing).
-_MARKDOWN = {c: "\\" + c for c in "\\|`*~<>&"}
+_MARKDOWN = {c: "\\" + c for c in "\\|`*~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def markdown_text(text: str) -> str:
+    """`text` as Markdown inline text that shows as it is: markup characters escaped, no link."""
+    text = "".join(_MARKDOWN.get(c, c) for c in text.replace("\n", " "))
+    return text.replace("](", "]\\(")  # no link; an interval's [a, b] stays as it reads
+
+
+def markdown_block(text: str) -> str:
+    """`text` as a Markdown paragraph, heading or list item that shows as it is: `markdown_text`,
+    and no heading, list or code block opened by its first characters (a name can start it)."""
+    text = markdown_text(text).lstrip()  # four spaces in front would make a code block
+    opener = re.match(r"(#{1,6}|[-+]|\d{1,9}[.)])(\s|$)", text)
+    if opener:  # '# x', '- x', '1. x': the punctuation escaped
+        at = opener.end(1) - 1
+        text = text[:at] + "\\" + text[at:]
+    return text
 
 
 def to_markdown(table: TableData) -> str:
-    def cell(text: str) -> str:
-        text = "".join(_MARKDOWN.get(c, c) for c in text.replace("\n", " "))
-        return text.replace("](", "]\\(")  # no link; an interval's [a, b] stays as it reads
-
-    lines = ["| " + " | ".join(cell(h) for h in table.header) + " |"]
+    lines = ["| " + " | ".join(markdown_text(h) for h in table.header) + " |"]
     lines.append("|" + "|".join("---:" if a == "r" else "---" for a in table.align) + "|")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in table.rows]
+    lines += ["| " + " | ".join(markdown_text(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 
 
