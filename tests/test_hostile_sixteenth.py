@@ -3,8 +3,12 @@ output that says what it measured and on what machine."""
 
 import json
 import os
+import subprocess
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
+import numpy as np
 import pytest
 from tiny_recipe import TINY_SYNTHETIC
 
@@ -112,3 +116,166 @@ def test_a_recipe_in_report_md_keeps_its_fence_whatever_backticks_it_holds():
 
     text = render_markdown([doc.Code("data:\n  dir: a```b````c\n", "yaml")], Path("."))
     assert text.startswith("`````yaml\n") and text.rstrip().endswith("\n`````")
+
+
+# ---------------------------------------------------------------- the library, as a caller uses it
+TINY = [*TINY_SYNTHETIC, "run.epochs=2", "tricks.precision=32-true"]
+
+
+def test_a_relative_out_dir_stays_where_it_was_named_when_the_caller_changes_folder(
+    tmp_path, monkeypatch
+):
+    """A chdir mid-run (another thread's, a notebook's %cd) made the next write a
+    FileNotFoundError traceback and left a half-written folder."""
+    import tricklab
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    recipe = tricklab.load_recipe(None, TINY)
+    result = tricklab.train(recipe, out_dir="rel", on_epoch=lambda row: os.chdir(tmp_path / "b"))
+    assert result.status == "complete" and result.epochs_completed == 2
+    assert json.loads((tmp_path / "a" / "rel" / "result.json").read_text())["status"] == "complete"
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+class _BytesPath(os.PathLike):
+    def __fspath__(self):
+        return b"/tmp/x"
+
+
+async def _async_hook(row) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda t, r: __import__("tricklab").train(r, on_epoch=_async_hook), "async"),
+        (lambda t, r: __import__("tricklab").train(r, out_dir=_BytesPath()), "folder path"),
+        (lambda t, r: _ablate(t, r, stop=5), "ablate's stop takes StopRequest"),
+        (lambda t, r: _ablate(t, r, liveness=5), "ablate's liveness takes Liveness"),
+        (lambda t, r: _ablate(t, r, on_run_end=5), "ablate's on_run_end takes a function"),
+        (lambda t, r: _ablate(t, r, train_fn=5), "ablate's train_fn takes a function"),
+        (lambda t, r: _speedrun(t, r, on_run=5), "speedrun's on_run takes a function"),
+        (lambda t, r: _speedrun(t, r, on_run=_async_hook), "async"),
+    ],
+    ids=["async-on-epoch", "bytes-path", "stop", "liveness", "on-run-end", "train-fn", "on-run",
+         "async-on-run"],
+)  # fmt: skip
+def test_a_hook_of_the_wrong_kind_is_a_type_error_before_anything_runs_or_is_written(
+    call, message, tmp_path
+):
+    """ablate(stop=5) and (liveness=5) were AttributeErrors deep inside with a study.db left;
+    on_run_end=5 and speedrun's on_run=5 failed after a run had trained; train_fn=5 stored
+    every run failed; an async on_epoch was taken and never ran."""
+    import tricklab
+
+    with pytest.raises(TypeError, match=message):
+        call(tmp_path / "out", tricklab.load_recipe(None, TINY))
+    assert not (tmp_path / "out").exists()
+
+
+def _ablate(out, recipe, **hooks):
+    from tricklab.experiments import AblationPlan, ablate
+
+    plan = AblationPlan(recipe, {"tricks.label_smoothing": [0.1]}, seeds=1, out_dir=str(out))
+    return ablate(plan, **hooks)
+
+
+def _speedrun(out, recipe, **hooks):
+    from tricklab.experiments.speedrun import SpeedrunPlan, speedrun
+
+    return speedrun(SpeedrunPlan(recipe, 1, out_dir=str(out)), **hooks)
+
+
+def test_a_recipe_changed_by_hand_is_checked_by_the_profilers_as_by_train():
+    """profile_step with loader.batch_size = "64" was a TypeError from string formatting, a
+    section set to None an AttributeError; Recipe(run=5) was taken and get() failed inside."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+    from tricklab.profile.loader import profile_loader
+    from tricklab.profile.step import profile_step
+
+    recipe = tricklab.load_recipe(None, TINY)
+    recipe.loader.batch_size = "64"
+    for profile in (profile_step, profile_loader):
+        with pytest.raises(TrickLabError, match="loader.batch_size"):
+            profile(recipe, repeats=2)
+    recipe = tricklab.load_recipe(None, TINY)
+    recipe.tricks = None
+    with pytest.raises(TypeError, match="Recipe.tricks takes TricksConfig"):
+        profile_step(recipe, repeats=2)
+    with pytest.raises(TypeError, match="Recipe.tricks takes TricksConfig"):
+        recipe.get("run.epochs")
+    with pytest.raises(TypeError, match="Recipe.run takes RunConfig, got int 5"):
+        tricklab.Recipe(run=5)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"num_classes": 10**100}, "num_classes must be at most 1,000,000"),
+        ({"num_classes": 10, "in_channels": 10**6}, "in_channels 8,192"),
+        ({"num_classes": 10, "width": 1000}, r"width must be in \(0, 64\]"),
+        ({"num_classes": 10, "widths": [8, 8, 10**6]}, "widths in 1..8192"),
+    ],
+)
+def test_build_model_keeps_the_bounds_a_recipe_has(options, message):
+    """num_classes=10**100 was torch's overflow TypeError with C++ frames, width=1000 the CPU
+    allocator's error: a caller of build_model gets the recipe's bounds."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+
+    name = "airbench" if "widths" in options else "resnet18"
+    with pytest.raises(TrickLabError, match=message):
+        tricklab.build_model(name, **options)
+
+
+def test_a_run_leaves_the_callers_environment_as_it_was(tmp_path):
+    """Counting MACs (FlopCounterMode) imports torch's compiler, which wrote its default
+    TORCHINDUCTOR_CACHE_DIR into the caller's os.environ: an eager run changed the caller's
+    environment, and its subprocesses'."""
+    code = (
+        "import os, tricklab\n"
+        f"before = dict(os.environ)\n"
+        f"tricklab.train(tricklab.load_recipe(None, {TINY!r}))\n"
+        "print(sorted(set(os.environ) - set(before)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_numpy_values_read_as_python_ones_or_are_refused_by_their_own_type_name():
+    """results(target=np.float64(0.5)) gave numpy values in its rows (not JSON); vary values
+    b"/tmp" and Path(...) were trained as "b'/tmp'"; grid=np.True_ said "takes bool, got bool"."""
+    import tricklab
+    from tricklab.experiments import AblationPlan
+    from tricklab.experiments.plan import normalize_target
+
+    assert type(normalize_target(np.float64(50))) is float
+    recipe = tricklab.load_recipe(None, TINY)
+    for value in (b"/tmp", Path("/tmp")):
+        with pytest.raises(TypeError, match=r"each of AblationPlan's vary\['data.dir'\] takes"):
+            AblationPlan(recipe, {"data.dir": [value]}, seeds=1)
+    with pytest.raises(TypeError, match="takes bool, got numpy.bool"):
+        AblationPlan(recipe, {"optim.lr": [0.1]}, grid=np.True_)
+
+
+def test_a_run_result_from_a_dict_checks_what_it_holds():
+    from tricklab.core.errors import TrickLabError
+    from tricklab.training.result import RunResult
+
+    result = RunResult(status="complete", val_acc=0.5, train_seconds=1.5, epochs_completed=2)
+    assert RunResult.from_dict({**result.to_dict(), "extra": 1}) == result
+    with pytest.raises(TypeError, match="takes dict"):
+        RunResult.from_dict(None)
+    for bad, field in [({}, "status"), ({"status": 5}, "status"), ({"status": "running"}, "status"),
+                       ({"status": "complete", "val_acc": "high"}, "val_acc"),
+                       ({"status": "complete", "epochs_completed": 1.5}, "epochs_completed"),
+                       ({"status": "complete", "train_seconds": float("inf")}, "train_seconds"),
+                       ({"status": "complete", "epochs": [1]}, "epochs")]:  # fmt: skip
+        with pytest.raises(TrickLabError, match=f"a result's {field} is"):
+            RunResult.from_dict(bad)

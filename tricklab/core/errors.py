@@ -1,5 +1,6 @@
 """The one exception type for user mistakes (bad config, data, files)."""
 
+import inspect
 import numbers
 import os
 from pathlib import Path
@@ -22,7 +23,17 @@ def expect_type(value: object, kinds: type | tuple[type, ...], what: str) -> Non
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     if not isinstance(value, kinds):
         names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
-        raise TypeError(f"{what} takes {names}, got {type(value).__name__} {value!r:.60}")
+        raise TypeError(f"{what} takes {names}, got {type_name(value)} {value!r:.60}")
+
+
+def type_name(value: object) -> str:
+    """`value`'s type as a message names it: `int`, `numpy.bool` (not a second `bool`)."""
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def expect_number(value: object, what: str, whole: bool = False) -> None:
@@ -31,7 +42,7 @@ def expect_number(value: object, what: str, whole: bool = False) -> None:
     kind = numbers.Integral if whole else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind):
         wanted = "a whole number (int)" if whole else "a number (int or float)"
-        raise TypeError(f"{what} takes {wanted}, got {type(value).__name__} {value!r:.60}")
+        raise TypeError(f"{what} takes {wanted}, got {type_name(value)} {value!r:.60}")
 
 
 def plain(value: object) -> object:
@@ -48,6 +59,19 @@ def plain(value: object) -> object:
         except Exception:  # a tolist that is not numpy's: left as it is, and checked as such
             return value
     return value
+
+
+def expect_callback(value: object, what: str) -> None:
+    """TypeError unless `value` is None or a plain function to call (not an `async def`, whose
+    call would make a coroutine nobody awaits: the callback would silently never run)."""
+    if value is None:
+        return
+    if not callable(value):
+        raise TypeError(f"{what} takes a function, got {type_name(value)} {value!r:.60}")
+    if inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(
+        getattr(value, "__call__", None)  # noqa: B004 (an object whose __call__ is async)
+    ):
+        raise TypeError(f"{what} takes a plain function, got an async one ({value!r:.60})")
 
 
 def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> None:

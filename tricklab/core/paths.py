@@ -13,7 +13,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.outputs import CLAIM_NAME
@@ -76,6 +76,29 @@ def user_path(text: str | os.PathLike, what: str) -> Path:
     except RuntimeError:
         raise TrickLabError(
             f"{what} {shown(str(text))}: no home folder is known for its ~; give the full path"
+        ) from None
+
+
+def folder_arg(value: Any, what: str) -> Path | None:
+    """A caller's folder (`what`: "train's out_dir") as an absolute Path; None stays None.
+    TypeError unless a str or an os.PathLike giving text; TrickLabError for an empty name or a
+    NUL. Absolute at once: a run outliving a chdir (another thread's, a notebook's %cd) keeps
+    writing, and cleans up, where it was named."""
+    if value is None:
+        return None
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        raise TypeError(f"{what} is a folder path (str or Path), got {value!r:.80}")
+    if not text.strip():
+        raise TrickLabError(f"{what} is empty: give a folder name")
+    if "\0" in text:
+        raise TrickLabError(f"{what} {shown(text)} holds a NUL character")
+    try:
+        return Path(os.path.abspath(text))
+    except FileNotFoundError:  # a relative name, and the working folder was removed
+        raise TrickLabError(
+            f"{what} {shown(text)} is relative to a working folder that no longer exists: "
+            "give a full path, or run from an existing folder"
         ) from None
 
 

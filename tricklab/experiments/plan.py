@@ -1,9 +1,8 @@
 """Experiment plans: which configurations to run, each with which seeds.
 
-An ablation starts from a baseline recipe and varies recipe keys. By default it changes one key at
-a time (seed report 0's method: the baseline plus every single change from it); with `grid=True`
-it runs the full product of the varied values, plus the baseline when the product lacks it, so
-every configuration has a reference to be compared with.
+An ablation starts from a baseline recipe and varies recipe keys: one key at a time by default
+(seed report 0's method: the baseline plus every single change from it), or with `grid=True` the
+full product of the varied values plus the baseline, so every configuration has a reference.
 
 A configuration is named by the overrides that make it differ from the baseline, with values as the
 recipe resolves them (`optim.lr=0.2 aug.flip=random`), or `baseline`. Two spellings of one change
@@ -27,13 +26,14 @@ from typing import Any
 import yaml
 
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_number, expect_type, plain
+from tricklab.core.paths import folder_arg
 from tricklab.recipe.load import takes_text
 from tricklab.recipe.schema import SECTIONS, Recipe, all_keys
 from tricklab.recipe.yamlio import read_value
 
 BASELINE = "baseline"
-SAMPLERS = ("grid", "random", "tpe")
-PRUNERS = ("none", "median")
+SAMPLERS, PRUNERS = ("grid", "random", "tpe"), ("none", "median")
+VALUE_TYPES = (str, int, float, list, tuple, type(None))  # a varied value, as YAML can write it
 MAX_GRID_POINTS = 100_000  # an ablation --grid or a grid sweep
 MAX_SEEDS = 10_000  # more is a typo: at a second a run, 10,000 seeds are hours per configuration
 SEEDS_ERROR = "run.seed is set by --seeds (seeds 0..N-1), it cannot be varied"
@@ -168,8 +168,8 @@ def budget_flags(
 
 
 def normalize_target(target: float) -> float:
-    """A target accuracy as a fraction: 0.94 stays, 94 becomes 0.94."""
-    fraction = target / 100 if target > 1 else target
+    """A target accuracy as a fraction, a Python float (numpy's too): 0.94 stays, 94 is 0.94."""
+    fraction = float(target) / 100 if target > 1 else float(target)
     if not 0 < fraction <= 1:
         raise TrickLabError(
             f"target accuracy {target} must be a fraction in (0, 1] or a percentage"
@@ -208,12 +208,12 @@ class AblationPlan:
     def __post_init__(self) -> None:
         expect_type(self.baseline, Recipe, "AblationPlan's baseline")
         # checked as a file's recipe is, and its own copy: a field set by hand is refused here
-        object.__setattr__(self, "baseline", Recipe.from_dict(self.baseline.to_dict(), "recipe"))
+        object.__setattr__(self, "baseline", self.baseline.checked())
         expect_type(self.vary, Mapping, "AblationPlan's vary")
         object.__setattr__(self, "vary", plain(dict(self.vary)))  # numpy's values as Python's
         for key, values in self.vary.items():  # a lone string would be read letter by letter
             expect_type(key, str, "each key of AblationPlan's vary")
-            expect_type(values, (list, tuple), f"AblationPlan's vary[{key!r}]")
+            expect_list_of(values, VALUE_TYPES, f"AblationPlan's vary[{key!r}]")  # not b"x"
         object.__setattr__(self, "vary", {k: tuple(v) for k, v in self.vary.items()})  # its own
         expect_type(self.grid, bool, "AblationPlan's grid")
         _check_where(self, "AblationPlan")
@@ -243,7 +243,7 @@ class SweepPlan:
 
     def __post_init__(self) -> None:
         expect_type(self.base, Recipe, "SweepPlan's base")
-        object.__setattr__(self, "base", Recipe.from_dict(self.base.to_dict(), "recipe"))
+        object.__setattr__(self, "base", self.base.checked())
         if not callable(getattr(self.space, "grid_size", None)):  # space.py imports this module
             raise TypeError(
                 "SweepPlan's space takes a SearchSpace (space.load_space or parse_space), got "
@@ -273,9 +273,9 @@ def _check_where(plan: Any, what: str) -> None:
 
         check_study_name(plan.study, f"{what}'s study")
     expect_type(plan.storage, (str, os.PathLike, type(None)), f"{what}'s storage")
-    expect_type(plan.out_dir, (str, os.PathLike, type(None)), f"{what}'s out_dir")
-    if isinstance(plan.storage, os.PathLike):
-        object.__setattr__(plan, "storage", os.fspath(plan.storage))
+    out = folder_arg(plan.out_dir, f"{what}'s out_dir")  # absolute: a chdir changes nothing
+    object.__setattr__(plan, "out_dir", out and str(out))
+    object.__setattr__(plan, "storage", plan.storage and os.fspath(plan.storage))
 
 
 def ablation_plan(

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 
 from tricklab.core.environment import check_environment
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import TrickLabError, expect_callback, expect_type
 from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
@@ -216,6 +216,20 @@ def plan_ablation(
     return planned.configs, units, {}
 
 
+def check_hooks(
+    command: str,
+    train_fn: TrainFn | None,
+    on_run_end: Callable[[RunEvent], None] | None,
+    liveness: Liveness | None,
+    stop: StopRequest | None,
+) -> None:
+    """TypeError, before any storage is opened, for a hook of the wrong kind."""
+    expect_callback(train_fn, f"{command}'s train_fn")
+    expect_callback(on_run_end, f"{command}'s on_run_end")
+    expect_type(liveness, (Liveness, type(None)), f"{command}'s liveness")
+    expect_type(stop, (StopRequest, type(None)), f"{command}'s stop")
+
+
 def ablate(
     plan: AblationPlan,
     *,
@@ -233,6 +247,7 @@ def ablate(
     Ctrl-C or SIGTERM (or `stop`, see tricklab.core.stopping) marks the running trial interrupted and
     raises Interrupted.
     """
+    check_hooks("ablate", train_fn, on_run_end, liveness, stop)
     configs, units, model_code = plan_ablation(plan, check_runs=train_fn is None)
     name = ablation_study(plan, configs)
     url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
@@ -258,7 +273,7 @@ def ablate(
             stop,
             liveness or Liveness(),
             on_run_end=on_run_end,
-            study_folder=study_dir(name, plan.storage, plan.out_dir),
+            study_folder=study_dir(name, plan.storage, plan.out_dir).absolute(),
         )
         space, params = ablation_params(plan.baseline, configs, plan.vary)  # optuna-dashboard
         ran = run_units(
@@ -333,6 +348,7 @@ def sweep(
     value is their mean accuracy. Trials the median pruner (Optuna's MedianPruner) stops are
     stored `pruned`. The other arguments are `ablate`'s.
     """
+    check_hooks("sweep", train_fn, on_run_end, liveness, stop)
     model_code = check_sweep(plan, check_runs=train_fn is None)
     space, sampler, seeds, trials = plan.space, plan.sampler, plan.seeds, plan.trials
     name = sweep_study(plan)
@@ -361,7 +377,7 @@ def sweep(
             liveness or Liveness(),
             prune=plan.pruner != "none",
             on_run_end=on_run_end,
-            study_folder=study_dir(name, plan.storage, plan.out_dir),
+            study_folder=study_dir(name, plan.storage, plan.out_dir).absolute(),
         )
         if sampler == "grid":
             points = grid_configs(space, trials, plan.sampler_seed)

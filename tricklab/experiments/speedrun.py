@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -27,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.core.errors import TrickLabError, expect_number, expect_type
+from tricklab.core.errors import TrickLabError, expect_callback, expect_number, expect_type
 from tricklab.core.outputs import SUMMARY_FILE
-from tricklab.core.paths import atomic_write, first_missing
+from tricklab.core.paths import atomic_write, first_missing, folder_arg
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
 from tricklab.core.stopping import Interrupted, StopRequest, stop_request
 from tricklab.experiments.airbench_records import (
@@ -255,7 +254,7 @@ class SpeedrunPlan:
         """A Python caller's wrong type is a TypeError naming the field, as AblationPlan's; the
         recipe checked as a file's, in the plan's own copy; numpy's numbers as Python's."""
         expect_type(self.recipe, Recipe, "SpeedrunPlan's recipe")
-        object.__setattr__(self, "recipe", Recipe.from_dict(self.recipe.to_dict(), "recipe"))
+        object.__setattr__(self, "recipe", self.recipe.checked())
         expect_number(self.runs, "SpeedrunPlan's runs", whole=True)
         object.__setattr__(self, "runs", int(self.runs))
         for name in ("peak_tflops", "target_accuracy", "warmup_epochs"):
@@ -267,7 +266,10 @@ class SpeedrunPlan:
         expect_type(self.recipe_name, str, "SpeedrunPlan's recipe_name")
         if not self.recipe_name.strip():  # the summary and its table name the recipe by it
             raise TrickLabError("SpeedrunPlan's recipe_name is empty: give the recipe a name")
-        expect_type(self.out_dir, (str, os.PathLike, type(None)), "SpeedrunPlan's out_dir")
+        out = folder_arg(
+            self.out_dir, "SpeedrunPlan's out_dir"
+        )  # absolute: a chdir changes nothing
+        object.__setattr__(self, "out_dir", None if out is None else str(out))
 
 
 def speedrun(
@@ -283,11 +285,11 @@ def speedrun(
     SpeedrunInterrupted with their summary (also written to summary.json); before the first
     counted run, KeyboardInterrupt, with the folders it made removed (the same --out runs again)."""
     expect_type(plan, SpeedrunPlan, "speedrun's plan")
+    expect_callback(on_run, "speedrun's on_run")
+    expect_type(stop, (StopRequest, type(None)), "speedrun's stop")
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_arguments(plan.runs, plan.peak_tflops, plan.target_accuracy, plan.warmup_epochs)
     check_warmup(plan.warmup_epochs, plan.recipe)
-    if isinstance(plan.out_dir, str) and not plan.out_dir.strip():
-        raise TrickLabError("--out is empty: give a folder name")
     out = Path(plan.out_dir) if plan.out_dir is not None else None
     if out is not None:  # refused now, not after a warm-up run has trained
         check_speedrun_folder(out, plan.runs)

@@ -7,6 +7,7 @@ activations and pools are not counted, the usual convention for reported GMACs.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -26,9 +27,22 @@ def count_forward_flops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
     device = reference.device if reference is not None else torch.device("cpu")
     dtype = reference.dtype if reference is not None and reference.is_floating_point() else None
     inputs = torch.zeros(input_shape, device=device, dtype=dtype)
-    with eval_mode(model), FlopCounterMode(display=False) as counter:
+    with eval_mode(model), _environment_kept(), FlopCounterMode(display=False) as counter:
         model(inputs)
     return int(counter.get_total_flops())
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """The process environment as it was: FlopCounterMode's first use imports torch's compiler,
+    which writes its default TORCHINDUCTOR_CACHE_DIR into os.environ (the caller's, inherited by
+    its subprocesses, and read later as if the user had chosen it)."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(before):
+            del os.environ[name]
 
 
 @contextlib.contextmanager

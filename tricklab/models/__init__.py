@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from tricklab.core.device import out_of_memory_error
 from tricklab.core.errors import TrickLabError, expect_number, expect_type
+from tricklab.core.sizes import MAX_CLASSES, MAX_WIDTH, MAX_WIDTH_SCALE
 from tricklab.models import airbench, resnet, zoo
 from tricklab.models.own import TIMM_PREFIX, build_own, import_factory
 from tricklab.models.timm_source import create_timm, import_timm
@@ -249,8 +251,16 @@ def build_model(
             f"{name}: num_classes and in_channels must be >= 1, got {num_classes} and {in_channels}"
         )
     check_image_size(name, image_size, image_size)
-    if not width > 0:
-        raise TrickLabError(f"{name}: width must be > 0, got {width}")
+    if not 0 < width <= MAX_WIDTH_SCALE or any(w < 1 or w > MAX_WIDTH for w in widths or ()):
+        raise TrickLabError(
+            f"{name}: width must be in (0, {MAX_WIDTH_SCALE}] and widths in 1..{MAX_WIDTH} "
+            f"(model.width's and model.widths' bounds), got {width} and {widths}"
+        )
+    if num_classes > MAX_CLASSES or in_channels > MAX_WIDTH:
+        raise TrickLabError(
+            f"{name}: num_classes must be at most {MAX_CLASSES:,} and in_channels {MAX_WIDTH:,}, "
+            f"got {num_classes:.6g} and {in_channels:.6g}"
+        )
     if widths is not None and width != 1.0:
         raise TrickLabError(f"{name}: give either width or widths, not both")
     given = {"width": width != 1.0, "widths": widths is not None, "pretrained": pretrained}
@@ -259,11 +269,13 @@ def build_model(
     for option in requested:
         if option not in info.options:
             raise TrickLabError(_unsupported_option_message(info, option))
-    if info.source == "tricklab":
-        return info.builder(num_classes=num_classes, in_channels=in_channels, **requested)
-    return info.builder(
-        num_classes=num_classes, in_channels=in_channels, image_size=image_size, **requested
-    )
+    sizes = {} if info.source == "tricklab" else {"image_size": image_size}
+    try:
+        return info.builder(num_classes=num_classes, in_channels=in_channels, **sizes, **requested)
+    except (RuntimeError, MemoryError) as exc:  # its weights past the memory left
+        if (oom := out_of_memory_error(exc)) is None:
+            raise
+        raise TrickLabError(f"{name}: its weights do not fit in memory ({oom})") from None
 
 
 def set_batchnorm_momentum(model: nn.Module, momentum: float) -> nn.Module:

@@ -152,6 +152,7 @@ def profile_loader(
     from tricklab.training.setup import load_data, resolve_device
 
     expect_type(recipe, Recipe, "profile_loader's recipe")
+    recipe = recipe.checked()  # a field set by hand, checked as train checks it
     expect_type(grid, (LoaderGrid, type(None)), "profile_loader's grid")
     expect_type(with_step, bool, "profile_loader's with_step")
     grid = grid if grid is not None else LoaderGrid()

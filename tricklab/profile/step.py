@@ -367,6 +367,7 @@ def profile_step(
 
     With `trace`, the profiled steps are written there as a Chrome/Perfetto trace (JSON)."""
     expect_type(recipe, Recipe, "profile_step's recipe")
+    recipe = recipe.checked()  # a field set by hand, checked as train checks it
     expect_type(recipe_name, (str, type(None)), "profile_step's recipe_name")
     expect_type(trace, (str, os.PathLike, type(None)), "profile_step's trace")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:

@@ -58,12 +58,24 @@ class Recipe:
     tricks: TricksConfig = field(default_factory=TricksConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
-    def to_dict(self) -> dict[str, dict[str, Any]]:
+    def __post_init__(self) -> None:
+        self._check_sections()  # Recipe(run=5)
+
+    def _check_sections(self) -> None:
         for section in dataclasses.fields(self):  # `recipe.optim = None` set by hand
             expect_type(
                 getattr(self, section.name), section.default_factory, f"Recipe.{section.name}"
             )
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        self._check_sections()
         return dataclasses.asdict(self)
+
+    def checked(self) -> Recipe:
+        """The recipe read again from its values: a field set by hand (`recipe.run.epochs = "3"`)
+        is checked as a file's or an override's (TrickLabError), a section (`recipe.run = None`)
+        too (TypeError)."""
+        return Recipe.from_dict(self.to_dict(), source="recipe")
 
     def setting_key(self) -> str:
         """The recipe as JSON without run.seed: equal for every run of one setting."""
@@ -107,6 +119,7 @@ class Recipe:
     def get(self, key: str) -> Any:
         expect_type(key, str, "Recipe.get's key")
         section, name = _split_key(key, "get")
+        self._check_sections()
         return getattr(getattr(self, section), name)
 
     def override(self, assignments: typing.Iterable[str], source: str = "override") -> Recipe:

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.sizes import MAX_WIDTH, MAX_WIDTH_SCALE
 from tricklab.data.limits import MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES, STORAGE_DTYPE_NAMES
 from tricklab.recipe.coerce import shown
 
 # Bounds of sizes that no CIFAR-scale run needs and that would otherwise fail at allocation (a
 # 100,000-channel conv is 360 GB); a parameter-memory estimate checks what they let through.
-MAX_WIDTH = 8192  # channels of a stage
 MAX_BATCH = 65536
 MAX_EPOCHS = 100_000
 # model.name=package.module:factory (attribute path allowed) or timm:NAME
@@ -71,7 +71,7 @@ class ModelConfig:
         "resnet18",
         "a name from `tricklab models`, your package.module:factory, or timm:NAME (tricklab[timm])",
     )
-    width: float = _f(1.0, "channel width multiplier", minimum=0, maximum=64)
+    width: float = _f(1.0, "channel width multiplier", minimum=0, maximum=MAX_WIDTH_SCALE)
     widths: list[int] | None = _f(
         None, "explicit per-stage widths (airbench nets)", minimum=1, maximum=MAX_WIDTH
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import os
 import time
 import traceback
 import warnings
@@ -19,18 +18,19 @@ import torch
 
 from tricklab.core.device import out_of_memory_error, synchronize
 from tricklab.core.environment import check_environment, check_torch_env
-from tricklab.core.errors import MachineError, TrickLabError, expect_type
+from tricklab.core.errors import MachineError, TrickLabError, expect_callback, expect_type
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.outputs import RESULT_FILE
 from tricklab.core.paths import (
     atomic_write,
     disk_full_error,
     first_missing,
+    folder_arg,
     is_disk_full,
     remove_empty_dirs,
 )
 from tricklab.core.progress import current as current_progress
-from tricklab.core.safeio import json_safe, shown
+from tricklab.core.safeio import json_safe
 from tricklab.core.status import Status
 from tricklab.core.stopping import INTERRUPTED_ERROR, StopRequest, is_interrupt
 from tricklab.core.torchstate import own_torch_state
@@ -119,17 +119,11 @@ def train(
         raise TypeError(
             f"train takes a Recipe (tricklab.load_recipe(name, overrides)), got {recipe!r:.80}"
         )
-    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
-        raise TypeError(f"out_dir is a folder path (str or Path), got {out_dir!r:.80}")
-    if on_epoch is not None and not callable(on_epoch):
-        raise TypeError(f"on_epoch takes a function of the epoch's row, got {on_epoch!r:.80}")
+    expect_callback(on_epoch, "train's on_epoch")
     expect_type(stop, (StopRequest, type(None)), "train's stop")
     # a field set by hand (recipe.run.epochs = "3") is checked as a file's or an override's
-    recipe = Recipe.from_dict(recipe.to_dict(), source="recipe")
-    if isinstance(out_dir, str) and not out_dir.strip():
-        raise TrickLabError("the run directory name is empty")
-    if out_dir is not None and "\0" in os.fspath(out_dir):
-        raise TrickLabError(f"the run directory {shown(os.fspath(out_dir))} holds a NUL character")
+    recipe = recipe.checked()
+    out_dir = folder_arg(out_dir, "out_dir")  # absolute: a chdir mid-run changes nothing
     with one_run_at_a_time(), own_torch_state():  # a caller's grad mode, dtype or autocast
         return _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
 

@@ -5,14 +5,15 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, expect_type
 from tricklab.core.outputs import RESULT_FILE
 from tricklab.core.paths import claim_folder
-from tricklab.core.safeio import json_safe, read_json
+from tricklab.core.safeio import json_safe, read_json, shown
 from tricklab.core.status import Status
 from tricklab.core.stopping import Interrupted
 from tricklab.core.version import __version__
@@ -66,8 +67,37 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """A RunResult from `to_dict`'s fields (result.json's; others are ignored). TypeError
+        unless a dict; TrickLabError naming the field for a status that ends no run, or a value
+        not of its field's type (a measurement: a finite number)."""
+        expect_type(data, dict, "RunResult.from_dict's data")
+        if data.get("status") not in RUN_ENDS:
+            ends = ", ".join(sorted(RUN_ENDS))
+            raise TrickLabError(
+                f"a result's status is {shown(repr(data.get('status'))):.60}: not {ends}"
+            )
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        for f in dataclasses.fields(cls):
+            kinds = [k.strip() for k in str(f.type).split("|")]
+            value = values.get(f.name)
+            if f.name in values and not any(_FITS[k](value) for k in kinds):
+                raise TrickLabError(
+                    f"a result's {f.name} is {shown(repr(value)):.60}: not {' or '.join(kinds)}"
+                )
+        return cls(**values)
+
+
+RUN_ENDS = frozenset(Status) - {Status.PRUNED, Status.SKIPPED, Status.RUNNING, Status.WAITING}
+_NUMBER = (int, float)
+_FITS = {  # each kind a RunResult field's annotation names
+    "None": lambda v: v is None,
+    "float": lambda v: isinstance(v, _NUMBER) and not isinstance(v, bool) and math.isfinite(v),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "dict": lambda v: isinstance(v, dict),
+    "list[dict]": lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v),
+}
 
 
 class RunInterrupted(Interrupted):
