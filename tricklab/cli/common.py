@@ -35,6 +35,19 @@ STORAGE_HELP = (  # --storage of ablate, sweep, results
 NARROWEST = 20  # columns: rich prints nothing at all at COLUMNS=0, and only letters at 5
 
 
+def _ignore_unreadable_sizes() -> None:
+    """COLUMNS or LINES that rich would take for a number and int() refuses ('²', '①': digits to
+    str.isdigit) made every command a traceback before its first line: such a value is ignored,
+    as one that is no number at all is."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and not value.isascii():
+            del os.environ[name]
+
+
+_ignore_unreadable_sizes()  # before the first Console reads them
+
+
 def make_console(**options: object) -> Console:
     """A rich Console, at 80 columns where the terminal or $COLUMNS gives fewer than 20."""
     made = Console(**options)

@@ -15,6 +15,7 @@ torch hangs, aborts with a C++ stack trace or fails a run half-way say so in one
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -52,6 +53,30 @@ def _check_umask() -> None:
             "write or search permission, and nothing could be written into it or read back; set "
             "one such as 022"
         )
+
+
+def open_files_for_workers(workers: int) -> None:
+    """Worker processes pass each batch's tensors as file descriptors: with few allowed, a run
+    met "Too many open files" mid-epoch and failed. The soft limit is raised toward the hard one
+    where it is below what `workers` need (as `ulimit -Sn` would); TrickLabError where the hard
+    limit is below it too."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # no such limit here (Windows)
+        return
+    need = max(256, 64 * (workers + 2))
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            return
+    raise TrickLabError(
+        f"loader.num_workers={workers} needs about {need} open files, and the limit is {soft} "
+        f"(ulimit -n): raise it, e.g. ulimit -n 1024, or set loader.num_workers=0"
+    )
 
 
 def _check_open_files() -> None:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from tricklab.core.errors import TrickLabError
+from tricklab.core.process_limits import open_files_for_workers
 from tricklab.data.augment import (
     cutout_centre_range,
 )
@@ -126,6 +127,8 @@ class TorchLoader:
             raise TrickLabError(f"num_workers must be >= 0 (got {num_workers})")
         if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
             raise TrickLabError("persistent_workers and prefetch_factor need num_workers >= 1")
+        if num_workers:
+            open_files_for_workers(num_workers)
         self.batch_size = spec.batch_size
         self.train = spec.train
         self.device = torch.device(spec.device)

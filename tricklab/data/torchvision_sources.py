@@ -6,6 +6,7 @@ torchvision is imported when one of these is loaded, not before (it takes a seco
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import logging
 import os
@@ -125,8 +126,8 @@ def download_with_torchvision(
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)
-        if not isinstance(err, (OSError, RuntimeError, ValueError)):
-            raise
+        if not isinstance(err, (OSError, RuntimeError, ValueError, http.client.HTTPException)):
+            raise  # HTTPException: a proxy variable that names no URL (http.client.InvalidURL)
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
         raise not_found(name, root, looked_for, f"downloading failed: {first_line}") from err
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import http.client
 import logging
 import re
 import warnings
@@ -90,7 +91,8 @@ def imagenet_state_dict(name: str, weights: Any) -> dict[str, torch.Tensor]:
         with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
             state = torch.load(cached, map_location="cpu", weights_only=True)
-    except OSError as err:  # URLError, HTTPError, socket and SSL errors are all OSErrors
+    except (OSError, http.client.HTTPException) as err:  # URLError, HTTPError, socket, SSL; a
+        # proxy variable that names no URL (http.client.InvalidURL)
         if cached.exists():  # downloaded, or there already, and unreadable
             raise TrickLabError(_cannot_load_message(name, weights, err)) from err
         raise TrickLabError(
