@@ -279,3 +279,64 @@ def test_a_run_result_from_a_dict_checks_what_it_holds():
                        ({"status": "complete", "epochs": [1]}, "epochs")]:  # fmt: skip
         with pytest.raises(TrickLabError, match=f"a result's {field} is"):
             RunResult.from_dict(bad)
+
+
+# ---------------------------------------------------------------- the environment a command meets
+def _cli(args, env=None, **options):
+    full = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tricklab", *args], env=full, timeout=300,
+                          capture_output=True, text=True, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("env", [{"COLUMNS": "²"}, {"LINES": "①"}, {"COLUMNS": "٣"}])
+def test_a_terminal_size_of_digits_int_refuses_is_ignored(env):
+    """rich takes str.isdigit() values ('²', '①') for a number and int() refuses them: every
+    command, --version included, was a traceback at import."""
+    done = _cli(["tricks", "run", "--search", "seed"], env)
+    assert done.returncode == 0 and done.stderr == "" and "run.seed" in done.stdout
+
+
+def test_a_proxy_variable_that_names_no_url_is_the_one_download_line(tmp_path):
+    """http.client.InvalidURL is no OSError: `data show cifar10` was a 66-line traceback."""
+    env = {"https_proxy": "http://proxy:80a", "TRICKLAB_DATA": str(tmp_path / "d")}
+    done = _cli(["data", "show", "cifar10"], env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("error: cifar10 not found") and "nonnumeric port" in done.stderr
+
+
+WORKERS = [*TINY_SYNTHETIC, "run.epochs=1", "tricks.precision=32-true", "loader.kind=torch",
+           "loader.num_workers=2", "loader.batch_size=8"]  # fmt: skip
+
+
+def _open_files(soft, hard):
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_loader_workers_under_a_low_open_files_limit_raise_it_or_refuse_in_one_line(tmp_path):
+    """At ulimit -n 128 a run with two workers failed mid-epoch ("Too many open files"), and an
+    ablation of such runs exited 0 having trained nothing."""
+    done = _cli(["train", *WORKERS, "--out", str(tmp_path / "r")], preexec_fn=_open_files(128, 128))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "loader.num_workers=2 needs about 256 open files, and the limit is 128" in done.stderr
+    assert not (tmp_path / "r").exists()
+    code = (
+        "import resource\nfrom tricklab.core.process_limits import open_files_for_workers\n"
+        "open_files_for_workers(2)\nprint(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    raised = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            preexec_fn=_open_files(128, 4096))  # fmt: skip
+    assert int(raised.stdout) == 256  # the soft limit, raised toward the hard one
+
+
+def test_a_users_matplotlibrc_does_not_change_or_break_the_report(tmp_path):
+    """text.usetex without LaTeX was a 108-line traceback, an empty color cycle a
+    ZeroDivisionError, a missing font 3,091 findfont lines."""
+    assert main(["train", *TINY, "--out", str(tmp_path / "run"), "-q"]) == 0
+    rc = tmp_path / "matplotlibrc"
+    rc.write_text("text.usetex: True\naxes.prop_cycle: cycler(color=[])\nfont.family: NoSuch\n")
+    done = _cli(["report", str(tmp_path / "run"), "--out", str(tmp_path / "r")],
+                {"MATPLOTLIBRC": str(rc)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "findfont" not in done.stderr and (tmp_path / "r" / "report.html").is_file()

@@ -413,7 +413,11 @@ def render_figures(sources: Sequence[Source], folder: Path) -> list[Figure]:
     matplotlib = _quiet_matplotlib()
     styles = Styles(sources)
     made = []
-    with matplotlib.rc_context(RC):
+    # matplotlib's defaults and tricklab's style, whatever a matplotlibrc (the folder's, the
+    # user's, $MATPLOTLIBRC) says: text.usetex without LaTeX, an empty color cycle or a missing
+    # font failed or flooded the report
+    defaults = {k: v for k, v in matplotlib.rcParamsDefault.items() if not k.startswith("backend")}
+    with matplotlib.rc_context({**defaults, **RC}):
         for stem, title, draw, caption in FIGURES:
             fig = draw(styles)
             if fig is None:
