@@ -340,3 +340,137 @@ def test_a_users_matplotlibrc_does_not_change_or_break_the_report(tmp_path):
                 {"MATPLOTLIBRC": str(rc)})  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "findfont" not in done.stderr and (tmp_path / "r" / "report.html").is_file()
+
+
+# ---------------------------------------------------------------- image folders and their cache
+def _image_folder(root, value=0, size=8):
+    from PIL import Image
+
+    for split in ("train", "test"):
+        for name in ("a", "b"):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(3):
+                Image.new("RGB", (size, size), (value + 40 * i, 10, 200)).save(folder / f"{i}.png")
+    return root
+
+
+def test_no_arrangement_of_names_and_bytes_reads_as_another_folders_fingerprint(tmp_path):
+    """A folder named "a.ppm\\t<size>\\n<bytes>" hashed as a file a.ppm holding those bytes and a
+    "/\\n": two different folders shared a cache key, and one was served the other's images."""
+    from tricklab.data.cache import fingerprint_tree
+
+    ppm = b"P6\n1 1\n255\n" + bytes([200, 30, 90])
+    content = ppm + b"/\n"
+    (tmp_path / "B").mkdir()
+    (tmp_path / "B" / "a.ppm").write_bytes(content)
+    (tmp_path / "A").mkdir()
+    os.mkdir(os.fsencode(tmp_path / "A") + b"/a.ppm\t" + str(len(content)).encode() + b"\n" + ppm)
+    trees = [(tmp_path / side, list((tmp_path / side).iterdir())) for side in "AB"]
+    assert fingerprint_tree(trees[0][1], trees[0][0]) != fingerprint_tree(trees[1][1], trees[1][0])
+
+
+def test_a_folder_changed_while_it_is_decoded_is_not_cached_under_its_old_content(
+    tmp_path, monkeypatch
+):
+    """The key was taken before the decode: an image replaced meanwhile was cached as the old
+    folder's, and served, silently, until the folder changed again."""
+    from PIL import Image
+
+    import tricklab
+    import tricklab.data.imagefolder as imagefolder
+    from tricklab.core.errors import TrickLabError
+
+    root = _image_folder(tmp_path / "data")
+    decode = imagefolder.decode_imagefolder
+
+    def decode_while_a_file_changes(*args, **kwargs):
+        Image.new("RGB", (8, 8), (255, 255, 255)).save(root / "train" / "a" / "0.png")
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(imagefolder, "decode_imagefolder", decode_while_a_file_changes)
+    cache = tmp_path / "cache"
+    with pytest.raises(TrickLabError, match="changed while they were decoded"):
+        tricklab.load_dataset("imagefolder", data_dir=str(root), cache_dir=str(cache))
+    assert not list(cache.rglob("*.npz"))
+    monkeypatch.setattr(imagefolder, "decode_imagefolder", decode)
+    loaded = tricklab.load_dataset("imagefolder", data_dir=str(root), cache_dir=str(cache))
+    assert len(loaded.train.labels) == 6 and len(list(cache.rglob("*.npz"))) == 2
+
+
+@pytest.mark.parametrize(
+    "pixels, message",
+    [
+        (lambda g: g.astype(np.int32) * 1000, "has 32-bit integer pixels"),
+        (lambda g: g.astype(np.float32) / 255, "has float pixels"),
+        (lambda g: (g * 256).astype(np.int32), None),  # 16 bits in a 32-bit image: read as such
+    ],
+    ids=["int32", "float", "int32-holding-16-bits"],
+)
+def test_wide_grey_pixels_are_read_by_their_range_or_refused(pixels, message, tmp_path):
+    """32-bit integer and float TIFFs decoded to all 255 and all 0, without a word."""
+    from PIL import Image
+
+    from tricklab.core.errors import TrickLabError
+    from tricklab.data.imagefolder_decode import decode_image
+
+    grey = np.random.default_rng(0).integers(1, 256, (8, 8))
+    path = tmp_path / "x.tif"
+    Image.fromarray(pixels(grey)).save(path)
+    if message is None:
+        assert np.array_equal(np.asarray(decode_image(path, "x.tif")), grey.astype(np.uint8))
+    else:
+        with pytest.raises(TrickLabError, match=message):
+            decode_image(path, "x.tif")
+
+
+def test_a_huge_image_says_one_line_and_memory_is_not_called_corruption(tmp_path, monkeypatch):
+    """Pillow's DecompressionBombWarning printed two lines before the error; a MemoryError while
+    decoding a whole image said it was corrupt or truncated."""
+    import warnings
+
+    from PIL import Image
+
+    from tricklab.core.errors import TrickLabError
+    from tricklab.data.imagefolder_decode import decode_image
+
+    bomb = tmp_path / "bomb.png"
+    Image.new("L", (10000, 10000)).save(bomb)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(TrickLabError, match="10000x10000 pixels, more than"):
+            decode_image(bomb, "bomb.png")
+    assert warned == []
+    small = tmp_path / "small.png"
+    Image.new("RGB", (8, 8)).save(small)
+
+    def out_of_memory(self):
+        raise MemoryError
+
+    monkeypatch.setattr(Image.Image, "load", out_of_memory)
+    with pytest.raises(TrickLabError, match="does not fit in the memory left to decode it"):
+        decode_image(small, "small.png")
+
+
+def test_an_archive_of_too_many_entries_is_refused_without_keeping_every_header(
+    tmp_path, monkeypatch
+):
+    """tarfile kept each header it read: a 2 MB archive of a million empty folder entries took
+    977 MB and 47 s, a larger one the kernel's kill."""
+    import tarfile
+
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+    from tricklab.data import limits
+
+    source = _image_folder(tmp_path / "src")
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        with tarfile.open(data / f"{split}.tar", "w") as tar:
+            tar.add(source / split, arcname=split)
+    loaded = tricklab.load_dataset("imagefolder", data_dir=str(data), cache_dir=str(tmp_path / "c"))
+    assert len(loaded.train.labels) == 6
+    monkeypatch.setattr(limits, "MAX_ARCHIVE_MEMBERS", 5)
+    with pytest.raises(TrickLabError, match="holds more than 5 entries"):
+        tricklab.load_dataset("imagefolder", data_dir=str(data), cache_dir=str(tmp_path / "d"))

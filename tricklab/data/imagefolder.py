@@ -35,17 +35,21 @@ def load_imagefolder(request: SourceRequest) -> LoadedSource:
             "holding train/<class>/<image> or train.tar.gz"
         )
     sources = find_split_sources(request.data_dir)
-    key_parts = {
-        "sources": {split: source_fingerprint(path) for split, path in sources.items()},
-        "image_size": request.image_size,
-        "decoder": DECODER_VERSION,
-    }
+
+    def parts() -> dict:
+        return {
+            "sources": {split: source_fingerprint(path) for split, path in sources.items()},
+            "image_size": request.image_size,
+            "decoder": DECODER_VERSION,
+        }
+
     classes, splits = cached_splits(
         "imagefolder",
-        key_parts,
+        parts(),
         tuple(sources),
         request.cache_dir,
         lambda: decode_imagefolder(sources, request.image_size),
+        parts_now=parts,  # again after the decode: a file replaced meanwhile is not cached
     )
     return LoadedSource(classes, splits, str(request.data_dir))
 

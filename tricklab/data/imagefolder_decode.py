@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +39,12 @@ def _refuse_truncated_images() -> Iterator[None]:
 def decode_image(data: bytes | Path, display: str) -> Image.Image:
     """Decode one image fully, as mode "L" (grey sources) or "RGB" (everything else)."""
     try:
-        with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
+        with (
+            warnings.catch_warnings()
+        ):  # Pillow's DecompressionBombWarning: the check below says it
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+        with img:
             width, height = img.size  # from the header: nothing decoded yet
             if width * height > MAX_IMAGE_PIXELS:
                 raise TrickLabError(
@@ -46,16 +52,30 @@ def decode_image(data: bytes | Path, display: str) -> Image.Image:
                     f"{MAX_IMAGE_PIXELS:,} tricklab decodes; shrink it or remove it"
                 )
             img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
-            if img.mode.startswith("I;16") or (img.mode == "I" and img.format == "PNG"):
-                # 16-bit grey (PNG; mode "I" before Pillow 10.3): keep the top 8 bits; Pillow's
-                # convert("L") would clip at 255.
+            wide = np.asarray(img) if img.mode in ("I", "F") else None
+            if img.mode.startswith("I;16") or (
+                img.mode == "I" and 0 <= wide.min() <= wide.max() < 2**16
+            ):
+                # 16-bit grey (PNG, PGM; mode "I" before Pillow 10.3): keep the top 8 bits;
+                # Pillow's convert("L") would clip at 255.
                 return Image.fromarray(
                     (np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8), "L"
+                )
+            if wide is not None:  # 32-bit integers past 16 bits, or floats: no range to read
+                raise TrickLabError(  # them in (convert("L") made all 255, or all 0)
+                    f"image {display} has {'32-bit integer' if img.mode == 'I' else 'float'} "
+                    "pixels, which tricklab cannot scale to 8 bits unseen; save it as an 8-bit image "
+                    "(PNG, JPEG) or a 16-bit PNG"
                 )
             mode = "L" if img.mode in _GRAY_MODES else "RGB"
             return img if img.mode == mode else img.convert(mode)
     except TrickLabError:
         raise
+    except MemoryError as err:  # a whole image, not a broken one: the memory left is too little
+        raise TrickLabError(
+            f"image {display} does not fit in the memory left to decode it (MemoryError): "
+            "raise the memory limit (ulimit -v) or shrink the image"
+        ) from err
     except Image.DecompressionBombError as err:
         raise TrickLabError(f"image {display} has too many pixels to decode ({err})") from err
     except Exception as err:  # Pillow raises many types for bad files (OSError, SyntaxError, ...)

@@ -115,7 +115,13 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
             # and needs no memory for the members it skips.
             stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
             with tarfile.open(fileobj=_BoundedReads(stream, archive), mode="r:") as tar:
-                for member in tar:
+                for count, member in enumerate(tar, 1):
+                    tar.members = []  # tarfile keeps every header read: memory without bound
+                    if count > limits.MAX_ARCHIVE_MEMBERS:
+                        raise TrickLabError(
+                            f"archive {archive} holds more than {limits.MAX_ARCHIVE_MEMBERS:,} "
+                            "entries; split it or use fewer images"
+                        )
                     _refuse_unsafe_member(member, archive)
                     parts = [p for p in PurePosixPath(member.name).parts if p != "."]
                     if parts and parts[0] == split:

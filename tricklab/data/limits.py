@@ -15,6 +15,7 @@ from tricklab.core.memory import available_memory_bytes, check_fits
 MAX_IMAGE_SIZE = 1024  # data.image_size: side of the square images are resized to
 MAX_IMAGE_FILE_BYTES = 64 << 20  # one image file or archive member
 MAX_IMAGE_PIXELS = 8192 * 8192  # one source image, read from its header before decoding
+MAX_ARCHIVE_MEMBERS = 2_000_000  # entries of one image archive (ImageNet's train: 1.28 million)
 MAX_CIFAR_FILE_BYTES = 256 << 20  # one file of the CIFAR release (cifar-100's train is 148 MiB)
 
 
