@@ -474,3 +474,49 @@ def test_an_archive_of_too_many_entries_is_refused_without_keeping_every_header(
     monkeypatch.setattr(limits, "MAX_ARCHIVE_MEMBERS", 5)
     with pytest.raises(TrickLabError, match="holds more than 5 entries"):
         tricklab.load_dataset("imagefolder", data_dir=str(data), cache_dir=str(tmp_path / "d"))
+
+
+# ---------------------------------------------------------------- folders that go away or fill up
+def test_a_run_folder_deleted_mid_run_is_one_line_naming_the_path(tmp_path, monkeypatch, capsys):
+    """Removing the run's folder while it trained ended in two chained tracebacks."""
+    import shutil
+
+    import tricklab.training.api as api
+
+    out = tmp_path / "r"
+    write = api.write_json_atomic
+
+    def write_after_the_folder_is_gone(path, data):
+        shutil.rmtree(out, ignore_errors=True)
+        write(path, data)
+
+    monkeypatch.setattr(api, "write_json_atomic", write_after_the_folder_is_gone)
+    assert main(["train", *TINY, "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot use the path {out}")
+    assert "No such file or directory (removed while the command ran?)" in err[0]
+
+
+def test_a_speedrun_whose_summary_cannot_be_written_leaves_its_folder_for_the_rerun(
+    tmp_path, monkeypatch, capsys
+):
+    """ulimit -f at summary.json's write left seed-0/ and warmup/ without a summary: `report`
+    said it was no speedrun, the rerun that it does not resume."""
+    import errno
+
+    import tricklab.experiments.speedrun as module
+
+    out = tmp_path / "s"
+    argv = ["speedrun", *TINY, "--runs", "2", "--warmup-epochs", "1", "--out", str(out), "-q"]
+    write = module.atomic_write
+
+    def too_large(path, *args, **kwargs):
+        raise OSError(errno.EFBIG, "File too large", str(path))
+
+    monkeypatch.setattr(module, "atomic_write", too_large)
+    assert main(argv) == 2
+    assert "summary.json" in capsys.readouterr().err
+    assert not out.exists()
+    monkeypatch.setattr(module, "atomic_write", write)
+    assert main(argv) == 0
+    assert json.loads((out / "summary.json").read_text())["n"] == 2

@@ -350,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             if exc.errno in FILES_ERRNOS:
                 print_error(f"too many open files ({exc.strerror}): {FILES_ADVICE}")
                 return 2
-            if exc.filename and exc.errno in PATH_ERRNOS:  # a folder the user may not enter,
-                print_error(f"cannot use the path {shown(exc.filename)}: {exc.strerror}")
-                return 2  # a name past PATH_MAX met by a check before any file was written
+            if exc.filename and exc.errno in (*PATH_ERRNOS, errno.ENOENT):  # a folder the user
+                gone = " (removed while the command ran?)" * (exc.errno == errno.ENOENT)
+                print_error(f"cannot use the path {shown(exc.filename)}: {exc.strerror}{gone}")
+                return 2  # may not enter, a name past PATH_MAX, a run folder deleted mid-run
             if not is_disk_full(exc):
                 raise
             print_error(str(disk_full_error(exc)))

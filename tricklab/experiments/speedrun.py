@@ -298,10 +298,11 @@ def speedrun(
         try:
             return _speedrun(plan, on_run, stop)
         except BaseException as exc:  # a stop, or the caller's `on_run` (stdout a closed pipe)
-            ran = any((out / f"seed-{i}").is_dir() for i in range(plan.runs)) if out else False
-            stopped = isinstance(exc, KeyboardInterrupt)  # not SpeedrunInterrupted: none counted
-            if out and not isinstance(exc, SpeedrunInterrupted) and (stopped or not ran):
-                remove_unsummarized(out, plan.runs, created)  # ended before a counted run
+            # Ended before a counted run, or before its summary could be written (a full disk,
+            # `ulimit -f`): a folder without summary.json no command reads or resumes, so the
+            # same command must find it as it was.
+            if out and not isinstance(exc, SpeedrunInterrupted):
+                remove_unsummarized(out, plan.runs, created)
             raise
 
 
