@@ -520,3 +520,55 @@ def test_a_speedrun_whose_summary_cannot_be_written_leaves_its_folder_for_the_re
     monkeypatch.setattr(module, "atomic_write", write)
     assert main(argv) == 0
     assert json.loads((out / "summary.json").read_text())["n"] == 2
+
+
+# ---------------------------------------------------------------- names and values as written
+def test_csv_cells_that_a_spreadsheet_would_run_stay_text():
+    """results --per-seed --format csv wrote a varied data.dir '=HYPERLINK(...)' as it was: a
+    formula in a spreadsheet. --csv (the statistics) wrote names with control characters raw."""
+    from tricklab.core.safeio import csv_cell
+    from tricklab.report.table_writers import to_csv
+
+    assert csv_cell('=HYPERLINK("http://e","x")') == '\'=HYPERLINK("http://e","x")'
+    assert [csv_cell(v) for v in ("@SUM(1)", "+x", "-x", "\tx")] == ["'@SUM(1)", "'+x", "'-x",
+                                                                    "\\tx"]  # fmt: skip
+    assert [csv_cell(v) for v in ("-0.5", "+1e3", "plain", 3, None)] == ["-0.5", "+1e3", "plain",
+                                                                        3, ""]  # fmt: skip
+    assert to_csv(["c"], [["=1+1"]]) == "c\n'=1+1\n"
+
+
+def test_per_seed_with_csv_is_refused_for_it_wrote_the_statistics(tmp_path, capsys):
+    assert main(["results", "s", "--out", str(tmp_path), "--per-seed", "--csv", "x.csv"]) == 2
+    assert "for every run use --format csv > FILE" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_study_name_not_in_composed_unicode_is_refused_when_it_is_made(tmp_path, capsys):
+    """'café' and 'cafe\\u0301' were two studies shown alike in the listing, the report's
+    title, columns and conclusions."""
+    argv = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.1", "--out", str(tmp_path / "a")]
+    assert main([*argv, "--study", "cafe\u0301", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--study 'cafe\\u0301' is not in Unicode's composed form (NFC)" in err
+    assert main([*argv, "--study", "caf\u00e9", "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize("value", ["---", "&a x", "!!str", "a\nb"])
+def test_a_text_field_keeps_a_value_as_typed_or_says_why_it_cannot(value):
+    """data.dir=--- was a silent None (YAML's document start), data.dir=&a x the text 'x'."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+
+    try:
+        kept = tricklab.load_recipe(None, [f"data.dir={value}"]).data.dir
+    except TrickLabError as err:
+        assert "quote the value" in str(err) or "not valid" in str(err)
+    else:
+        assert kept == value.strip()
+
+
+def test_a_switch_takes_true_and_false_quoted_as_it_takes_yes_and_no():
+    import tricklab
+
+    for word, on in (('"true"', True), ("'false'", False), ("yes", True), ("off", False)):
+        assert tricklab.load_recipe(None, [f"model.pretrained={word}"]).model.pretrained is on

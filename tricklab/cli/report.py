@@ -135,6 +135,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_results(args: argparse.Namespace) -> int:
     check_not_empty(args, "--storage", "--out", "--reference", "--csv")
+    if args.per_seed and args.csv is not None:  # it wrote the statistics' rows, not the runs'
+        raise TrickLabError("--csv writes the statistics; for every run use --format csv > FILE")
     output = "json" if args.json else args.format
     with quiet_optuna():
         if args.study is None:

@@ -45,6 +45,23 @@ def control_free(text: object) -> str:
     )
 
 
+def csv_cell(value: object) -> object:
+    """A CSV cell: None empty, a number as it is, text `control_free` and, where a spreadsheet
+    would run it as a formula (text opening with =, +, -, @, a tab or a carriage return, and no
+    number), behind a ' as OWASP advises: a varied value `=HYPERLINK(...)` stays text."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        return value
+    text = control_free(value)
+    if text[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text
+
+
 def _escape(char: str) -> str:
     code = ord(char)
     return _ESCAPES.get(char) or (f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}")

@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import shutil
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -147,4 +148,10 @@ def check_study_name(name: str, what: str = "--study") -> None:
             f"{what} {shown(name)} is one folder's name under runs/experiments/ (where "
             "`tricklab results` lists studies): give one without '/', control characters, bytes "
             "that are not UTF-8 or spaces at its ends, other than '.' and '..'"
+        )
+    composed = unicodedata.normalize("NFC", name)
+    if composed != name:  # 'cafe\u0301' and 'café' were two studies that read alike everywhere
+        raise TrickLabError(
+            f"{what} {ascii(name)} is not in Unicode's composed form (NFC), so it reads as "
+            f"{shown(composed)}, another study's name or the next one's: give it composed"
         )

@@ -28,8 +28,7 @@ Per configuration (complete runs only):
   the pairing alone;
 - planned and done: with the study's plan (`planned`), how many runs each configuration was to
   make, and a row for each planned configuration that has none yet.
-Intervals, tests and verdicts need 3 runs on each side (at 2, Student's t quantile is 12.7) and
-are None with fewer (measure/intervals.py).
+Intervals, tests and verdicts need 3 runs a side (at 2, Student's t quantile is 12.7): None else.
 
 The runs come from `records.collect_runs` (re-exported here): each (configuration, seed) once.
 """
@@ -51,6 +50,7 @@ import numpy as np
 from tricklab.core.errors import TrickLabError
 from tricklab.core.outfiles import check_replaceable, file_path
 from tricklab.core.paths import atomic_write
+from tricklab.core.safeio import csv_cell
 from tricklab.core.status import (
     COMPLETE_STATUSES,
     DONE_STATUSES,
@@ -444,7 +444,7 @@ def write_csv(rows: Sequence[ConfigStats], path: str | Path) -> None:
             for row in rows:
                 data = row.to_dict()
                 data["overrides"] = " ".join(row.overrides)
-                cells = ["" if data[n] is None else data[n] for n in names]
+                cells = [csv_cell(data[n]) for n in names]  # no formula, no line break
                 writer.writerow(cells + [row.failures.get(kind, 0) for kind in FAILURE_KINDS])
     except OSError as exc:
         raise TrickLabError(f"cannot write the CSV file {path}: {exc.strerror or exc}") from None

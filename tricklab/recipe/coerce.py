@@ -21,8 +21,9 @@ SHOWN_CHARS = 60  # of a bad value in its error line
 
 # YAML 1.1 words that PyYAML would read as booleans. Recipes are read with YAML 1.2's booleans
 # (true/false only, see yamlio), so `tricks.compile: off` names the choice "off"; a bool field
-# still takes these words.
-_YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": True, "n": False}
+# still takes these words, and true/false as text ("true", quoted) as it takes them unquoted.
+_YAML11_BOOL_WORDS = {"on": True, "off": False, "yes": True, "no": False, "y": True, "n": False,
+                      "true": True, "false": False}  # fmt: skip
 _BAD = object()
 
 

@@ -149,6 +149,9 @@ def number_in_text(text: str) -> float | None:
     return float(text) if _DECIMAL.fullmatch(text) else None
 
 
+_NULL_WORDS = ("null", "Null", "NULL", "~")  # YAML 1.2's null, written out
+
+
 def read_value(text: str, takes_text: bool = False) -> Any:
     """A command-line value (`key=VALUE`), read as a recipe file's values are, except that a
     comment is refused (the shell passed `data.dir=a #b` whole: '#b' would have been dropped)
@@ -162,6 +165,16 @@ def read_value(text: str, takes_text: bool = False) -> Any:
     value = read_yaml(text)
     if takes_text and isinstance(value, (int, float)) and not isinstance(value, bool):
         return text.strip()
+    plain = text.strip()
+    lone_tag = plain[:1] == "!" and value in ("", None)  # `!!str` alone: ''
+    syntax = plain[:1] not in ("'", '"', "!", "[", "{") and (
+        (value is None and plain not in _NULL_WORDS) or (isinstance(value, str) and value != plain)
+    )  # YAML's own syntax took part of it: `---` (a document) read as null, `&a x` as 'x'
+    if takes_text and (lone_tag or syntax):
+        raise TrickLabError(
+            f"{shown(plain)} would be read by YAML as {value!r:.40}, not as typed; quote the value "
+            "to keep it"
+        )
     return value
 
 

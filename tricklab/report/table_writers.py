@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tricklab.core.safeio import control_free
+from tricklab.core.safeio import csv_cell
 
 
 @dataclass
@@ -125,15 +125,14 @@ def to_latex(table: TableData) -> str:
 
 
 def to_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """CSV text, each text cell on one line (core/safeio.control_free): a value a user varied
-    (a run's name, a project) cannot forge a row or reach the terminal; other text as it is."""
+    """CSV text, each text cell on one line and no formula (core/safeio.csv_cell): a value a user
+    varied (a run's name, a project) cannot forge a row, reach the terminal or run in a
+    spreadsheet; other text as it is."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([control_free(cell) for cell in header])
+    writer.writerow([csv_cell(cell) for cell in header])
     for row in rows:
-        writer.writerow(
-            ["" if v is None else control_free(v) if isinstance(v, str) else v for v in row]
-        )
+        writer.writerow([csv_cell(v) for v in row])
     return buffer.getvalue()
 
 
