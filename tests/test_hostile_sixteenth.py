@@ -572,3 +572,22 @@ def test_a_switch_takes_true_and_false_quoted_as_it_takes_yes_and_no():
 
     for word, on in (('"true"', True), ("'false'", False), ("yes", True), ("off", False)):
         assert tricklab.load_recipe(None, [f"model.pretrained={word}"]).model.pretrained is on
+
+
+def test_reference_takes_a_configuration_as_the_tables_show_it():
+    """The table showed optim.lr=1e+30 and --reference refused it, and the typed optim.lr=1e30
+    too (the id reads optim.lr=1.0e+30); a sweep's 0.143 needed 0.14297724879798399."""
+    from tricklab.core.errors import TrickLabError
+    from tricklab.experiments.records import resolve_reference
+
+    ids = ["baseline", "optim.lr=1.0e+30", "optim.lr=0.14297724879798399 aug.flip=random",
+           "optim.lr=0.1431 aug.flip=random", 'data.dir="a b"']  # fmt: skip
+    for typed, meant in [("optim.lr=1e+30", ids[1]), ("optim.lr=1e30", ids[1]),
+                         ("optim.lr=0.143 aug.flip=random", ids[2]), ('data.dir="a b"', ids[4]),
+                         ("baseline", ids[0])]:  # fmt: skip
+        assert resolve_reference(typed, ids) == meant
+    with pytest.raises(TrickLabError, match="no configuration 'optim.lr=7' in this study"):
+        resolve_reference("optim.lr=7", ids)
+    with pytest.raises(TrickLabError, match="2 configurations 'optim.lr=0.14"):
+        resolve_reference("optim.lr=0.14 aug.flip=random", ["optim.lr=0.140001 aug.flip=random",
+                                                            "optim.lr=0.139999 aug.flip=random"])  # fmt: skip

@@ -6,9 +6,12 @@ outcome, and a sampled point drawn twice reuses its runs.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
+import yaml
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.safeio import shown
@@ -24,6 +27,7 @@ from tricklab.experiments.recordfields import (
     record_problem,
 )
 from tricklab.experiments.storage import stored_runs, trial_status
+from tricklab.recipe.yamlio import read_yaml
 
 
 def headline_accuracy(record: dict[str, Any]) -> float | None:
@@ -228,3 +232,54 @@ def check_study_attrs(study: str, attrs: dict[str, Any]) -> None:
             f"study {shown(study)} holds an attr tricklab cannot read: {shown(problem)}; was the "
             "storage written by another program?"
         )
+
+
+def resolve_reference(reference: str, config_ids: Sequence[str]) -> str:
+    """The configuration `reference` names: its id, or the same overrides spelled otherwise, as
+    the tables show them (`optim.lr=1e+30` for `optim.lr=1.0e+30`, a number to the 4 figures
+    shown: `optim.lr=0.143` for `optim.lr=0.14297724879798399`). TrickLabError for none or
+    several."""
+    if reference in config_ids:
+        return reference
+    wanted = _overrides(reference)
+    hits = [c for c in config_ids if wanted is not None and _alike(_overrides(c), wanted)]
+    if len(hits) == 1:
+        return hits[0]
+    which = f"{len(hits)} configurations" if hits else "no configuration"
+    raise TrickLabError(f"{which} '{reference}' in this study; have: {', '.join(config_ids)}")
+
+
+_KEY_START = re.compile(r" (?=[a-z_]+\.[a-z_]+=)")  # where the next override of an id begins
+
+
+def _overrides(config_id: str) -> dict[str, Any] | None:
+    """{key: value read as YAML} of an id's space-joined `key=value` overrides; None if unread."""
+    values = {}
+    for part in _KEY_START.split(config_id.strip()):
+        key, sep, text = part.partition("=")
+        try:
+            values[key] = read_yaml(text) if sep else None  # YAML 1.2, as a recipe reads it
+        except (yaml.YAMLError, TrickLabError):
+            return None
+        if not sep:
+            return None
+    return values
+
+
+def _alike(have: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    if have is None or have.keys() != wanted.keys():
+        return False
+    return all(_same(have[k], wanted[k]) for k in wanted)
+
+
+def _same(have: Any, wanted: Any) -> bool:
+    """Equal, or a float and what its 4 shown figures read as."""
+    if (
+        isinstance(have, float)
+        and isinstance(wanted, (int, float))
+        and not isinstance(wanted, bool)
+    ):
+        return have == wanted or float(f"{have:.4g}") == wanted
+    if isinstance(have, list) and isinstance(wanted, list) and len(have) == len(wanted):
+        return all(_same(h, w) for h, w in zip(have, wanted))
+    return have == wanted

@@ -59,7 +59,7 @@ from tricklab.core.status import (
     target_counts,
 )
 from tricklab.experiments.plan import BASELINE
-from tricklab.experiments.records import collect_runs, headline_accuracy
+from tricklab.experiments.records import collect_runs, headline_accuracy, resolve_reference
 from tricklab.measure.intervals import (
     ACCURACY_BOUNDS,
     CONFIDENCE,
@@ -178,10 +178,8 @@ def config_stats(
         reference = max(scored, key=lambda r: r.accuracy_mean).config_id if scored else None
     elif reference is None:
         reference = BASELINE
-    elif reference not in rows:
-        raise TrickLabError(
-            f"no configuration '{reference}' in this study; have: {', '.join(rows)}"
-        )
+    else:  # its id, or its overrides as the tables show them (`optim.lr=1e+30`)
+        reference = resolve_reference(reference, list(rows))
     if reference is not None:
         ref = rows[reference]
         ref.is_reference, ref.picked_best = True, picked
