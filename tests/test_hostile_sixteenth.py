@@ -591,3 +591,19 @@ def test_reference_takes_a_configuration_as_the_tables_show_it():
     with pytest.raises(TrickLabError, match="2 configurations 'optim.lr=0.14"):
         resolve_reference("optim.lr=0.14 aug.flip=random", ["optim.lr=0.140001 aug.flip=random",
                                                             "optim.lr=0.139999 aug.flip=random"])  # fmt: skip
+
+
+def test_the_demo_says_a_cache_it_cannot_write_before_its_plan(tmp_path, monkeypatch, capsys):
+    """With TRICKLAB_CACHE on a read-only disk the demo printed its four-line plan first."""
+    import tricklab.data.cache as cache
+    from tricklab.core.errors import TrickLabError
+
+    def read_only(folder):
+        raise TrickLabError(f"cannot write the dataset cache in {folder} (Read-only file system)")
+
+    monkeypatch.setattr(cache, "ensure_writable", read_only)
+    monkeypatch.setenv("TRICKLAB_CACHE", str(tmp_path / "cache"))
+    assert main(["demo", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write the dataset cache in")
+    assert not (tmp_path / "d").exists()

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from tricklab.experiments.runner import RunEvent
 
 from tricklab.cli.common import int_number
+from tricklab.core.errors import TrickLabError
 from tricklab.demo import (
     BASELINE_RECIPE,
     DemoInterrupted,
@@ -40,6 +41,20 @@ def describe_plan(plan: DemoPlan, seeds: int, device_type: str) -> str:
     )
 
 
+def _check_data(plan: DemoPlan) -> None:
+    """A dataset cache that cannot be written is one line before the plan is printed, not after
+    it; a read-only cache that already holds the sample still serves it."""
+    from tricklab.data.cache import dataset_cache_dir, ensure_writable
+
+    try:
+        ensure_writable(dataset_cache_dir(plan.cache_dir))
+    except TrickLabError:
+        from tricklab.recipe.schema import load_recipe
+        from tricklab.training.setup import load_data, resolve_device
+
+        load_data(load_recipe("speedrun94", plan.baseline_overrides(resolve_device("auto").type)))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
 
     from tricklab.cli.common import (
@@ -57,6 +72,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(Path(args.out))  # before torch's start-up, not after it
     check_seeds(args.seeds)  # before the plan is printed
+    _check_data(plan)
     err = make_console(stderr=True, markup=False, highlight=False)
     if not args.quiet:
         err.print(describe_plan(plan, args.seeds, resolve_device("auto").type))
