@@ -607,3 +607,47 @@ def test_the_demo_says_a_cache_it_cannot_write_before_its_plan(tmp_path, monkeyp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot write the dataset cache in")
     assert not (tmp_path / "d").exists()
+
+
+# ---------------------------------------------------------------- a storage being made
+def test_a_storage_that_cannot_be_made_or_is_stopped_while_made_leaves_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """A full disk at the study's database left an empty --out folder; a stop while Optuna wrote
+    its tables left a study.db that readers called "part of an Optuna database"."""
+    import errno
+
+    import optuna
+
+    from tricklab.experiments.storage import open_storage
+
+    get_storage = optuna.storages.get_storage
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(optuna.storages, "get_storage", full)
+    out = tmp_path / "new" / "abl"
+    argv = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.1", "--seeds", "1"]
+    assert main([*argv, "--out", str(out)]) == 2
+    assert "space" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+    def stopped_after_the_tables(*args, **kwargs):
+        get_storage(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optuna.storages, "get_storage", stopped_after_the_tables)
+    url = f"sqlite:///{tmp_path / 'made' / 'study.db'}"
+    with pytest.raises(KeyboardInterrupt):
+        open_storage(url)
+    assert not (tmp_path / "made").exists()
+
+
+def test_a_study_whose_making_was_stopped_says_to_run_the_command_again():
+    from tricklab.core.errors import TrickLabError
+    from tricklab.experiments.records import study_kind
+
+    with pytest.raises(TrickLabError, match="was stopped before it wrote its plan .run it again"):
+        study_kind("s", {})
+    with pytest.raises(TrickLabError, match=r"no 'kind' attr\); tricklab reads only"):
+        study_kind("s", {"other": 1})

@@ -33,7 +33,8 @@ class StudyInfo:
 def _studies_in(url: str) -> list[StudyInfo]:
     import optuna
 
-    from tricklab.experiments.storage import open_storage, sqlite_tables
+    from tricklab.experiments.storage import open_storage
+    from tricklab.experiments.storage_files import sqlite_tables
 
     if url.startswith(SQLITE_PREFIX) and sqlite_tables(file_of(url)) == []:
         return []  # an empty study.db holds no study, and reading must not give it tables

@@ -195,10 +195,12 @@ def study_kind(study: str, attrs: dict[str, Any]) -> str:
     """The study's kind, ablation or sweep; TrickLabError for a study without one: every study
     tricklab makes says which it is, so it is another program's."""
     kind = attrs.get("kind")
-    if kind is None:
+    if kind is None:  # no attr at all: another program's, or a command stopped as it made it
+        stopped = ", or the one that made it was stopped before it wrote its plan (run it again"
         raise TrickLabError(
             f"study {shown(study)} was not made by tricklab ablate or sweep (it has no 'kind' "
-            "attr); tricklab reads only the studies those commands make"
+            f"attr){stopped + ' to resume)' if not attrs else ''}; tricklab reads only the "
+            "studies those commands make"
         )
     check_study_attrs(study, attrs)
     return kind

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import tempfile
 import time
 import warnings
@@ -38,16 +37,22 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.outputs import STUDY_FILE
-from tricklab.core.paths import not_a_file, resolved
-from tricklab.core.safeio import parse_json, shown
+from tricklab.core.paths import first_missing, not_a_file, remove_empty_dirs, resolved
+from tricklab.core.safeio import shown
 from tricklab.core.status import COMPLETE_STATUSES, FAIL_STATE_STATUSES, Status
 from tricklab.core.urls import SQLITE_PREFIX, file_of, shown_url, sqlite_url, without_password
 from tricklab.experiments.contents import RowCheckedStorage, check_contents, full_disk, one_line
-from tricklab.experiments.journal import journal_backend, looks_like_record_start
+from tricklab.experiments.journal import journal_backend
+from tricklab.experiments.storage_files import (
+    VERSION_TABLES,
+    check_journal,
+    check_sqlite,
+    check_sqlite_schema,
+    check_whole_schema,
+)
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
 SCHEMA_RETRIES = 5
-VERSION_TABLES = ("version_info", "alembic_version")  # Optuna writes their row when it is missing
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
 LATEST_CALL_ATTRS = ("seeds",)  # the latest call's plan (stats.planned_runs): each call stores its
 
@@ -125,7 +130,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         _make_parent(path, url)
         if not must_exist and not os.access(path.parent, os.W_OK):  # its lock file goes there
             raise _cannot_open(url, "its folder is read-only (a writer locks beside it)")
-        _check_journal(path)
+        check_journal(path)
         try:  # reads the whole journal: a damaged line fails here, before anything is written
             storage = optuna.storages.JournalStorage(journal_backend(path))
         except Exception as exc:
@@ -134,31 +139,32 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             check_contents(storage, f"journal {path}", trials=True)
         return storage
     kwargs: dict[str, Any] = {}
-    fresh = None  # the SQLite file this call makes: taken back if its schema cannot be written
+    fresh = created = None  # the SQLite file and folder this call makes: taken back on failure
     if url.startswith(SQLITE_PREFIX):
         path = storage_file(url)
         if must_exist and not path.is_file():
             raise TrickLabError(f"no study database at {shown(path)}; --storage says where it is")
+        created = first_missing(path.parent)
         _make_parent(path, url)
-        _check_sqlite(path)
+        check_sqlite(path)
         if must_exist:
-            _check_sqlite_schema(path)
+            check_sqlite_schema(path)
         fresh = None if path.exists() else path
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}  # readers wait for a lock
     elif must_exist:
-        _check_whole_schema(shown_url(url), *_server_schema(url))
+        check_whole_schema(shown_url(url), *_server_schema(url))
     for attempt in range(SCHEMA_RETRIES):
         try:
             storage = optuna.storages.get_storage(RowCheckedStorage(url, **kwargs))
         except ImportError as exc:
             raise _driver_missing(url, exc) from None
-        except Exception as exc:  # SQLAlchemy raises many kinds for a bad URL or a lost server
+        except BaseException as exc:  # SQLAlchemy's many kinds for a bad URL or a lost server
             # Workers starting together race to create the tables; the loser finds them made.
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
-            if attempt + 1 == SCHEMA_RETRIES or not racing:
-                for made in (fresh, Path(f"{fresh}-journal")) if fresh is not None else ():
-                    with contextlib.suppress(OSError):  # a read-only folder: nothing was made
-                        made.unlink(missing_ok=True)
+            if attempt + 1 == SCHEMA_RETRIES or not racing or not isinstance(exc, Exception):
+                _take_back(fresh, created)  # a full disk, a stop while it made the tables
+                if not isinstance(exc, Exception):
+                    raise
                 raise full_disk(exc, url) or _cannot_open(url, one_line(exc)) from None
             time.sleep(0.2 * (attempt + 1))
             continue
@@ -166,28 +172,6 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
             check_contents(storage, shown_url(url), trials=False)
         return storage
     raise AssertionError("unreachable")
-
-
-def _optuna_tables() -> list[str]:
-    """Every table Optuna's RDBStorage makes: its models' and alembic's revision table."""
-    from optuna.storages._rdb import models
-
-    return sorted([*models.BaseModel.metadata.tables, "alembic_version"])
-
-
-def _check_whole_schema(where: str, tables: list[str], rows: Callable[[str], int]) -> None:
-    """TrickLabError unless a database holding `tables` holds all of Optuna's, its version rows
-    written (`rows(table)` counts them): else Optuna, opening it, would write what is missing."""
-    if "studies" not in tables:
-        raise TrickLabError(f"{where} holds no study (it has no Optuna tables)")
-    missing = [table for table in _optuna_tables() if table not in tables]
-    if not missing:
-        missing = [f"row in {table}" for table in VERSION_TABLES if rows(table) == 0]
-    if missing:
-        raise TrickLabError(
-            f"{where} holds only part of an Optuna database (no {', '.join(missing)}), and a "
-            "reader adds nothing: give another --storage (a writer, ablate or sweep, adds it)"
-        )
 
 
 def _driver_missing(url: str, exc: ImportError) -> TrickLabError:
@@ -208,9 +192,9 @@ def check_storage(url: str, study: tuple[str, dict, tuple[str, ...]] | None = No
         path = storage_file(url)
         if path.exists():
             if url.startswith(SQLITE_PREFIX):
-                _check_sqlite(path)
+                check_sqlite(path)
                 try:
-                    _check_sqlite_schema(path)
+                    check_sqlite_schema(path)
                 except TrickLabError:  # no tables, or not all: opening it would add Optuna's
                     return
             _check_stored_study(open_storage(url, must_exist=True), study)
@@ -303,78 +287,20 @@ def storage_file(url: str) -> Path:
     return path
 
 
+def _take_back(fresh: Path | None, created: Path | None) -> None:
+    """Remove the SQLite file (and its journal) and the folders `open_storage` made."""
+    for made in (fresh, Path(f"{fresh}-journal")) if fresh is not None else ():
+        with contextlib.suppress(OSError):  # a read-only folder: nothing was made
+            made.unlink(missing_ok=True)
+    if fresh is not None:
+        remove_empty_dirs(fresh.parent, created)
+
+
 def _make_parent(path: Path, url: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _cannot_open(url, exc.strerror or str(exc)) from None
-
-
-def _check_journal(path: Path) -> None:
-    """TrickLabError unless `path` is missing, empty, or starts with an Optuna journal record:
-    Optuna would append to any file and only then fail to read it."""
-    try:
-        with path.open("rb") as handle:
-            first = handle.readline(1 << 20)  # a record is short; never read a whole big file
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise TrickLabError(f"cannot open storage journal:{path}: {exc.strerror or exc}") from None
-    if not first or (not first.endswith(b"\n") and looks_like_record_start(first)):
-        return  # empty, or its first record torn: set aside before the first append (journal.py)
-    try:
-        record = parse_json(first)
-    except ValueError:  # not JSON, not UTF-8, or nested beyond any record
-        record = None
-    if not isinstance(record, dict) or "op_code" not in record:
-        raise TrickLabError(f"{path} is not an Optuna journal file; give another --storage path")
-
-
-def sqlite_tables(path: Path) -> list[str] | None:
-    """The table names of an SQLite file, read-only ([] for none or an empty file); None when
-    it cannot be read as one (a folder, a device)."""
-    if not_a_file(path):  # never opened: a pipe would block the open for good
-        return None
-    if not path.is_file() or path.stat().st_size == 0:
-        return []
-    rows = _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type='table'")
-    return None if rows is None else sorted(row[0] for row in rows)
-
-
-def _sqlite_rows(path: Path, sql: str) -> list[Any] | None:
-    """The rows of one query on an SQLite file opened read-only; None when it cannot be read."""
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True)
-        ) as db:
-            return db.execute(sql).fetchall()
-    except sqlite3.Error:  # not a database, locked, ...: opening it says why
-        return None
-
-
-def _check_sqlite_schema(path: Path) -> None:
-    """`_check_whole_schema` for an SQLite file, read-only; what cannot be read (not a database,
-    locked) is left to Optuna, which says why without writing."""
-
-    def rows(table: str) -> int:
-        found = _sqlite_rows(path, f"SELECT count(*) FROM {table}")  # a name of VERSION_TABLES
-        return found[0][0] if found else 1
-
-    tables = sqlite_tables(path)
-    if tables is not None:
-        _check_whole_schema(str(path), tables, rows)
-
-
-def _check_sqlite(path: Path) -> None:
-    """TrickLabError if `path` is an SQLite database with tables but none of Optuna's: Optuna
-    would add its tables to another program's database."""
-    tables = sqlite_tables(path)
-    if tables and "studies" not in tables:
-        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
-        raise TrickLabError(
-            f"{path} is an SQLite database without Optuna's tables (it has {shown}); "
-            "give another --storage path"
-        )
 
 
 def open_study(

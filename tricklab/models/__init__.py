@@ -273,8 +273,8 @@ def build_model(
     try:
         return info.builder(num_classes=num_classes, in_channels=in_channels, **sizes, **requested)
     except (RuntimeError, MemoryError) as exc:  # its weights past the memory left
-        if (oom := out_of_memory_error(exc)) is None:
-            raise
+        if (oom := out_of_memory_error(exc)) is None or info.source in ("registered", "module"):
+            raise  # a user's code: its own wall (core/usercode) says what it raised
         raise TrickLabError(f"{name}: its weights do not fit in memory ({oom})") from None
 
 
