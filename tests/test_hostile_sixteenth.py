@@ -651,3 +651,17 @@ def test_a_study_whose_making_was_stopped_says_to_run_the_command_again():
         study_kind("s", {})
     with pytest.raises(TrickLabError, match=r"no 'kind' attr\); tricklab reads only"):
         study_kind("s", {"other": 1})
+
+
+@pytest.mark.parametrize("name", ["TRICKLAB_CACHE", "TRICKLAB_DATA"])
+def test_a_blank_folder_variable_is_unset_as_an_empty_one_is(name, monkeypatch, tmp_path):
+    """TRICKLAB_CACHE=" " made a folder named " " in the current folder."""
+    from tricklab.data.cache import default_cache_dir
+    from tricklab.data.dataset import default_data_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    read = default_cache_dir if name == "TRICKLAB_CACHE" else default_data_dir
+    monkeypatch.setenv(name, "")
+    unset = read()
+    monkeypatch.setenv(name, "  ")
+    assert read() == unset and str(unset).startswith(str(tmp_path))

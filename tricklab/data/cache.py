@@ -63,7 +63,7 @@ SplitArrays = tuple[np.ndarray, np.ndarray, list[str]]  # images, labels, class 
 def default_cache_dir() -> Path:
     """`$TRICKLAB_CACHE` when set, else `~/.cache/tricklab`."""
     env = os.environ.get("TRICKLAB_CACHE")
-    if env:
+    if env and env.strip():  # blank as unset, as empty is: not a folder named " "
         return user_path(env, "TRICKLAB_CACHE")
     return home_folder("TRICKLAB_CACHE") / ".cache" / "tricklab"
 

@@ -119,7 +119,7 @@ class LoadedSource:
 def default_data_dir() -> Path:
     """Where downloads go when no data_dir is given: `$TRICKLAB_DATA`, else `~/.cache/tricklab/data`."""
     env = os.environ.get("TRICKLAB_DATA")
-    if env:
+    if env and env.strip():  # blank as unset, as empty is: not a folder named " "
         return user_path(env, "TRICKLAB_DATA")
     return home_folder("TRICKLAB_DATA (or give data_dir)") / ".cache" / "tricklab" / "data"
 
