@@ -665,3 +665,24 @@ def test_a_blank_folder_variable_is_unset_as_an_empty_one_is(name, monkeypatch, 
     unset = read()
     monkeypatch.setenv(name, "  ")
     assert read() == unset and str(unset).startswith(str(tmp_path))
+
+
+def test_figure_labels_and_legends_stay_inside_the_figure_whatever_the_names():
+    """A 10,000-character value filled an axis with its letters and ran a legend off the
+    figure; 200 configurations clipped the legend's first 40 entries."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from tricklab.report.style import MAX_LABEL, MAX_LEGEND, legend_below, wrap_label
+
+    assert wrap_label("L" * 10_000).count("\n") == 2 and wrap_label("L" * 10_000).endswith("…")
+    fig = plt.figure(layout="constrained")
+    labels = ["L" * 10_000, *(f"tricks.label_smoothing=0.{i:03d}" for i in range(199))]
+    legend_below(fig, [Line2D([], []) for _ in labels], labels)
+    shown = [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+    assert len(shown) == MAX_LEGEND and shown[-1] == "... and 177 more (the tables name each)"
+    assert max(map(len, shown)) <= MAX_LABEL and shown[0].endswith("…")

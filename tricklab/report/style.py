@@ -93,7 +93,22 @@ def new_figure(width: float, height: float) -> Any:
     return MplFigure(figsize=(width, height), layout="constrained")
 
 
+MAX_LEGEND = 24  # entries: past it the legend outgrows the figure (200 configs were clipped)
+MAX_LABEL = 60  # characters of a legend entry; a 10,000-character value ran off the figure
+
+
 def legend_below(fig: Any, handles: list[Any], labels: list[str]) -> None:
+    """The legend under the axes: each entry cut to MAX_LABEL characters, at most MAX_LEGEND
+    entries (the last then says how many more: the tables name every configuration)."""
+    from matplotlib.lines import Line2D
+
+    labels = [
+        label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…" for label in labels
+    ]
+    if len(labels) > MAX_LEGEND:
+        more = len(labels) - MAX_LEGEND + 1
+        handles = [*handles[: MAX_LEGEND - 1], Line2D([], [], ls="none")]
+        labels = [*labels[: MAX_LEGEND - 1], f"... and {more} more (the tables name each)"]
     longest = max((len(label) for label in labels), default=0)
     ncol = 1 if longest > 48 else 2 if longest > 28 else 3
     fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(labels)))
@@ -122,7 +137,11 @@ def geometric_ci(values: Sequence[float]) -> tuple[float | None, float | None, f
     return geometric_interval([v for v in values if v is not None and v > 0])
 
 
-def wrap_label(name: str, width: int = 34) -> str:
+def wrap_label(name: str, width: int = 34, lines: int = 3) -> str:
+    """`name` wrapped at `width`, at most `lines` lines (cut with '…': a long value filled the
+    axis with its letters over every other label)."""
+    if len(name) > width * lines:
+        name = name[: width * lines - 1] + "…"
     return textwrap.fill(name, width, break_long_words=True, break_on_hyphens=False)
 
 
