@@ -686,3 +686,20 @@ def test_figure_labels_and_legends_stay_inside_the_figure_whatever_the_names():
     plt.close(fig)
     assert len(shown) == MAX_LEGEND and shown[-1] == "... and 177 more (the tables name each)"
     assert max(map(len, shown)) <= MAX_LABEL and shown[0].endswith("…")
+
+
+def test_numpy_integers_are_taken_by_load_dataset_and_the_profilers():
+    """load_dataset(train_size=np.int64(64)) said "must be a positive whole number", as did
+    profile_step's repeats and profile_loader's batch_size."""
+    import tricklab
+    from tricklab.profile.loader import LoaderGrid, profile_loader
+    from tricklab.profile.step import profile_step
+
+    loaded = tricklab.load_dataset("synthetic", train_size=np.int64(64), test_size=np.int64(32))
+    assert len(loaded.train.labels) == 64
+    recipe = tricklab.load_recipe(None, TINY)
+    assert profile_step(recipe, repeats=np.int64(2))["repeats"] == 2
+    result = profile_loader(
+        recipe, LoaderGrid(["device"]), batch_size=np.int64(32), repeats=np.int64(1)
+    )
+    assert type(result["batch_size"]) is int and result["batch_size"] == 32

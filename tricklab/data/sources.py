@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import numbers
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,9 +65,11 @@ def load_dataset(
     seed, val_fraction = sampling.seed, sampling.val_fraction
     if name not in DATASET_SOURCES:
         raise TrickLabError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASET_NAMES)}")
-    _check_positive("train_size", train_size)
-    _check_positive("test_size", test_size)
-    _check_positive("image_size", image_size)
+    train_size, test_size, image_size = (  # numpy's integers as Python's, then checked
+        _positive(option, value)
+        for option, value in (("train_size", train_size), ("test_size", test_size),
+                              ("image_size", image_size))
+    )  # fmt: skip
     if image_size is not None and image_size > MAX_IMAGE_SIZE:
         raise TrickLabError(
             f"image_size={image_size} is too large: images are resized to at most "
@@ -133,9 +136,13 @@ def _readable_files(name: str) -> Iterator[None]:
         raise TrickLabError(f"cannot read {printable(where)}: {exc.strerror or exc}") from exc
 
 
-def _check_positive(option: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+def _positive(option: str, value: int | None) -> int | None:
+    """`value` as a Python int (a numpy integer too); TrickLabError unless a whole number >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise TrickLabError(f"{option}={value!r} must be a positive whole number (data.{option}=)")
+    return int(value)
 
 
 def _to_split(images: np.ndarray, labels: np.ndarray) -> Split:

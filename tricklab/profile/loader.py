@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import TrickLabError, expect_type, plain
 from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.timing import Contender, interleave, summary_ms
 from tricklab.profile.limits import out_of_memory_as_error
@@ -156,6 +156,7 @@ def profile_loader(
     expect_type(grid, (LoaderGrid, type(None)), "profile_loader's grid")
     expect_type(with_step, bool, "profile_loader's with_step")
     grid = grid if grid is not None else LoaderGrid()
+    batch_size, batches, repeats = plain([batch_size, batches, repeats])  # numpy's ints: Python's
     check_options(grid.kinds, grid.num_workers, grid.pin_memory, batch_size, batches, repeats)
     if batch_size is not None:
         recipe = recipe.override([f"loader.batch_size={batch_size}"])

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError, expect_type
+from tricklab.core.errors import TrickLabError, expect_type, plain
 from tricklab.core.progress import stage
 from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.timing import (
@@ -370,6 +370,7 @@ def profile_step(
     recipe = recipe.checked()  # a field set by hand, checked as train checks it
     expect_type(recipe_name, (str, type(None)), "profile_step's recipe_name")
     expect_type(trace, (str, os.PathLike, type(None)), "profile_step's trace")
+    repeats = plain(repeats)  # numpy's integers as Python's
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
         raise TrickLabError(
             f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"
