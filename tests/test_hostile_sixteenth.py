@@ -703,3 +703,20 @@ def test_numpy_integers_are_taken_by_load_dataset_and_the_profilers():
         recipe, LoaderGrid(["device"]), batch_size=np.int64(32), repeats=np.int64(1)
     )
     assert type(result["batch_size"]) is int and result["batch_size"] == 32
+
+
+def test_an_ablation_whose_every_run_failed_exits_1_and_one_that_trained_0(
+    tmp_path, monkeypatch, capsys
+):
+    """With loader workers past the open-files limit, or a proxy naming no URL, every run failed
+    and `ablate` exited 0 having measured nothing."""
+    import tricklab.training.api as api
+    from tricklab.training.result import RunResult
+
+    argv = ["ablate", "--baseline", *TINY, "--vary", "optim.lr=0.05", "--seeds", "1", "-q"]
+    train = api.train
+    monkeypatch.setattr(api, "train", lambda recipe, **kw: RunResult(status="failed", error="x"))
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 1
+    assert "failed 2" in capsys.readouterr().out
+    monkeypatch.setattr(api, "train", train)
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0  # the rerun trains them

@@ -1,12 +1,11 @@
 """`tricklab ablate | sweep`: argument parsing, progress and rich rendering of experiments.
 
-The main CLI calls `register(subparsers)`; each command's `func(args)` returns the exit code.
-While `ablate` and `sweep` run, stderr shows the progress (on a terminal, `run k/N` with elapsed
-time and ETA over the current run's epoch bar; in a log, a plain line as each run starts and each
-epoch ends) and each finished run prints one plain line: "run k/N", the run, and this process's
-elapsed time and ETA (`--quiet`: neither; the summary still prints).
-User mistakes raise TrickLabError (the main CLI prints it as one line, exit 2); Ctrl-C (or
-SIGTERM) marks the running trial interrupted and exits 130 with one line on stderr.
+The main CLI calls `register(subparsers)`; each `func(args)` returns the exit code. While they
+run, stderr shows the progress (on a terminal, `run k/N` with elapsed time and ETA over the run's
+epoch bar; in a log, a line as each run starts and each epoch ends) and each finished run prints a
+line: "run k/N", the run, elapsed time and ETA (`--quiet`: neither; the summary still prints).
+User mistakes raise TrickLabError (one line, exit 2); Ctrl-C (or SIGTERM) marks the running trial
+interrupted and exits 130 with one line; a call whose runs left none trained exits 1.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from tricklab.cli.plan_notes import plan_notes, say_notes
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import ProgressDisplay, clock
 from tricklab.core.safeio import shown
-from tricklab.core.status import COMPLETE_STATUSES
+from tricklab.core.status import COMPLETE_STATUSES, TRAINED_STATUSES
 from tricklab.core.urls import shown_url
 from tricklab.experiments.liveness import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Liveness
 from tricklab.experiments.plan import (
@@ -368,7 +367,8 @@ def _run_study(
             return _interrupted(stop)
     say_notes(pending)
     _print_summary(progress, out, summary, args.json)
-    return 0
+    trained = any(summary.status_counts.get(s.value) for s in TRAINED_STATUSES)  # as `train`
+    return 1 if summary.ran and not trained else 0  # exits 1 after a failed run: none trained
 
 
 def _interrupted(stop: KeyboardInterrupt) -> int:
