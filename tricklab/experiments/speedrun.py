@@ -298,9 +298,8 @@ def speedrun(
         try:
             return _speedrun(plan, on_run, stop)
         except BaseException as exc:  # a stop, or the caller's `on_run` (stdout a closed pipe)
-            # Ended before a counted run, or before its summary could be written (a full disk,
-            # `ulimit -f`): a folder without summary.json no command reads or resumes, so the
-            # same command must find it as it was.
+            # Ended before a counted run or its summary (a full disk, `ulimit -f`): a folder
+            # without summary.json no command reads or resumes: the rerun finds it as it was.
             if out and not isinstance(exc, SpeedrunInterrupted):
                 remove_unsummarized(out, plan.runs, created)
             raise
