@@ -720,3 +720,20 @@ def test_an_ablation_whose_every_run_failed_exits_1_and_one_that_trained_0(
     assert "failed 2" in capsys.readouterr().out
     monkeypatch.setattr(api, "train", train)
     assert main([*argv, "--out", str(tmp_path / "a")]) == 0  # the rerun trains them
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["profile", "step", *TINY_SYNTHETIC, "--repeats", "1000000000"], "repeats must be an "
+         "integer >= 2 (an interval needs two) and at most 1,000"),
+        (["profile", "loader", "synthetic", "--batches", "100000000"], "batches must be an "
+         "integer >= 1 and at most 100,000"),
+        (["profile", "model", "airbench", "--repeats", "5000"], "repeats must be an integer >= 1 "
+         "and at most 1,000"),
+    ],
+)  # fmt: skip
+def test_a_profile_of_hours_by_a_typo_is_refused(argv, message, capsys):
+    """--repeats 1000000000 or --batches 100000000 ran for hours."""
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

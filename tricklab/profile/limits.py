@@ -22,6 +22,16 @@ from tricklab.core.memory import format_bytes
 from tricklab.training import precision as precision_lib
 
 ASKED = re.compile(r"allocate (\d+) bytes")  # DefaultCPUAllocator's words
+MAX_REPEATS = 1_000  # rounds of a profile (each times every contender): more is a typo, for hours
+MAX_BATCHES = 100_000  # batches per loader measurement (an epoch of 50,000 images at batch 1)
+
+
+def check_count(value: Any, what: str, minimum: int, maximum: int, why: str = "") -> None:
+    """TrickLabError unless `value` is a whole number from `minimum` to `maximum`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise TrickLabError(
+            f"{what} must be an integer >= {minimum}{why} and at most {maximum:,}, got {value!r}"
+        )
 
 
 def _asked(line: str) -> str:

@@ -31,8 +31,8 @@ from tricklab.core.device import synchronize
 from tricklab.core.errors import TrickLabError, expect_type, plain
 from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.timing import Contender, interleave, summary_ms
-from tricklab.profile.limits import out_of_memory_as_error
-from tricklab.recipe.schema import LoaderConfig, Recipe
+from tricklab.profile.limits import MAX_BATCHES, MAX_REPEATS, check_count, out_of_memory_as_error
+from tricklab.recipe.schema import MAX_BATCH, LoaderConfig, Recipe
 
 DEFAULT_REPEATS = 3
 WARMUP_BATCHES = 2
@@ -87,13 +87,13 @@ def check_options(
     for workers in num_workers:
         if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256:
             raise TrickLabError(f"num_workers must be integers in 0..256, got {workers!r}")
-    for name, value in (("batch size", batch_size), ("batches", batches)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise TrickLabError(f"{name} must be an integer >= 1, got {value!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise TrickLabError(f"repeats must be an integer >= 1, got {repeats!r}")
+    for name, value, most in (
+        ("batch size", batch_size, MAX_BATCH),
+        ("batches", batches, MAX_BATCHES),
+    ):
+        if value is not None:
+            check_count(value, name, 1, most)
+    check_count(repeats, "repeats", 1, MAX_REPEATS)
 
 
 def configurations(

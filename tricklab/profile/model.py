@@ -31,6 +31,8 @@ from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
 from tricklab.measure.timing import Contender, calls_per_sample, interleave, summary_ms, timed_call
 from tricklab.models import build_model, get_model_info, is_own_model
 from tricklab.profile.limits import (
+    MAX_REPEATS,
+    check_count,
     check_precision_runs,
     is_out_of_memory,
     out_of_memory_as_error,
@@ -147,8 +149,7 @@ def check_options(
     ):
         if value not in allowed:
             raise TrickLabError(f"unknown {option} {value!r}; one of {', '.join(allowed)}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise TrickLabError(f"repeats must be an integer >= 1, got {repeats!r}")
+    check_count(repeats, "repeats", 1, MAX_REPEATS)
     check_peak(peak)
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError, expect_type, plain
+from tricklab.core.errors import expect_type, plain
 from tricklab.core.progress import stage
 from tricklab.measure.hardware import hardware_fingerprint, load_average
 from tricklab.measure.timing import (
@@ -48,7 +48,7 @@ from tricklab.measure.timing import (
     summary_ms,
     timed_call,
 )
-from tricklab.profile.limits import recipe_does_not_fit
+from tricklab.profile.limits import MAX_REPEATS, check_count, recipe_does_not_fit
 from tricklab.profile.trace import check_trace_path, write_trace
 from tricklab.recipe.schema import Recipe
 
@@ -371,10 +371,7 @@ def profile_step(
     expect_type(recipe_name, (str, type(None)), "profile_step's recipe_name")
     expect_type(trace, (str, os.PathLike, type(None)), "profile_step's trace")
     repeats = plain(repeats)  # numpy's integers as Python's
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
-        raise TrickLabError(
-            f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}"
-        )
+    check_count(repeats, "repeats", 2, MAX_REPEATS, " (an interval needs two)")
     trace_path, load_start = check_trace_path(trace), load_average()
     with recipe_does_not_fit(recipe, recipe_name), StepBench(recipe) as bench:
         compile_seconds = bench.compile_seconds + bench.make_bare()
