@@ -737,3 +737,61 @@ def test_a_profile_of_hours_by_a_typo_is_refused(argv, message, capsys):
     """--repeats 1000000000 or --batches 100000000 ran for hours."""
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the fixes, tried again
+def test_train_from_a_removed_working_folder_is_one_clear_error(tmp_path, monkeypatch):
+    """With an absolute out_dir (or none), os.getcwd() in the run's record was a bare
+    FileNotFoundError naming nothing."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+
+    recipe = tricklab.load_recipe(None, TINY)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    for out in (None, str(tmp_path / "abs")):
+        with pytest.raises(TrickLabError, match="the current folder no longer exists"):
+            tricklab.train(recipe, out_dir=out)
+    assert not (tmp_path / "abs").exists()
+
+
+def test_an_out_dir_with_a_tilde_is_the_home_folders_as_data_dir_takes_it(tmp_path, monkeypatch):
+    from tricklab.core.paths import folder_arg
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert folder_arg("~/x", "out_dir") == tmp_path / "x"
+
+
+async def _async_generator(*args, **kwargs):
+    yield 1
+
+
+def _generator(*args, **kwargs):
+    yield 1
+
+
+@pytest.mark.parametrize("hook", [_async_generator, _generator], ids=["async-gen", "generator"])
+def test_a_hook_whose_body_a_call_would_not_run_is_refused(hook, tmp_path):
+    """An async generator as train_fn stored every run failed; as on_epoch, on_run_end or on_run
+    (a generator too) it was taken and its body never ran."""
+    import tricklab
+
+    recipe = tricklab.load_recipe(None, TINY)
+    with pytest.raises(TypeError, match="takes a plain function"):
+        tricklab.train(recipe, on_epoch=hook)
+    with pytest.raises(TypeError, match="ablate's train_fn takes a plain function"):
+        _ablate(tmp_path / "a", recipe, train_fn=hook)
+    assert not (tmp_path / "a").exists()
+
+
+def test_underscores_that_would_make_emphasis_and_full_width_formula_signs_are_escaped():
+    from tricklab.core.safeio import csv_cell
+    from tricklab.report.table_writers import markdown_text
+
+    text = markdown_text("*em* __b__ _x_ label_smoothing")
+    assert text == "\\*em\\* \\_\\_b\\_\\_ \\_x\\_ label_smoothing"
+    assert [csv_cell(v) for v in ("＝HYPERLINK(1)", " =x", "＠x")] == ["'＝HYPERLINK(1)", "' =x",
+                                                                     "'＠x"]  # fmt: skip

@@ -29,8 +29,16 @@ OPENMP_SECONDS = 10.0  # libgomp reading its variables takes milliseconds; some 
 
 
 def check_environment() -> None:
-    """TrickLabError for an OpenMP variable (OMP_NUM_THREADS, ...) or a compile cache folder
-    (TORCHINDUCTOR_CACHE_DIR, or torch's default one) torch cannot use."""
+    """TrickLabError for a working folder that no longer exists (os.getcwd fails: the run's
+    record reads it, torch's MKL may end the process), an OpenMP variable (OMP_NUM_THREADS, ...)
+    or a compile cache folder (TORCHINDUCTOR_CACHE_DIR, or torch's default one) torch cannot use."""
+    try:
+        os.getcwd()
+    except OSError:
+        raise TrickLabError(
+            "the current folder no longer exists; change into one that does (cd, os.chdir) "
+            "and run again"
+        ) from None
     threads = os.environ.get(THREADS_ENV)
     if threads is not None and not (
         threads.isascii()

@@ -68,10 +68,11 @@ def expect_callback(value: object, what: str) -> None:
         return
     if not callable(value):
         raise TypeError(f"{what} takes a function, got {type_name(value)} {value!r:.60}")
-    if inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(
-        getattr(value, "__call__", None)  # noqa: B004 (an object whose __call__ is async)
-    ):
-        raise TypeError(f"{what} takes a plain function, got an async one ({value!r:.60})")
+    for function in (value, getattr(value, "__call__", None)):  # noqa: B004 (an object's too)
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            raise TypeError(f"{what} takes a plain function, got an async one ({value!r:.60})")
+        if inspect.isgeneratorfunction(function):  # its call runs none of its body
+            raise TypeError(f"{what} takes a plain function, got a generator ({value!r:.60})")
 
 
 def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> None:

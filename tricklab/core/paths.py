@@ -93,8 +93,8 @@ def folder_arg(value: Any, what: str) -> Path | None:
         raise TrickLabError(f"{what} is empty: give a folder name")
     if "\0" in text:
         raise TrickLabError(f"{what} {shown(text)} holds a NUL character")
-    try:
-        return Path(os.path.abspath(text))
+    try:  # `~` and `~user` as the home folder, as data_dir and cache_dir take them
+        return Path(os.path.abspath(user_path(text, what)))
     except FileNotFoundError:  # a relative name, and the working folder was removed
         raise TrickLabError(
             f"{what} {shown(text)} is relative to a working folder that no longer exists: "

@@ -48,13 +48,14 @@ def control_free(text: object) -> str:
 def csv_cell(value: object) -> object:
     """A CSV cell: None empty, a number as it is, text `control_free` and, where a spreadsheet
     would run it as a formula (text opening with =, +, -, @, a tab or a carriage return, and no
-    number), behind a ' as OWASP advises: a varied value `=HYPERLINK(...)` stays text."""
+    number; spaces in front and the full-width ＝ ＋ － ＠ too), behind a ' as OWASP advises: a
+    varied value `=HYPERLINK(...)` stays text."""
     if value is None:
         return ""
     if not isinstance(value, str):
         return value
     text = control_free(value)
-    if text[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    if text.lstrip()[:1] in ("=", "+", "-", "@", "\t", "\r", "＝", "＋", "－", "＠"):
         try:
             float(text)
         except ValueError:

@@ -49,11 +49,13 @@ class TableData:
 # Python-Markdown too), so a name shows as it is; `_` inside a word is no
 # emphasis in GitHub's Markdown and stays as it is (label_smoothing).
 _MARKDOWN = {c: "\\" + c for c in "\\|`*~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_EMPHASIS = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")  # an `_` that is not inside a word
 
 
 def markdown_text(text: str) -> str:
     """`text` as Markdown inline text that shows as it is: markup characters escaped, no link."""
     text = "".join(_MARKDOWN.get(c, c) for c in text.replace("\n", " "))
+    text = _EMPHASIS.sub(r"\\_", text)  # `__b__`, `_x_`: emphasis; label_smoothing stays
     return text.replace("](", "]\\(")  # no link; an interval's [a, b] stays as it reads
 
 
