@@ -1,5 +1,7 @@
 """Tiny real studies for the report tests: the experiment runner on generated data, 1 epoch."""
 
+import html
+import re
 from pathlib import Path
 
 from tiny_recipe import TINY_SYNTHETIC
@@ -35,5 +37,11 @@ def md_rows(text, first_header, after=""):
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        rows.append(dict(zip(header, [c.strip() for c in line.strip().strip("|").split(" | ")])))
+        cells = [shown_cell(c.strip()) for c in line.strip().strip("|").split(" | ")]
+        rows.append(dict(zip(header, cells)))
     return rows
+
+
+def shown_cell(markdown: str) -> str:
+    """A Markdown cell as a viewer shows it: backslash escapes and entities read."""
+    return html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown))
