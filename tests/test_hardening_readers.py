@@ -180,6 +180,20 @@ def test_a_run_folder_with_any_field_made_hostile_reports_or_refuses_in_one_line
     assert files_in(folder) == before  # a reader never writes
 
 
+@HOSTILE
+@given(field=st.sampled_from([*sorted(RESULT), "epochs_completed", "resolved"]), value=json_values)
+def test_a_result_read_back_as_a_run_result_is_one_or_one_line(field, value):
+    """RunResult.from_dict, as a data-parallel launcher reads the result.json a rank left:
+    every field it keeps has its type, or one TrickLabError line."""
+    from tricklab.training.result import RunResult
+
+    result = one_line_or_value(RunResult.from_dict, {**RESULT, field: value})
+    if result is not None:
+        kept = getattr(result, field, None)
+        assert not isinstance(kept, float) or math.isfinite(kept)
+        assert result.status == "complete" or field == "status"
+
+
 # A result.json's provenance (measure/provenance.py), as train() writes it.
 PROVENANCE = {
     "command": "tricklab train", "started_at": "2026-11-26T10:00:00Z", "git_commit": None,

@@ -42,7 +42,7 @@ from tricklab.cli.common import (
     unknown_flags,
 )
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
-from tricklab.core.environment import check_environment, check_torch_env
+from tricklab.core.environment import check_environment, check_torch_env, working_folder
 from tricklab.core.errors import (
     TrickLabError,
     another_rank_failed,
@@ -323,9 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         return needs_command(parser, "a command")(args)
     try:  # a deleted working folder: torch's MKL would end the process with a "FATAL ERROR"
-        here = os.getcwd()
-    except OSError:
-        print_error("the current folder no longer exists; cd into one that does and run again")
+        here = working_folder()
+    except TrickLabError as exc:
+        print_error(str(exc))
         return 2
     if len(os.fsencode(here)) >= CWD_MAX_BYTES:  # ...as it would one too deep for its paths
         print_error(f"the current folder's path is {len(os.fsencode(here)):,} bytes long, past "

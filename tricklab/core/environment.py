@@ -32,13 +32,7 @@ def check_environment() -> None:
     """TrickLabError for a working folder that no longer exists (os.getcwd fails: the run's
     record reads it, torch's MKL may end the process), an OpenMP variable (OMP_NUM_THREADS, ...)
     or a compile cache folder (TORCHINDUCTOR_CACHE_DIR, or torch's default one) torch cannot use."""
-    try:
-        os.getcwd()
-    except OSError:
-        raise TrickLabError(
-            "the current folder no longer exists; change into one that does (cd, os.chdir) "
-            "and run again"
-        ) from None
+    working_folder()
     threads = os.environ.get(THREADS_ENV)
     if threads is not None and not (
         threads.isascii()
@@ -53,6 +47,17 @@ def check_environment() -> None:
     _check_torch_load_env()
     check_process_limits()
     check_torch_cache_env()
+
+
+def working_folder() -> str:
+    """os.getcwd(); TrickLabError where the folder was removed (a run's record reads it, and
+    torch's MKL ends the process with a "FATAL ERROR" as it loads)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        raise TrickLabError(
+            "the current folder no longer exists; cd into one that does and run again"
+        ) from None
 
 
 # torch's allocator settings, parsed as libc10 loads (on a CPU too): an item that is not

@@ -71,7 +71,7 @@ class RunResult:
         unless a dict; TrickLabError naming the field for a status that ends no run, or a value
         not of its field's type (a measurement: a finite number)."""
         expect_type(data, dict, "RunResult.from_dict's data")
-        if data.get("status") not in RUN_ENDS:
+        if not isinstance(data.get("status"), str) or data["status"] not in RUN_ENDS:
             ends = ", ".join(sorted(RUN_ENDS))
             raise TrickLabError(
                 f"a result's status is {shown(repr(data.get('status'))):.60}: not {ends}"
@@ -80,7 +80,7 @@ class RunResult:
         for f in dataclasses.fields(cls):
             kinds = [k.strip() for k in str(f.type).split("|")]
             value = values.get(f.name)
-            if f.name in values and not any(_FITS[k](value) for k in kinds):
+            if f.name in values and not any(_FITS.get(k, _ANY)(value) for k in kinds):
                 raise TrickLabError(
                     f"a result's {f.name} is {shown(repr(value)):.60}: not {' or '.join(kinds)}"
                 )
@@ -89,6 +89,7 @@ class RunResult:
 
 RUN_ENDS = frozenset(Status) - {Status.PRUNED, Status.SKIPPED, Status.RUNNING, Status.WAITING}
 _NUMBER = (int, float)
+_ANY = lambda v: True  # noqa: E731 (a kind _FITS does not name: not checked)
 _FITS = {  # each kind a RunResult field's annotation names
     "None": lambda v: v is None,
     "float": lambda v: isinstance(v, _NUMBER) and not isinstance(v, bool) and math.isfinite(v),
