@@ -3,7 +3,9 @@
 import inspect
 import numbers
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 class TrickLabError(Exception):
@@ -73,6 +75,19 @@ def expect_callback(value: object, what: str) -> None:
             raise TypeError(f"{what} takes a plain function, got an async one ({value!r:.60})")
         if inspect.isgeneratorfunction(function):  # its call runs none of its body
             raise TypeError(f"{what} takes a plain function, got a generator ({value!r:.60})")
+
+
+def call_hook(hook: Callable[..., Any], what: str, *args: Any, **kwargs: Any) -> Any:
+    """`hook(*args, **kwargs)`; TypeError if it made an awaitable (a lambda around an `async def`, which
+    expect_callback cannot tell from a plain function: the body would silently never run)."""
+    made = hook(*args, **kwargs)
+    if inspect.isawaitable(made):
+        if inspect.iscoroutine(made):
+            made.close()  # no "never awaited" warning besides the line
+        raise TypeError(
+            f"{what} returned {type_name(made)}, which nobody awaits: give a plain function"
+        )
+    return made
 
 
 def expect_list_of(value: object, kinds: type | tuple[type, ...], what: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 
-from tricklab.core.errors import MachineError
+from tricklab.core.errors import MachineError, call_hook
 from tricklab.core.status import COMPLETE_STATUSES, Status
 from tricklab.core.stopping import StopRequest
 from tricklab.core.version import __version__
@@ -50,7 +50,8 @@ def train_one(
     start = time.perf_counter()
     folder = {} if out_dir is None else {"out_dir": out_dir}
     try:
-        record = train_fn(recipe, on_epoch=record_epoch, stop=stop, **folder).to_dict()
+        record = call_hook(train_fn, "train_fn", recipe, on_epoch=record_epoch, stop=stop, **folder)
+        record = record.to_dict()
     except RunInterrupted as stopped:
         record = stopped.result.to_dict()
     except optuna.TrialPruned as exc:

@@ -10,7 +10,6 @@ device-synchronised, none holding dataset decoding, compilation or the warm-up r
   TTA; compared with airbench's own figure for the recipe (airbench_records.py);
 - train_seconds: the training epochs alone, each batch's loading and augmentation included.
 The accuracy counted is the test-time-augmented one when the recipe has TTA, as airbench reports it.
-
 `speedrun(SpeedrunPlan(recipe, runs))` is the library call; cli/speedrun.py is `tricklab speedrun`.
 """
 
@@ -26,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricklab.core.errors import TrickLabError, expect_callback, expect_number, expect_type
+from tricklab.core.errors import (
+    TrickLabError,
+    call_hook,
+    expect_callback,
+    expect_number,
+    expect_type,
+)
 from tricklab.core.outputs import SUMMARY_FILE
 from tricklab.core.paths import atomic_write, first_missing, folder_arg
 from tricklab.core.status import FAILED_STATUSES, fraction_at_target
@@ -37,6 +42,7 @@ from tricklab.experiments.airbench_records import (
     as_airbench_ran_it,
 )
 from tricklab.experiments.busy import speedrun_busy
+from tricklab.experiments.plan import MAX_SEEDS as MAX_RUNS  # one bound: a typo is hours of runs
 from tricklab.experiments.plan import normalize_target
 from tricklab.experiments.speedrun_folder import check_speedrun_folder, remove_unsummarized
 from tricklab.measure.mfu import achieved_tflops, check_peak, mfu, peak_tflops
@@ -191,19 +197,14 @@ def _run_record(
 
 
 def _mean(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.fmean(present) if present else None
+    return statistics.fmean(present) if (present := [v for v in values if v is not None]) else None
 
 
 def _spread(values: list[float | None]) -> tuple[float | None, ...]:
     """(mean, median, min, max) of the values present; Nones when there is none."""
-    present = [v for v in values if v is not None]
-    if not present:
+    if not (present := [v for v in values if v is not None]):
         return None, None, None, None
     return statistics.fmean(present), statistics.median(present), min(present), max(present)
-
-
-MAX_RUNS = 10_000  # as experiments.plan.MAX_SEEDS
 
 
 def check_arguments(
@@ -266,9 +267,7 @@ class SpeedrunPlan:
         expect_type(self.recipe_name, str, "SpeedrunPlan's recipe_name")
         if not self.recipe_name.strip():  # the summary and its table name the recipe by it
             raise TrickLabError("SpeedrunPlan's recipe_name is empty: give the recipe a name")
-        out = folder_arg(
-            self.out_dir, "SpeedrunPlan's out_dir"
-        )  # absolute: a chdir changes nothing
+        out = folder_arg(self.out_dir, "SpeedrunPlan's out_dir")  # absolute: chdir is no change
         object.__setattr__(self, "out_dir", None if out is None else str(out))
 
 
@@ -326,7 +325,7 @@ def _speedrun(
         peak, peak_source = _peak_of(result, recipe, plan.peak_tflops)
         warmup = _run_record(result, WARMUP_SEED, peak, True, run_out)
         if on_run is not None:
-            on_run(warmup)
+            call_hook(on_run, "speedrun's on_run", warmup)
 
     records, results, interrupted = [], [], False
 
@@ -362,7 +361,7 @@ def _speedrun(
                 if out is not None and seed < runs - 1:
                     summary_of(interrupted=True)
                 if on_run is not None:
-                    on_run(record)
+                    call_hook(on_run, "speedrun's on_run", record)
         except KeyboardInterrupt:
             if not records:
                 raise

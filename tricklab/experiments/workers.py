@@ -47,7 +47,7 @@ from typing import Any
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
-from tricklab.core.errors import TrickLabError
+from tricklab.core.errors import TrickLabError, call_hook
 from tricklab.core.progress import current as current_progress
 from tricklab.core.status import COMPLETE_STATUSES, RETRY_STATUSES, TRAINED_STATUSES, Status
 from tricklab.core.stopping import StopRequest, deferring_stops
@@ -165,7 +165,9 @@ class Worker:
     def report(self, trial_number: int, config_id: str, record: dict, runs_left: int) -> None:
         self.counter.done += 1
         if self.on_run_end is not None:
-            self.on_run_end(
+            call_hook(
+                self.on_run_end,
+                "on_run_end",
                 RunEvent(
                     trial=trial_number,
                     config_id=config_id,
@@ -179,7 +181,7 @@ class Worker:
                     elapsed_seconds=time.perf_counter() - self.counter.started,
                     run_dir=record.get(RUN_DIR_ATTR),
                     tta=record.get("val_acc_tta") is not None,
-                )
+                ),
             )
 
 

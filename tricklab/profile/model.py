@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from tricklab.core.device import synchronize
-from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
+from tricklab.core.errors import TrickLabError, expect_list_of, expect_type, plain
 from tricklab.core.memory import available_memory_bytes
 from tricklab.core.torchstate import own_torch_state
 from tricklab.core.usercode import checked_if, described
@@ -286,9 +286,8 @@ def profile_models(
     repeats: int = DEFAULT_REPEATS,
     peak_tflops_override: float | None = None,
 ) -> dict:
-    """Count and time every model in every combination of `grid`; a JSON-ready dict (keys in
-    the README). Each model is built as `build` says. A compiled combination's warm-up
-    (compilation) is timed apart as `compile_seconds`."""
+    """Count and time every model in every combination of `grid`; a JSON-ready dict (keys in the
+    README), each model built as `build` says, a compile's warm-up timed as `compile_seconds`."""
     from tricklab.training.setup import resolve_device
 
     expect_list_of(models, str, "profile_models' models")
@@ -296,6 +295,7 @@ def profile_models(
     expect_type(build, (ModelBuild, type(None)), "profile_models' build")
     expect_type(device, str, "profile_models' device")
     grid = grid if grid is not None else ProfileGrid()
+    grid, repeats = dataclasses.replace(grid, batch_sizes=plain(grid.batch_sizes)), plain(repeats)
     build = build if build is not None else ModelBuild()
     check_options(models, grid, repeats, peak_tflops_override)
     torch_device = resolve_device(device)

@@ -18,7 +18,13 @@ import torch
 
 from tricklab.core.device import out_of_memory_error, synchronize
 from tricklab.core.environment import check_environment, check_torch_env
-from tricklab.core.errors import MachineError, TrickLabError, expect_callback, expect_type
+from tricklab.core.errors import (
+    MachineError,
+    TrickLabError,
+    call_hook,
+    expect_callback,
+    expect_type,
+)
 from tricklab.core.memory import peak_memory, reset_peak_memory
 from tricklab.core.outputs import RESULT_FILE
 from tricklab.core.paths import (
@@ -198,7 +204,9 @@ def _train(
             stop.check()
         if on_epoch is not None:
             try:
-                on_epoch(copy.deepcopy(row))  # the caller's copy: the run's record stays its own
+                call_hook(
+                    on_epoch, "train's on_epoch", copy.deepcopy(row)
+                )  # the caller's copy: the run's record stays its own
             except BaseException as exc:  # SystemExit too: the caller's, raised to the caller
                 callback_error.append(exc)
                 raise
