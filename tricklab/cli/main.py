@@ -9,7 +9,6 @@ import argparse
 import atexit
 import dataclasses
 import difflib
-import errno
 import json
 import logging
 import os
@@ -33,7 +32,6 @@ from tricklab.cli.common import (
     add_nproc,
     check_not_empty,
     console,
-    err_console,
     int_number,
     model_names_and_settings,
     needs_command,
@@ -41,18 +39,14 @@ from tricklab.cli.common import (
     say_notices,
     unknown_flags,
 )
+from tricklab.cli.outcome import command_code
 from tricklab.cli.train import EpochView, cmd_train, print_result  # noqa: F401 (the API)
-from tricklab.core.environment import check_environment, check_torch_env, working_folder
+from tricklab.core.environment import working_folder
 from tricklab.core.errors import (
     TrickLabError,
-    another_rank_failed,
-    launched_by_torchrun,
-    leave_rank_error,
-    this_process_speaks,
 )
-from tricklab.core.paths import PATH_ERRNOS, disk_full_error, is_disk_full
 from tricklab.core.safeio import shown
-from tricklab.core.stopping import exit_on_late_signals, stop_on_signals
+from tricklab.core.stopping import stop_on_signals
 from tricklab.core.usercode import described
 from tricklab.data.names import DATASET_NAMES
 from tricklab.recipe.reference import bounds, recipes_markdown, tricks_markdown
@@ -60,7 +54,6 @@ from tricklab.recipe.schema import builtin_recipes, field_table
 
 MAX_CLASSES = 100_000
 CWD_MAX_BYTES = 4096  # PATH_MAX on Linux: a working folder this deep fails torch's MKL as it loads
-NO_TORCH_COMMANDS = ("tricks", "recipes", None)  # listings that never load torch (None: bare)
 
 
 # ---------------------------------------------------------------- data
@@ -308,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, late_exit: bool = False) -> int:
+    """The command `argv` (sys.argv's) and its exit code; `late_exit` (`run`): a Ctrl-C or SIGTERM
+    after the command's end leaves the process with that code."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value words after an option (`speedrun --runs 3 data.dir=...`) join the command's own.
@@ -335,66 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     # stop request in args.stop (train() and the experiment workers check it).
     with stop_on_signals() as stop, say_notices():  # a weights download said once, here
         args.stop = stop
-        try:
-            check_environment()  # before torch loads, or its first forward, reads them
-            if args.command not in NO_TORCH_COMMANDS:
-                check_torch_env()
-            return args.func(args)
-        except TrickLabError as exc:
-            if this_process_speaks():  # under torchrun, rank 0 speaks for all
-                print_error(str(exc))
-            else:  # ...or the launcher for it, where only this rank met the error
-                leave_rank_error(str(exc))
-            return 2
-        except OSError as exc:  # a full disk met where no file of ours was written (a storage)
-            if exc.errno in FILES_ERRNOS:
-                print_error(f"too many open files ({exc.strerror}): {FILES_ADVICE}")
-                return 2
-            if exc.filename and exc.errno in (*PATH_ERRNOS, errno.ENOENT):  # a folder the user
-                gone = " (removed while the command ran?)" * (exc.errno == errno.ENOENT)
-                print_error(f"cannot use the path {shown(exc.filename)}: {exc.strerror}{gone}")
-                return 2  # may not enter, a name past PATH_MAX, a run folder deleted mid-run
-            if not is_disk_full(exc):
-                raise
-            print_error(str(disk_full_error(exc)))
-            return 2
-        except (ImportError, MemoryError) as exc:  # torch's libraries not mapped: `ulimit -v`
-            print_error(f"cannot load {_library(exc)}: {described(exc)}; {LOAD_ADVICE}")
-            return 2
-        except Exception as exc:  # Optuna's or a loader's wrapping of "too many open files"
-            if not any(getattr(e, "errno", None) in FILES_ERRNOS for e in _chain(exc)):
-                raise
-            print_error(f"too many open files ({described(exc)[:120]}): {FILES_ADVICE}")
-            return 2
-        except KeyboardInterrupt:
-            if this_process_speaks() and not another_rank_failed():  # once
-                err_console.print("interrupted", highlight=False)
-            return INTERRUPTED_EXIT_CODE
-
-
-FILES_ERRNOS = (errno.EMFILE, errno.ENFILE)
-FILES_ADVICE = "raise the open-files limit (ulimit -n, e.g. 1024) or use fewer loader.num_workers"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    """An exception and those it was raised from or during, as far as they go (at most 20)."""
-    chain: list[BaseException] = []
-    while exc is not None and len(chain) < 20 and exc not in chain:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    return chain
-
-
-LOAD_ADVICE = (
-    "a memory limit (ulimit -v; torch maps about 4 GiB of address space) or a broken install; "
-    "raise the limit or reinstall"
-)
-
-
-def _library(exc: BaseException) -> str:
-    """What could not be loaded: the shared object an ImportError names, else torch's libraries."""
-    path = getattr(exc, "path", None)
-    return shown("/".join(path.split(os.sep)[-2:])) if path else "torch's libraries (out of memory)"
+        code = command_code(args)
+        stop.deferring = True  # done and said: a stop now (as say_notices ends) only marks
+        stop.exit_code = code if late_exit else None  # ...and `tricklab` then ends with the code
+    return code
 
 
 def _unraisable(hook: object) -> None:
@@ -420,16 +359,17 @@ def run() -> None:
     The standard streams are prepared first (cli/streams.py: closed ones, encodings, failed
     writes).
 
-    A rank of a data-parallel run (torchrun's) leaves the same way, after Python's exit
-    functions: gloo's worker threads may still be dropping a finished collective whose tensors
-    need the GIL, and a thread that takes it while Python shuts down aborts the process
-    (SIGABRT, "terminate called without an active exception"; seen once in about 50 runs under
-    load), which would record a run that completed as failed."""
+    Every other command leaves the same way, after Python's exit functions: a Ctrl-C or SIGTERM
+    after its end leaves with its own code (main's `late_exit`), where Python's shutdown would
+    have put the default handlers back and a kill read 143, "killed", though nothing was lost.
+    For a rank of a data-parallel run (torchrun's) it matters more: gloo's worker threads may
+    still be dropping a finished collective whose tensors need the GIL, and a thread that takes
+    it while Python shuts down aborts the process (SIGABRT, "terminate called without an active
+    exception"; seen once in about 50 runs under load): a run that completed read as failed."""
     streams.prepare()
     sys.unraisablehook = _unraisable
     try:
-        code = main()
-        exit_on_late_signals(code)  # a kill while Python shuts down: the command's own code
+        code = main(late_exit=True)  # a kill while Python shuts down: the command's own code
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
@@ -437,13 +377,11 @@ def run() -> None:
     except TrickLabError as exc:  # the standard output failed outside a command (--help)
         print_error(str(exc))
         sys.exit(2)
-    if code == INTERRUPTED_EXIT_CODE or launched_by_torchrun():
-        if code != INTERRUPTED_EXIT_CODE:
-            atexit._run_exitfuncs()  # what Python runs at exit, while it can still run it
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    if code != INTERRUPTED_EXIT_CODE:
+        atexit._run_exitfuncs()  # what Python runs at exit, while it can still run it
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def register(subparsers: Any) -> None:
 
 def run_results(args: argparse.Namespace) -> int:
     """`tricklab results`: the statistics (rendered by report/cli.py), or with --runs the runs."""
+    _check_options(args)
     if not args.runs:
         return report_cli.run_results(args)
     if args.study is None:
@@ -72,6 +73,26 @@ def run_results(args: argparse.Namespace) -> int:
     check_not_empty(args, "study", "--storage", "--out")
     with quiet_optuna():
         return _print_runs(args, "json" if args.json else args.format)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """An option the output would not read is refused, not ignored (`results --csv F` listed the
+    studies and wrote no F)."""
+    given = {
+        "--csv": args.csv is not None, "--reference": args.reference is not None,
+        "--target": args.target is not None, "--per-seed": args.per_seed,
+    }  # fmt: skip
+    if args.study is None and (unread := [o for o, on in given.items() if on]):
+        raise TrickLabError(
+            f"{', '.join(unread)}: for one study's statistics; give its name (without one, "
+            "results lists the studies)"
+        )
+    if args.runs and (unread := [o for o in ("--reference", "--target") if given[o]]):
+        raise TrickLabError(f"--runs lists the runs; {' and '.join(unread)}: for the statistics")
+    if args.json and args.format != "table":
+        raise TrickLabError(
+            f"--json is --format json: give one of --json and --format {args.format}"
+        )
 
 
 RUN_FIELDS = ("config_id", "seed", "status", "accuracy", "train_seconds", "run_dir")

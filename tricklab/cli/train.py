@@ -156,11 +156,31 @@ def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) ->
 def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
     """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
     from tricklab.training.api import RunInterrupted, train
-    from tricklab.training.runfiles import check_run_dir
 
     if not main:
         return 0 if train(recipe, stop=args.stop).status not in FAILED_STATUSES else 1
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
+    # A stop held from the run's recorded end until its output is printed: the run stands as
+    # recorded (a complete run said "interrupted" and printed no --json; its rerun was refused).
+    with args.stop.held():
+        try:
+            result = _run(args, recipe, out, made)
+        except RunInterrupted as stopped:
+            if stopped.result.status == Status.INTERRUPTED:  # said in _run; main() exits 130
+                raise
+            # A stop landed once the run's end was recorded: the run stands as it ended. One
+            # that had failed before the stop came: under --nproc its collective found a rank
+            # dead, torchrun then stopped this one, and the launcher's line says what failed.
+            if stopped.result.status == Status.FAILED and RANK_ERRORS_ENV in os.environ:
+                return 1
+            result = stopped.result
+        return _print_run(args, result, name, out)
+
+
+def _run(args: argparse.Namespace, recipe, out: Path, made: Path | None):
+    from tricklab.training.api import RunInterrupted, train
+    from tricklab.training.runfiles import check_run_dir
+
     try:
         left = check_run_dir(out, recipe) if made is None else None  # another recipe's: refused
         if left is not None:
@@ -169,25 +189,26 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
                 f"note: replacing the {left.status} run in {out} ({left.epochs_text()}; "
                 "a run starts again from epoch 1)",
             )
-        if args.json or args.quiet:  # --json: stdout and stderr as without a display
-            result = train(recipe, out_dir=out, stop=args.stop)
-        else:
+        with args.stop.deferred(False):  # the run: a stop ends it at once
+            if args.json or args.quiet:  # --json: stdout and stderr as without a display
+                return train(recipe, out_dir=out, stop=args.stop)
             view = EpochView()
             with ProgressDisplay(err_console, header=view.table):
-                result = train(recipe, out_dir=out, on_epoch=view, stop=args.stop)
+                return train(recipe, out_dir=out, on_epoch=view, stop=args.stop)
     except RunInterrupted as stopped:  # recorded in result.json; main() exits 130
+        if stopped.result.status != Status.INTERRUPTED:
+            raise  # its own end recorded: printed as a run that was not stopped
         if args.json:
             print(json.dumps(stopped.result.to_dict()))
-        # A run that had failed before the stop came: under --nproc its collective found a rank
-        # dead, torchrun then stopped this one, and the launcher's error line says what failed.
-        if stopped.result.status == Status.FAILED and RANK_ERRORS_ENV in os.environ:
-            return 1
         if not args.json and not another_rank_failed():  # else the launcher's line names it
             echo(err_console, f"run directory: {out}")
         raise
     finally:
         if made is not None:  # a run that never started (bad data, ...) leaves no empty folder
             remove_empty_dirs(out, made)
+
+
+def _print_run(args: argparse.Namespace, result, name: str | None, out: Path) -> int:
     if result.traceback:  # not a user mistake (those exit 2): a bug or a broken environment
         # indented and escaped: a model's message cannot reach the terminal or pass as a line of
         # tricklab's own ("error: ...")

@@ -7,9 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tricklab.core.oneline import shown
+
 
 class TrickLabError(Exception):
-    """A user mistake: the CLI prints its message as one line on stderr and exits with code 2."""
+    """A user mistake: the CLI prints its message as one line on stderr and exits with code 2.
+    The message is that line when made (core/oneline.shown): a name with a newline or an escape
+    sequence in it reaches a Python caller escaped too."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(shown(a) if isinstance(a, str) else a for a in args))
 
 
 class MachineError(TrickLabError):
@@ -63,13 +70,24 @@ def plain(value: object) -> object:
     return value
 
 
-def expect_callback(value: object, what: str) -> None:
-    """TypeError unless `value` is None or a plain function to call (not an `async def`, whose
-    call would make a coroutine nobody awaits: the callback would silently never run)."""
+def expect_callback(value: object, what: str, keywords: tuple[str, ...] = ()) -> None:
+    """TypeError unless `value` is None or a plain function to call with one argument and
+    `keywords` (not an `async def`, whose call would make a coroutine nobody awaits: the callback
+    would silently never run; not `lambda: ...`, which failed the run it was called in)."""
     if value is None:
         return
     if not callable(value):
         raise TypeError(f"{what} takes a function, got {type_name(value)} {value!r:.60}")
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a builtin's, which Python does not describe: called as is
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind(None, **dict.fromkeys(keywords))
+    except TypeError:
+        takes = ", ".join(["one argument", *(f"{k}=" for k in keywords)])
+        raise TypeError(f"{what} is called with {takes}; {value!r:.60} takes {signature}") from None
     for function in (value, getattr(value, "__call__", None)):  # noqa: B004 (an object's too)
         if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
             raise TypeError(f"{what} takes a plain function, got an async one ({value!r:.60})")

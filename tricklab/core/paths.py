@@ -60,7 +60,12 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs) -> Iterator[IO]:
 
 def resolved(path: Path) -> Path:
     """`path.resolve()`; a loop of symbolic links is the OSError (ELOOP) Python 3.13 raises, not
-    3.10-3.12's RuntimeError, so it is said in one line as any path that cannot be used."""
+    3.10-3.12's RuntimeError, so it is said in one line as any path that cannot be used; a NUL
+    (a Python caller's name: no command line holds one) is a TrickLabError, not a ValueError."""
+    if "\0" in str(path):
+        raise TrickLabError(
+            f"cannot use the path {shown(path)}: a path cannot hold a NUL character"
+        )
     try:
         return path.resolve()
     except RuntimeError as err:

@@ -15,34 +15,16 @@ import json
 import math
 import os
 import stat
-import unicodedata
 from pathlib import Path
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.memory import format_bytes
+from tricklab.core.oneline import control_free, shown
 
 # Far beyond any file tricklab writes (a recipe nests 3 levels, a result.json 5), and far below
 # Python's recursion limit, so nothing that walks a value read here can recurse out of stack.
 MAX_JSON_DEPTH = 64
-# The escapes `shown` writes for the control characters a file name or a value may hold.
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def shown(text: object) -> str:
-    """`text` for one line of output: control characters (newlines, escape sequences, C1 and
-    Unicode line breaks) written as escapes, so a file name cannot forge a line of its own."""
-    return "".join(char if char.isprintable() else _escape(char) for char in str(text))
-
-
-def control_free(text: object) -> str:
-    """`text` with its control characters and line breaks (Unicode Cc, Zl, Zp) as escapes and
-    every other character as it is (a no-break space, an emoji's zero-width joiner): for data
-    written on one line that a reader takes as text (CSV), where `shown` would change them."""
-    return "".join(
-        _escape(char) if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
-        for char in str(text)
-    )
 
 
 def csv_cell(value: object) -> object:
@@ -61,11 +43,6 @@ def csv_cell(value: object) -> object:
         except ValueError:
             return "'" + text
     return text
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return _ESCAPES.get(char) or (f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}")
 
 
 def read_bounded_bytes(path: Path, limit: int, what: str) -> bytes:

@@ -48,6 +48,9 @@ class StopRequest:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.deferring = False
+        # The command's exit code once its work is done, saved and said (cli/main.py, run by
+        # `tricklab`): `stop_on_signals` then leaves a later stop ending the process with it.
+        self.exit_code: int | None = None
 
     @contextlib.contextmanager
     def deferred(self, defer: bool = True) -> Iterator[None]:
@@ -128,7 +131,10 @@ def stop_on_signals() -> Iterator[StopRequest]:
         sys.unraisablehook = previous_hook
         for signum, handler in previous.items():
             # None: a handler not installed from Python, which cannot be put back; the default.
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            handler = signal.SIG_DFL if handler is None else handler
+            if stop.exit_code is not None and handler is not signal.SIG_IGN:
+                handler = _leaving(stop.exit_code)  # no window where a kill reads "killed"
+            signal.signal(signum, handler)
 
 
 def stop_request(stop: StopRequest | None) -> contextlib.AbstractContextManager[StopRequest]:
@@ -156,10 +162,8 @@ def deferring_stops(work: Callable[..., Any]) -> Callable[..., Any]:
     return deferring
 
 
-def exit_on_late_signals(code: int) -> None:
-    """From now on, a SIGINT, SIGTERM or SIGHUP (one not ignored) ends this process at once with
-    `code`: for a command whose work is done, saved and said, that lands while Python shuts down
-    (the default handlers back, a kill then read 143 or 129: "killed", though nothing was lost)."""
+def _leaving(code: int) -> Callable[[int, Any], None]:
+    """A signal handler that flushes the standard streams and ends the process with `code`."""
 
     def leave(signum: int, frame: Any) -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -167,8 +171,4 @@ def exit_on_late_signals(code: int) -> None:
                 stream.flush()
         os._exit(code)
 
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in (*STOP_SIGNALS, getattr(signal, "SIGHUP", None)):
-        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, leave)
+    return leave

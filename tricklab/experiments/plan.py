@@ -169,10 +169,10 @@ def budget_flags(
 
 def normalize_target(target: float) -> float:
     """A target accuracy as a fraction, a Python float (numpy's too): 0.94 stays, 94 is 0.94."""
-    fraction = float(target) / 100 if target > 1 else float(target)
+    fraction = float(min(target, 1000)) / 100 if target > 1 else float(target)  # 10**400 too
     if not 0 < fraction <= 1:
         raise TrickLabError(
-            f"target accuracy {target} must be a fraction in (0, 1] or a percentage"
+            f"target accuracy {target!r:.40} must be a fraction in (0, 1] or a percentage"
         )
     return fraction
 

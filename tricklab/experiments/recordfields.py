@@ -54,6 +54,15 @@ HARDWARE = {
     "platform": "text", "tricklab": "text", "device_memory_bytes": "bytes",
     "compute_capability": "text", "cudnn": "version", "driver": "text",
 }  # fmt: skip
+# The run's own fields beside its measurements, and the recipe's fields a report names.
+RUN = {
+    "world_size": "count", "dist_backend": "text", "epochs_completed": "version",
+    "stopped_epoch": "version", "run_dir": "path", "folder": "path", "tricklab_version": "text",
+}  # fmt: skip
+RECIPE = {
+    "data": {"name": "text", "train_size": "version", "test_size": "version", "seed": "version"},
+    "run": {"seed": "whole", "epochs": "positive"},
+}
 PROVENANCE = {
     "command": "text", "started_at": "text", "git_commit": "text", "git_dirty": "switch",
     "versions": "versions", "cuda": "text", "cudnn": "version", "device": "text",
@@ -132,7 +141,8 @@ def record_problem(record: Any, needs_status: bool) -> str | None:
     if "seed" in record and not is_whole(record["seed"]):
         return f"'seed' is {quoted(record['seed'])}, not a whole number"
     problem = (
-        _recipe_problem(record.get("recipe") or {})
+        fields_problem(record, RUN, "")
+        or _recipe_problem(record.get("recipe") or {})
         or fields_problem(record.get("hardware"), HARDWARE, "hardware")
         or fields_problem(record.get("provenance"), PROVENANCE, "provenance")
     )
@@ -145,11 +155,10 @@ def record_problem(record: Any, needs_status: bool) -> str | None:
 def _recipe_problem(recipe: dict[str, Any]) -> str | None:
     if not all(isinstance(v, dict) for v in recipe.values()):
         return "a section of 'recipe' is not an object"
-    run = recipe.get("run") or {}
-    seed = run.get("seed", 0)
-    if not is_whole(seed):
-        return f"'recipe.run.seed' is {quoted(seed)}, not a whole number"
-    target = run.get("target_accuracy")
+    for section, spec in RECIPE.items():
+        if problem := fields_problem(recipe.get(section), spec, f"recipe.{section}"):
+            return problem
+    target = (recipe.get("run") or {}).get("target_accuracy")
     return None if target is None else number_problem("recipe.run.target_accuracy", target)
 
 
@@ -161,6 +170,9 @@ def epochs_problem(epochs: Any) -> str | None:
     for row in epochs:
         if not isinstance(row, dict):
             return f"an epoch row is {quoted(row)}, not an object"
+        epoch = row.get("epoch", 1)  # the report's curves are drawn by it
+        if not (is_whole(epoch) and 1 <= epoch <= MAX_MAGNITUDE):
+            return f"an epoch row's 'epoch' is {quoted(epoch)}, not a whole number from 1"
         for key, value in row.items():
             problem = None if value is None else number_problem(str(key), value)
             if problem:
@@ -170,7 +182,7 @@ def epochs_problem(epochs: Any) -> str | None:
 
 def fields_problem(value: Any, spec: Mapping[str, str], where: str) -> str | None:
     """What in `value` (an object, or None) does not fit `spec` (HARDWARE, PROVENANCE): the first
-    field of the wrong type or out of range, named `where.field`; fields `spec` does not name are
+    field of the wrong type or out of range, named `where.field` (or `field`); fields `spec` does not name are
     not read. None when it all fits."""
     if value is None:
         return None
@@ -179,7 +191,7 @@ def fields_problem(value: Any, spec: Mapping[str, str], where: str) -> str | Non
     for key, kind in spec.items():
         item = value.get(key)
         if item is not None and not _fits(item, kind):
-            return f"'{where}.{key}' is {quoted(item)}, not {_WANTED[kind]}"
+            return f"'{where + '.' if where else ''}{key}' is {quoted(item)}, not {_WANTED[kind]}"
     return None
 
 
@@ -191,6 +203,9 @@ _WANTED = {
     "bytes": f"a whole number of bytes from 0 to {MAX_MAGNITUDE:g}",
     "load": f"three load averages (numbers from 0 to {MAX_COUNT:,})",
     "versions": "an object of version texts",
+    "path": "a path (text without a NUL)",
+    "whole": "a whole number",
+    "positive": f"a number above 0, at most {MAX_MAGNITUDE:g}",
 }
 
 
@@ -199,6 +214,12 @@ def _fits(value: Any, kind: str) -> bool:
         return isinstance(value, str)
     if kind == "switch":
         return isinstance(value, bool)
+    if kind == "path":
+        return isinstance(value, str) and "\0" not in value
+    if kind == "whole":
+        return is_whole(value)
+    if kind == "positive":
+        return is_number(value) and 0 < value <= MAX_MAGNITUDE
     if kind == "count":
         return is_whole(value) and 1 <= value <= MAX_COUNT
     if kind == "version":

@@ -26,7 +26,7 @@ from tricklab.experiments.recordfields import (
     quoted,
     record_problem,
 )
-from tricklab.experiments.storage import stored_runs, trial_status
+from tricklab.experiments.storage import seed_runs, stored_runs, trial_status
 from tricklab.recipe.yamlio import read_yaml
 
 
@@ -165,11 +165,16 @@ def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
         value = attrs.get(key)
         if key in attrs and (not isinstance(value, types) or isinstance(value, bool)):
             raise wrong(key, value, types)
-    runs = [("runs", r) for r in attrs.get("runs", [])]
-    runs += [(k, v) for k, v in attrs.items() if k.startswith("run-")]
-    for where, run in runs:
+    runs = [("runs", r, None) for r in attrs.get("runs", [])]
+    runs += [(f"run-{seed}", run, seed) for seed, run in seed_runs(trial).items()]
+    for where, run, seed in runs:
         if not isinstance(run, dict):
             raise wrong(where, run, (dict,))
+        if seed is not None and (type(run.get("seed")) is not int or run["seed"] != seed):
+            raise TrickLabError(
+                f"study {shown(study)}: trial {trial.number} holds a run in {shown(where)} whose "
+                f"seed is {quoted(run.get('seed'))}; was the storage written by another program?"
+            )
         for key, types in RUN_FIELDS.items():
             value = run.get(key)
             if key in run and (not isinstance(value, types) or isinstance(value, bool)):

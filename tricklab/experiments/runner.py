@@ -224,7 +224,7 @@ def check_hooks(
     stop: StopRequest | None,
 ) -> None:
     """TypeError, before any storage is opened, for a hook of the wrong kind."""
-    expect_callback(train_fn, f"{command}'s train_fn")
+    expect_callback(train_fn, f"{command}'s train_fn", ("on_epoch", "stop"))
     expect_callback(on_run_end, f"{command}'s on_run_end")
     expect_type(liveness, (Liveness, type(None)), f"{command}'s liveness")
     expect_type(stop, (StopRequest, type(None)), f"{command}'s stop")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -53,6 +54,7 @@ from tricklab.experiments.storage_files import (
 
 EXPERIMENTS_ROOT = Path("runs") / "experiments"
 SCHEMA_RETRIES = 5
+RUN_KEY = re.compile(r"run-(0|[1-9][0-9]*)")  # a sampled trial's run of one seed: `run-3`
 METRIC_NAMES = ["accuracy"]  # a study's objective: a trial's mean validation accuracy
 LATEST_CALL_ATTRS = ("seeds",)  # the latest call's plan (stats.planned_runs): each call stores its
 
@@ -352,13 +354,19 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
         raise TrickLabError(f"no study '{name}' in this storage (it has: {have})") from None
 
 
+def seed_runs(trial: FrozenTrial) -> dict[int, Any]:
+    """Seed → the run a sampled trial stored as `run-<seed>` (workers.py writes the seed in ASCII
+    digits, no leading 0); another program's `run-00` or `run-²` names no seed and is not read."""
+    keys = ((k, RUN_KEY.fullmatch(k)) for k in trial.user_attrs)
+    return {int(found[1]): trial.user_attrs[k] for k, found in keys if found}
+
+
 def stored_runs(trial: FrozenTrial) -> list[dict[str, Any]]:
     """The run records a trial stored: all of them once it finished (`runs`), else those a sampled
     trial stored one seed at a time as each ended (`run-<seed>`)."""
     if "runs" in trial.user_attrs:
         return list(trial.user_attrs["runs"])
-    seeds = sorted(int(k[4:]) for k in trial.user_attrs if k.startswith("run-") and k[4:].isdigit())
-    return [trial.user_attrs[f"run-{seed}"] for seed in seeds]
+    return [run for _, run in sorted(seed_runs(trial).items())]
 
 
 def trial_status(trial: FrozenTrial) -> Status:

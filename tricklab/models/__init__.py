@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -136,6 +137,11 @@ def register_model(name: str, factory: Callable[..., nn.Module], doc: str | None
         raise TrickLabError(
             f"a model name must be a non-empty string without ':', control characters or "
             f"surrounding spaces, got {name!r} (':' is for package.module:factory and timm:NAME)"
+        )
+    if unicodedata.normalize("NFKC", name) != name:  # 'cafe\u0301' and 'café' listed alike
+        raise TrickLabError(
+            f"a model name must be in Unicode's normal form (NFKC), or it lists as another: "
+            f"{ascii(name)} reads as {unicodedata.normalize('NFKC', name)!r}; register that"
         )
     if not _selectable(name):  # `model.name=null` (or true, ~, [a], 'q', *a) reads otherwise
         raise TrickLabError(f"a model name must read back as itself in model.name={name}, "

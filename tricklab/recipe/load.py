@@ -39,6 +39,14 @@ def builtin_recipe_text(name: str) -> str:
     return _BUILTIN.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
 
 
+def builtin_recipe_data(name: str) -> Any:
+    """The built-in recipe `name`'s data as shipped, whatever files the current folder holds."""
+    try:
+        return read_yaml(builtin_recipe_text(name))
+    except yaml.YAMLError as exc:
+        raise TrickLabError(f"{name}: {describe_yaml_error(exc)}") from None
+
+
 def read_recipe(name: str) -> tuple[Any, str]:
     """A YAML file's data, else a built-in recipe's (a folder named like one does not hide it),
     and the name errors give it."""
@@ -48,11 +56,7 @@ def read_recipe(name: str) -> tuple[Any, str]:
         )
     path, builtin = Path(name), builtin_recipes()
     if name in builtin and not os.path.isfile(path):
-        text = builtin_recipe_text(name)
-        try:
-            return read_yaml(text), name
-        except yaml.YAMLError as exc:
-            raise TrickLabError(f"{name}: {describe_yaml_error(exc)}") from None
+        return builtin_recipe_data(name), name
     looks_like_a_path = path.suffix in (".yaml", ".yml") or "/" in name or os.sep in name
     if name in builtin or looks_like_a_path or os.path.lexists(path):
         return _numbers_as_typed(*read_yaml_document(path, "recipe file")), str(path)

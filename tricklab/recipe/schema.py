@@ -74,7 +74,15 @@ class Recipe:
     def checked(self) -> Recipe:
         """The recipe read again from its values: a field set by hand (`recipe.run.epochs = "3"`)
         is checked as a file's or an override's (TrickLabError), a section (`recipe.run = None`)
-        too (TypeError)."""
+        too (TypeError), and an attribute no field has (`recipe.optim.lrr = 0.5`, a typo that
+        trained at the old lr) is an unknown key, as in an override."""
+        for name, section in vars(self).items():
+            if name not in SECTIONS:  # `recipe.optimm = ...`
+                check_section(name, list(SECTIONS), all_keys(), "recipe")
+            fields = {f.name for f in dataclasses.fields(SECTIONS[name])}
+            for key in getattr(section, "__dict__", {}):
+                if key not in fields:
+                    check_key(f"{name}.{key}", all_keys(), "recipe")
         return Recipe.from_dict(self.to_dict(), source="recipe")
 
     def setting_key(self) -> str:

@@ -19,7 +19,13 @@ from typing import Any
 
 from tricklab.core.errors import TrickLabError, expect_list_of, expect_type
 from tricklab.core.outputs import REPORT_FILES
-from tricklab.core.paths import check_out_folder, claim_folder, first_missing, remove_empty_dirs
+from tricklab.core.paths import (
+    check_out_folder,
+    claim_folder,
+    first_missing,
+    folder_arg,
+    remove_empty_dirs,
+)
 from tricklab.report.collect import Source, load_sources
 
 OUTPUTS = REPORT_FILES
@@ -47,7 +53,7 @@ class Report:
 def check_out_dir(out_dir: Path) -> None:
     """TrickLabError for an out_dir that is a file, a link to nothing, or already holds a report."""
     check_out_folder(out_dir, "the report")
-    taken = [name for name in OUTPUTS if (out_dir / name).exists()]
+    taken = [name for name in OUTPUTS if os.path.lexists(out_dir / name)]  # a link to nothing too
     if taken and (taken[0] == "report.md" or not (out_dir / MOVING).exists()):
         raise TrickLabError(
             f"--out {out_dir} already holds a report ({', '.join(taken)}); give another folder"
@@ -58,6 +64,8 @@ def default_out_dir(sources: Sequence[Source]) -> Path:
     """reports/<date>-<time>-<first source> (numbered when taken); not made here."""
     stem = sources[0].name if sources else "report"
     stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem)[:60] or "report"
+    while len(stem.encode()) > 120:  # 60 letters of 4 bytes with the date passed 255 bytes
+        stem = stem[:-1]
     if len(sources) > 1:
         stem += f"-and-{len(sources) - 1}-more"
     base = REPORTS_ROOT / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
@@ -90,7 +98,7 @@ def write_report(
     storage = os.fspath(storage) if storage is not None else None  # a Path, as plans take it
     expect_type(title, (str, type(None)), "title")
     expect_list_of(profiles, (str, os.PathLike), "profiles")
-    out = Path(out_dir)
+    out = folder_arg(out_dir, "write_report's out_dir")  # bytes, a NUL or "" refused
     check_out_dir(out)
     saved = load_profiles(profiles)
     loaded = load_sources(sources, storage) if sources or not saved else []

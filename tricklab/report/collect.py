@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -127,7 +128,11 @@ def load_sources(specs: Sequence[str | Path], storage: str | None = None) -> lis
     runs: list[Path] = []
     seen: set[str] = set()
     for spec in specs:
-        text = str(spec)
+        text = os.fspath(spec) if isinstance(spec, os.PathLike) else spec
+        if not isinstance(text, str):  # a PathLike giving bytes
+            raise TypeError(f"a source is a study name or a folder (str or Path), got {spec!r:.80}")
+        if "\0" in text:
+            raise TrickLabError(f"the source {safeio.shown(text)} holds a NUL character")
         if not text.strip():
             raise TrickLabError("an empty source name; give a study name or a folder")
         path = Path(text)
@@ -257,12 +262,15 @@ def _changes(recipe: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def _builtin_recipe(name: str) -> dict[str, Any] | None:
-    from tricklab.recipe.schema import load_recipe
+    """The built-in recipe `name` as shipped, the speedrun's runs named by what they changed in
+    it; None for a file's recipe (`--recipe my.yaml`), named by the file alone: the file may have
+    changed since, or be elsewhere, and the same report must name the same runs from any folder."""
+    from tricklab.recipe.load import builtin_recipe_data, builtin_recipes
+    from tricklab.recipe.schema import Recipe
 
-    try:
-        return load_recipe(name).to_dict()
-    except TrickLabError:  # a YAML file that moved, or no built-in of that name
+    if name not in builtin_recipes():
         return None
+    return Recipe.from_dict(builtin_recipe_data(name), source=name).to_dict()
 
 
 def _speedrun_records(folder: Path) -> tuple[list[dict[str, Any]], int | None]:

@@ -130,8 +130,16 @@ def train(
     # a field set by hand (recipe.run.epochs = "3") is checked as a file's or an override's
     recipe = recipe.checked()
     out_dir = folder_arg(out_dir, "out_dir")  # absolute: a chdir mid-run changes nothing
-    with one_run_at_a_time(), own_torch_state():  # a caller's grad mode, dtype or autocast
-        return _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
+    before = stop.deferring if stop is not None else False
+    try:
+        with one_run_at_a_time(), own_torch_state():  # a caller's grad mode, dtype or autocast
+            result = _claimed_train(recipe, out_dir, on_epoch, stop, wall_start)
+    finally:
+        if stop is not None:  # held from the run's recorded end (_hold_stops) until here
+            stop.deferring = before
+    if stop is not None and stop.requested:  # a stop held while the end was recorded
+        raise RunInterrupted(result)
+    return result
 
 
 def _claimed_train(
@@ -214,90 +222,86 @@ def _train(
     # The run's end is recorded whatever stop arrives meanwhile: torchrun's SIGTERM to rank 0
     # lands just after a dead rank's closed connection failed its collective, and raised while
     # the failure was being recorded it left no result.json (the run's files were removed).
-    ending = contextlib.ExitStack()
-    with ending:
-        try:
-            if stop is not None:
-                stop.check()  # a stop requested before this run (a StopRequest used again)
-            dataset = load_data(recipe)
-            reset_peak_memory(device)
-            compiling = compile_for_device(recipe.tricks.compile, device.type) != "off"
-            with (
-                backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
-                compile_cache(device) if compiling else contextlib.nullcontext(),  # compile once
-                warnings.catch_warnings(),
-            ):
-                # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while
-                # it finds its scale); the schedule steps anyway, and torch warns as if it were a
-                # mistake.
-                warnings.filterwarnings(
-                    "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
-                )
-                parts, info = prepare(recipe, dataset, device)
-                parts = distributed.data_parallel(
-                    parts, recipe.tricks.sync_batchnorm, info["resolved"]["compile"]
-                )
-                result.params, result.forward_macs = info["params"], info["forward_macs"]
-                result.whiten_seconds = info["whiten_seconds"]
-                result.resolved = info["resolved"]
-                loggers.open(result)  # run.loggers; one that cannot start is a setup error
-                if out is not None:
-                    with atomic_write(out / "recipe.yaml") as handle:
-                        handle.write(recipe.to_yaml())
-                started = True
-                if needs_warm_up(recipe.tricks, device):
-                    result.compile_seconds = warm_up_run(parts, recipe)
-                parts.progress = current_progress()  # the CLI's display; None: silent
-                outcome = run_loop(parts, recipe.run, record_epoch)
-                _finish(result, parts, outcome, recipe)
-                if recipe.run.checkpoint and out is not None and outcome.status != Status.DIVERGED:
-                    save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
-            if stop is not None:
-                stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
-            _record_peak_memory(result, device)
-            ending.enter_context(_stops_held(stop))
-        except BaseException as exc:
-            ending.enter_context(_stops_held(stop))
-            unusable = not started or isinstance(exc, MachineError)  # the machine's, not the run's
-            if (isinstance(exc, TrickLabError) and unusable) or is_disk_full(exc):
-                raise  # nothing recorded: train() removes what was written and the folders it made
-            _record_peak_memory(result, device)  # for an oom run, the number that matters most
-            result.status, result.error = run_end(exc, stop)
-            if exc in callback_error and not isinstance(exc, KeyboardInterrupt):  # the caller's
-                result.error = f"stopped by on_epoch raising {described(exc)}"  # no Ctrl-C
-            # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
-            why = None if exc in callback_error else raised_by_code(exc)
-            if why is not None and (stop is None or not stop.requested):
-                result.status, result.error = Status.FAILED, why
-            if result.status == Status.FAILED:
-                result.traceback = "".join(traceback.format_exception(exc))
-            result.epochs_completed = len(result.epochs)
-            if result.epochs:
-                result.train_seconds = result.epochs[-1]["train_seconds"]
-            # Raised on: the caller's own exception, a user mistake met mid-run, and a stop (the
-            # caller must stop too). An oom or a failed run is returned; its memory is freed below,
-            # outside `except`, whose traceback keeps the run's tensors alive.
-            raised = isinstance(exc, TrickLabError) or exc in callback_error
-            if raised or result.status == Status.INTERRUPTED:
-                result.wall_seconds = time.perf_counter() - wall_start
-                result.provenance = finish_record(result.provenance)
-                if out is not None:
-                    write_json_atomic(out / RESULT_FILE, result.to_dict())
-                if result.status == Status.INTERRUPTED and not isinstance(exc, SystemExit):
-                    raise RunInterrupted(result) from exc
-                raise
-        # Free what the run held, so the next run can go on.
-        if result.status in (Status.OOM, Status.FAILED):
-            parts = None
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        result.wall_seconds = time.perf_counter() - wall_start
-        result.provenance = finish_record(result.provenance)
-        if out is not None:
-            write_json_atomic(out / RESULT_FILE, result.to_dict())
-    if stop is not None and stop.requested:  # a stop held while the end was recorded
-        raise RunInterrupted(result)
+    try:
+        if stop is not None:
+            stop.check()  # a stop requested before this run (a StopRequest used again)
+        dataset = load_data(recipe)
+        reset_peak_memory(device)
+        compiling = compile_for_device(recipe.tricks.compile, device.type) != "off"
+        with (
+            backend_settings(recipe.tricks.matmul_precision, recipe.tricks.cudnn_benchmark),
+            compile_cache(device) if compiling else contextlib.nullcontext(),  # compile once
+            warnings.catch_warnings(),
+        ):
+            # GradScaler skips the steps whose fp16 gradients overflow (the first ones, while
+            # it finds its scale); the schedule steps anyway, and torch warns as if it were a
+            # mistake.
+            warnings.filterwarnings(
+                "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before"
+            )
+            parts, info = prepare(recipe, dataset, device)
+            parts = distributed.data_parallel(
+                parts, recipe.tricks.sync_batchnorm, info["resolved"]["compile"]
+            )
+            result.params, result.forward_macs = info["params"], info["forward_macs"]
+            result.whiten_seconds = info["whiten_seconds"]
+            result.resolved = info["resolved"]
+            loggers.open(result)  # run.loggers; one that cannot start is a setup error
+            if out is not None:
+                with atomic_write(out / "recipe.yaml") as handle:
+                    handle.write(recipe.to_yaml())
+            started = True
+            if needs_warm_up(recipe.tricks, device):
+                result.compile_seconds = warm_up_run(parts, recipe)
+            parts.progress = current_progress()  # the CLI's display; None: silent
+            outcome = run_loop(parts, recipe.run, record_epoch)
+            _finish(result, parts, outcome, recipe)
+            if recipe.run.checkpoint and out is not None and outcome.status != Status.DIVERGED:
+                save_checkpoint(parts.model, recipe, out / "checkpoint.pt")
+        if stop is not None:
+            stop.check()  # a stop whose KeyboardInterrupt Python dropped during the last epoch
+        _record_peak_memory(result, device)
+        _hold_stops(stop)
+    except BaseException as exc:
+        _hold_stops(stop)
+        unusable = not started or isinstance(exc, MachineError)  # the machine's, not the run's
+        if (isinstance(exc, TrickLabError) and unusable) or is_disk_full(exc):
+            raise  # nothing recorded: train() removes what was written and the folders it made
+        _record_peak_memory(result, device)  # for an oom run, the number that matters most
+        result.status, result.error = run_end(exc, stop)
+        if exc in callback_error and not isinstance(exc, KeyboardInterrupt):  # the caller's
+            result.error = f"stopped by on_epoch raising {described(exc)}"  # no Ctrl-C
+        # a model's sys.exit mid-run: its failure, not a Ctrl-C (the caller's on_epoch: theirs)
+        why = None if exc in callback_error else raised_by_code(exc)
+        if why is not None and (stop is None or not stop.requested):
+            result.status, result.error = Status.FAILED, why
+        if result.status == Status.FAILED:
+            result.traceback = "".join(traceback.format_exception(exc))
+        result.epochs_completed = len(result.epochs)
+        if result.epochs:
+            result.train_seconds = result.epochs[-1]["train_seconds"]
+        # Raised on: the caller's own exception, a user mistake met mid-run, and a stop (the
+        # caller must stop too). An oom or a failed run is returned; its memory is freed below,
+        # outside `except`, whose traceback keeps the run's tensors alive.
+        raised = isinstance(exc, TrickLabError) or exc in callback_error
+        if raised or result.status == Status.INTERRUPTED:
+            result.wall_seconds = time.perf_counter() - wall_start
+            result.provenance = finish_record(result.provenance)
+            if out is not None:
+                write_json_atomic(out / RESULT_FILE, result.to_dict())
+            if result.status == Status.INTERRUPTED and not isinstance(exc, SystemExit):
+                raise RunInterrupted(result) from exc
+            raise
+    # Free what the run held, so the next run can go on.
+    if result.status in (Status.OOM, Status.FAILED):
+        parts = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    result.wall_seconds = time.perf_counter() - wall_start
+    result.provenance = finish_record(result.provenance)
+    if out is not None:
+        write_json_atomic(out / RESULT_FILE, result.to_dict())
     return result
 
 
@@ -312,9 +316,11 @@ def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, s
     return Status.FAILED, f"{type(exc).__name__}: {message_of(exc)}"  # a model's may not read
 
 
-def _stops_held(stop: StopRequest | None) -> contextlib.AbstractContextManager:
-    """Ctrl-C and SIGTERM only mark `stop` in the block (StopRequest.held); nothing without one."""
-    return stop.held() if stop is not None else contextlib.nullcontext()
+def _hold_stops(stop: StopRequest | None) -> None:
+    """From here until train() returns, Ctrl-C and SIGTERM only mark `stop` (as in
+    StopRequest.held): the run's end is recorded, and its files closed, whatever stop arrives."""
+    if stop is not None:
+        stop.deferring = True
 
 
 def _record_peak_memory(result: RunResult, device: torch.device) -> None:
