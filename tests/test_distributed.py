@@ -73,6 +73,25 @@ class DiesOnRank1(nn.Module):
         return self.net(x)
 
 
+class RaisesOnOneRank(nn.Module):
+    """conv_net whose rank $RAISE_RANK raises at its forward number $RAISE_AT (in training)."""
+
+    def __init__(self, num_classes: int, in_channels: int) -> None:
+        super().__init__()
+        self.net, self.calls = conv_net(num_classes, in_channels), 0
+
+    def forward(self, x):
+        self.calls += 1
+        here = os.environ.get("RANK") == os.environ.get("RAISE_RANK")
+        if here and self.training and str(self.calls) == os.environ.get("RAISE_AT"):
+            raise RuntimeError(f"rank {os.environ['RANK']} exploded")
+        return self.net(x)
+
+
+def raising_net(num_classes: int, in_channels: int) -> nn.Module:
+    return RaisesOnOneRank(num_classes, in_channels)
+
+
 def dying_net(num_classes: int, in_channels: int) -> nn.Module:
     return DiesOnRank1(num_classes, in_channels)
 
@@ -413,6 +432,23 @@ def test_a_rank_killed_under_nproc_leaves_a_failed_result_and_the_folder_reruns(
     again = tricklab(*args, timeout=300)  # DIE unset: the same command, now it trains
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "result.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_run_that_fails_mid_run_on_one_rank_ends_at_once_with_its_reason(tmp_path, rank):
+    """Seventeenth hostile round: the rank whose forward raised waited in the closing barrier
+    while the other waited in the step's collective, both for run.dist_timeout_seconds (600 s
+    by default), and the reason recorded was gloo's timeout, not the model's error."""
+    out = tmp_path / "run"
+    args = ["train", *BASE, "model.name=test_distributed:raising_net", "--nproc", "2"]
+    args += ["run.dist_timeout_seconds=600", "--out", str(out), "--quiet"]
+    env = {"RAISE_RANK": rank, "RAISE_AT": "8"}  # past the checks' forwards, mid-epoch
+    run = tricklab(*args, env_extra=env, timeout=240)  # far less than the group's timeout
+    assert run.returncode == 1, run.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert f"RuntimeError: rank {rank} exploded" in result["error"]
+    assert result["error"].startswith(f"rank {rank} failed (exit code 1)")
 
 
 def test_an_error_met_by_one_rank_alone_is_said_and_recorded_failed_not_interrupted(tmp_path):

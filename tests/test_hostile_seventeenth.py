@@ -2,9 +2,12 @@
 the same answer whatever spelling of a value the caller used."""
 
 import asyncio
+import os
+import re
 
 import numpy as np
 import pytest
+from PIL import Image
 from tiny_recipe import TINY_SYNTHETIC
 
 TINY = [*TINY_SYNTHETIC, "run.epochs=1"]
@@ -45,3 +48,540 @@ def test_profile_models_takes_numpy_integers_as_profile_step_and_load_dataset_do
     profile = profile_models(["airbench"], grid, build=build, device="cpu", repeats=np.int64(1))
     assert sorted(r["batch_size"] for r in profile["results"]) == [2, 3]
     assert all(type(r["batch_size"]) is int for r in profile["results"])
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+TRAIN = ["train", *TINY_SYNTHETIC, "run.epochs=1", "tricks.precision=32-true"]
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """One tiny trained run, its result.json copied and changed by each test."""
+    from tricklab.cli.main import main
+
+    out = tmp_path_factory.mktemp("run") / "r"
+    assert main([*TRAIN, "--out", str(out), "-q"]) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda d: d["epochs"][0].update(epoch=None), "an epoch row's 'epoch' is null"),
+        (lambda d: d.update(dist_backend=["x"]), "'dist_backend' is [\"x\"], not text"),
+        (lambda d: d["recipe"]["data"].update(name=["x"]), "'recipe.data.name' is [\"x\"]"),
+        (lambda d: d.update(world_size=-1), "'world_size' is -1, not a whole number from 1"),
+        (lambda d: d["recipe"]["run"].update(epochs=-2), "'recipe.run.epochs' is -2, not a number"),
+        (lambda d: d.update(run_dir="a\0b"), "'run_dir' is \"a\\u0000b\", not a path"),
+    ],
+    ids=["epoch-null", "backend-list", "dataset-list", "world-size", "epochs", "nul-run-dir"],
+)
+def test_a_run_field_the_report_reads_of_the_wrong_type_is_one_line(
+    change, says, run_folder, tmp_path, capsys
+):
+    """Each was a TypeError in the report's figures or tables ("epochs per run | -2", "processes
+    per run | -1" where it got through), read from a result.json, metrics or a study alike."""
+    import json
+    import shutil
+
+    from tricklab.cli.main import main
+
+    run = tmp_path / "r"
+    shutil.copytree(run_folder, run)
+    data = json.loads((run / "result.json").read_text())
+    change(data)
+    (run / "result.json").write_text(json.dumps(data))
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 2
+    assert says in one_error_line(capsys)
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_link_to_nothing_named_figures_in_the_out_folder_is_one_line(
+    run_folder, tmp_path, capsys
+):
+    from tricklab.cli.main import main
+
+    (tmp_path / "od").mkdir()
+    (tmp_path / "od" / "figures").symlink_to(tmp_path / "nowhere")
+    assert main(["report", str(run_folder), "--out", str(tmp_path / "od")]) == 2
+    assert "already holds a report (figures)" in one_error_line(capsys)
+
+
+def test_a_default_report_folder_name_fits_255_bytes_whatever_the_source_name():
+    from tricklab.report.build import default_out_dir
+    from tricklab.report.collect import Source
+
+    source = Source("\U0001d400" * 63, "run", None, [], [], {})
+    assert len(default_out_dir([source]).name.encode()) <= 255
+
+
+def test_a_speedrun_is_named_against_the_built_in_recipe_not_a_file_of_the_current_folder(
+    tmp_path, monkeypatch
+):
+    """A report named a speedrun's runs by what they changed in whatever file `recipe_name`
+    named in the folder it ran from: another name after the file changed, or from elsewhere."""
+    from tricklab.report.collect import _builtin_recipe
+
+    monkeypatch.chdir(tmp_path)
+    shipped = _builtin_recipe("speedrun94")
+    (tmp_path / "speedrun94").write_text("run: {epochs: 7}\n")
+    (tmp_path / "my.yaml").write_text("run: {epochs: 7}\n")
+    assert _builtin_recipe("speedrun94") == shipped and shipped["run"]["epochs"] != 7
+    assert _builtin_recipe("my.yaml") is None
+
+
+def test_a_trick_lab_error_is_one_line_when_made_for_a_python_caller():
+    import tricklab.experiments as ex
+    from tricklab.core.errors import TrickLabError
+
+    assert str(TrickLabError("a\x1b[31m\nb")) == "a\\x1b[31m\\nb"
+    with pytest.raises(TrickLabError) as raised:
+        ex.results("ls-off", storage="journal:a\x1b[31m\nb")
+    assert str(raised.value).isprintable()
+
+
+class _BytesPath(os.PathLike):
+    def __fspath__(self):
+        return b"/tmp/x"
+
+
+def test_python_callers_nul_bytes_and_huge_targets_are_one_line(run_folder, tmp_path):
+    import tricklab.experiments as ex
+    from tricklab.core.errors import TrickLabError
+    from tricklab.report import write_report
+
+    for call, says in [
+        (lambda: write_report(["a\x00b"], tmp_path / "o"), "holds a NUL character"),
+        (lambda: write_report([run_folder], str(tmp_path / "a\x00b")), "holds a NUL character"),
+        (lambda: ex.results("ls\x00off"), "a path cannot hold a NUL character"),
+        (lambda: ex.results("ls-off", target=10**400), "must be a fraction in (0, 1]"),
+    ]:
+        with pytest.raises(TrickLabError, match=re.escape(says)):
+            call()
+    for call in (
+        lambda: write_report([run_folder], _BytesPath()),
+        lambda: write_report([_BytesPath()], tmp_path / "o"),
+    ):
+        with pytest.raises(TypeError, match="str or Path"):
+            call()
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--csv", "x.csv"], "--csv: for one study's statistics; give its name"),
+        (["--per-seed", "--target", "0.5"], "--target, --per-seed: for one study's"),
+        (["s", "--runs", "--reference", "baseline"], "--runs lists the runs; --reference:"),
+        (["s", "--json", "--format", "md"], "give one of --json and --format md"),
+    ],
+)
+def test_results_refuses_an_option_it_would_ignore(argv, says, tmp_path, monkeypatch, capsys):
+    """`results --csv out.csv` listed the studies, exited 0 and wrote no file."""
+    from tricklab.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["results", *argv]) == 2
+    assert says in one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def sampled_sweep(tmp_path_factory):
+    """A sampled sweep of two trials whose runs are stored one seed at a time (`run-<seed>`)."""
+    from tricklab.cli.main import main
+
+    folder = tmp_path_factory.mktemp("sweep")
+    space = folder / "space.yaml"
+    space.write_text("optim.lr: {low: 0.01, high: 1.0, log: true}\n")
+    argv = ["sweep", "--baseline", *TINY, "--space", str(space), "--trials", "2", "--seeds", "1",
+            "--budget-epochs", "1", "--sampler", "random", "--study", "sw", "--out", str(folder / "sw"), "-q"]  # fmt: skip
+    assert main(argv) == 0
+    return folder / "sw"
+
+
+@pytest.mark.parametrize(
+    "key, drop_seed, says",
+    [
+        ("run-0", True, "holds a run in run-0 whose seed is null"),
+        ("run-00", False, None),  # another program's key names no seed: not read
+        ("run-\u00b2", False, None),
+    ],
+)
+def test_a_sampled_trials_run_under_another_key_or_without_its_seed(
+    key, drop_seed, says, sampled_sweep, tmp_path, capsys
+):
+    """`run-00` and `run-²` were a KeyError and a ValueError in results and report, a run-0
+    without its seed a KeyError: the next seed is counted from the stored ones."""
+    import json
+    import shutil
+    import sqlite3
+
+    from tricklab.cli.main import main
+
+    folder = tmp_path / "sw"
+    shutil.copytree(sampled_sweep, folder)
+    with sqlite3.connect(folder / "study.db") as db:
+        db.execute("delete from trial_user_attributes where trial_id=1 and key='runs'")
+        (value,) = db.execute(
+            "select value_json from trial_user_attributes where trial_id=1 and key='run-0'"
+        ).fetchone()
+        run = json.loads(value)
+        if drop_seed:
+            run.pop("seed")
+        db.execute(
+            "update trial_user_attributes set key=?, value_json=? where trial_id=1 and key='run-0'",
+            (key, json.dumps(run)),
+        )
+    for argv in (["results", "sw", "--out", str(folder)],
+                 ["report", "sw", "--out", str(tmp_path / "rep"), "--storage",
+                  f"sqlite:///{folder / 'study.db'}"]):  # fmt: skip
+        code = main(argv)
+        if says is None:
+            assert code == 0
+            capsys.readouterr()
+        else:
+            assert code == 2 and says in one_error_line(capsys)
+
+
+def test_a_stop_that_lands_once_a_runs_end_is_recorded_leaves_the_run_as_it_ended(
+    tmp_path, monkeypatch, capsys
+):
+    """A SIGTERM just after result.json said complete: the command said "interrupted", exit 130,
+    printed no --json, and its rerun was refused (the folder holds a complete run)."""
+    import json
+    import signal
+
+    import tricklab.training.api as api
+    from tricklab.cli.main import main
+
+    real = api.write_json_atomic
+
+    def write_then_stop(path, data):
+        real(path, data)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run's end is on disk
+
+    monkeypatch.setattr(api, "write_json_atomic", write_then_stop)
+    assert main([*TRAIN, "--out", str(tmp_path / "r"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["status"] == "complete"
+    assert json.loads((tmp_path / "r" / "result.json").read_text())["status"] == "complete"
+
+
+def test_a_stop_after_the_command_ended_leaves_with_its_code(monkeypatch):
+    """`tricklab` (run: main's late_exit) leaves a stop after its end exiting with the command's
+    code, where Python's shutdown put the default handler back and a kill read 143."""
+    import signal
+
+    from tricklab.core import stopping
+
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with stopping.stop_on_signals() as stop:
+            stop.exit_code = 3
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        assert exits == [3]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    with stopping.stop_on_signals():
+        pass
+    assert signal.getsignal(signal.SIGTERM) is before  # without an exit code: put back
+
+
+OWN_MODELS = """
+import torch
+from torch import nn
+
+
+class Viewed(nn.Module):
+    def __init__(self, num_classes, in_channels, image_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * image_size * image_size, num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).view(x.size(0), -1))
+
+
+class OwnFloat32(nn.Module):
+    def __init__(self, num_classes, in_channels, image_size):
+        super().__init__()
+        self.fc = nn.Linear(in_channels * image_size * image_size, num_classes)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.fc(x @ torch.eye(x.shape[1]))
+"""
+
+
+@pytest.mark.parametrize(
+    "model, trick, says",
+    [
+        ("Viewed", "tricks.channels_last=true", "(tricks.precision=32-true tricks.channels_last"),
+        ("OwnFloat32", "tricks.precision=16-true-bn32", "c10::Half != float"),
+    ],
+)
+def test_an_own_forward_that_fails_as_the_run_calls_it_is_one_line_before_the_run(
+    model, trick, says, tmp_path, monkeypatch, capsys
+):
+    """`x.view(N, -1)` under channels_last (speedrun94's) and a float32 tensor of its own under
+    fp16 weights passed the checks and failed the run with a 27-line traceback, exit 1."""
+    from tricklab.cli.main import main
+
+    (tmp_path / "ownviews.py").write_text(OWN_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    own = [w for w in TRAIN if not w.startswith("model.")] + [f"model.name=ownviews:{model}"]
+    assert main([*own, trick, "--out", str(tmp_path / "r")]) == 2
+    line = one_error_line(capsys)
+    assert "its forward in train mode, as the run calls it" in line and says in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_field_set_by_hand_that_no_section_has_is_an_unknown_key():
+    """`recipe.optim.lrr = 0.5` (a typo) trained at the old lr without a word."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+
+    recipe = tricklab.load_recipe(None, TINY)
+    recipe.optim.lrr = 0.5
+    with pytest.raises(
+        TrickLabError, match="unknown recipe key 'optim.lrr'; did you mean 'optim.lr'"
+    ):
+        tricklab.train(recipe)
+    recipe = tricklab.load_recipe(None, TINY)
+    recipe.optimm = 3
+    with pytest.raises(TrickLabError, match="unknown recipe section 'optimm'"):
+        recipe.checked()
+
+
+@pytest.mark.parametrize("hook", [lambda: None, lambda row, extra: None])
+def test_a_hook_that_cannot_take_its_arguments_is_refused_before_anything_runs(hook, tmp_path):
+    """`on_epoch=lambda: None` trained an epoch, then recorded the run failed by a TypeError."""
+    import tricklab
+
+    recipe = tricklab.load_recipe(None, TINY)
+    with pytest.raises(TypeError, match="train's on_epoch is called with one argument"):
+        tricklab.train(recipe, on_epoch=hook, out_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    from tricklab.experiments import AblationPlan, ablate
+
+    plan = AblationPlan(recipe, {"optim.lr": [0.1]}, seeds=1, out_dir=str(tmp_path / "a"))
+    with pytest.raises(TypeError, match="on_epoch=, stop="):
+        ablate(plan, train_fn=lambda recipe: None)
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("name", ["cafe\u0301", "\uff41\uff49\uff52\uff42\uff45\uff4e\uff43\uff48"])
+def test_a_model_name_that_reads_as_another_is_refused(name):
+    """'cafe\\u0301' beside 'café', or full-width 'ａｉｒｂｅｎｃｈ' beside 'airbench', were
+    registered and listed as two names that look alike."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+
+    with pytest.raises(TrickLabError, match="Unicode's normal form"):
+        tricklab.register_model(name, lambda num_classes: None)
+
+
+def test_an_ablation_of_more_runs_than_fit_is_refused_before_they_are_listed(monkeypatch):
+    """316 x 316 values x 10,000 seeds: within each limit, a billion runs, listed for minutes
+    until memory ran out (then blamed on torch's libraries)."""
+    import tricklab
+    from tricklab.core.errors import TrickLabError
+    from tricklab.experiments import AblationPlan, runner
+
+    monkeypatch.setattr(runner, "MAX_PLANNED_RUNS", 50)
+    plan = AblationPlan(tricklab.load_recipe(None, TINY), {"optim.lr": [0.37, 0.38]}, seeds=20)
+    with pytest.raises(
+        TrickLabError, match=r"3 configurations × 20 seeds are 60 runs, more than 50"
+    ):
+        runner.plan_ablation(plan, check_runs=False)
+
+
+def _idx(path, array) -> None:
+    """An MNIST idx file of uint8 `array`."""
+    import struct
+
+    header = struct.pack(">BBBB", 0, 0, 8, array.ndim) + struct.pack(
+        f">{array.ndim}I", *array.shape
+    )
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.mark.parametrize(
+    "train_images, train_labels, says",
+    [
+        ((20, 28, 28), 5, "mnist train (mn) holds 20 images and 5 labels"),
+        ((20, 7, 7), 20, "train images are 1x7x7 and test images 1x28x28"),
+    ],
+    ids=["labels-short", "sizes-differ"],
+)
+def test_mnist_files_that_do_not_match_are_one_line_and_cache_nothing(
+    train_images, train_labels, says, tmp_path, monkeypatch, capsys
+):
+    """More images than labels was a traceback (and a failed run in train), cached first; train
+    images of another size than test's were trained on and measured on the other size."""
+    from tricklab.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    raw = tmp_path / "mn" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    _idx(raw / "train-images-idx3-ubyte", np.zeros(train_images))
+    _idx(raw / "train-labels-idx1-ubyte", np.arange(train_labels) % 10)
+    _idx(raw / "t10k-images-idx3-ubyte", np.zeros((10, 28, 28)))
+    _idx(raw / "t10k-labels-idx1-ubyte", np.arange(10))
+    argv = ["data", "show", "mnist", "--data-dir", "mn", "--cache-dir", "cache"]
+    assert main(argv) == 2
+    assert says in one_error_line(capsys)
+    assert not list((tmp_path / "cache").rglob("*.npz")) if (tmp_path / "cache").exists() else True
+
+
+def _image_folder(root, save) -> None:
+    for split in ("train", "test"):
+        for name in ("a", "b"):
+            (root / split / name).mkdir(parents=True)
+            for i in range(2):
+                save(root / split / name / f"{i}", i)
+
+
+@pytest.mark.parametrize(
+    "save, says",
+    [
+        (lambda p, i: Image.fromarray(np.full((8, 8), 200, np.int32)).save(f"{p}.tif"),
+         "holds pixels from 0 to 200 in a 32-bit file"),
+        (lambda p, i: Image.fromarray(np.full((8, 8), 200, np.uint16)).save(f"{p}.png"),
+         "holds pixels from 0 to 200 in a 16-bit file"),
+    ],
+    ids=["int32-tiff", "uint16-png"],
+)  # fmt: skip
+def test_8_bit_values_in_a_wide_grey_file_are_refused_not_decoded_black(
+    save, says, tmp_path, capsys
+):
+    """A 32-bit grey TIFF of 0..255 decoded to all 0 (its top 8 bits of 16), silently."""
+    from tricklab.cli.main import main
+
+    _image_folder(tmp_path / "ds", save)
+    argv = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "ds"), "--cache-dir",
+            str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 2
+    assert says in one_error_line(capsys)
+
+
+def _rgb(path, i) -> None:
+    Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(f"{path}.png")
+
+
+def test_pillows_own_warnings_are_not_printed(tmp_path, capsys):
+    """A palette PNG with transparency in bytes printed Pillow's UserWarning and its source line."""
+    import warnings
+
+    from tricklab.data.sources import load_dataset
+
+    _image_folder(tmp_path / "ds", _rgb)
+    image = tmp_path / "ds" / "train" / "a" / "0.png"
+    Image.open(image).convert("P").save(image, transparency=bytes([0, 128, 255] + [255] * 253))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning that reached the caller fails the test
+        load_dataset("imagefolder", tmp_path / "ds", cache_dir=tmp_path / "cache")
+    assert capsys.readouterr().err == ""
+
+
+def test_hidden_and_stray_files_are_not_read_and_an_oversized_image_before_any_read(
+    tmp_path, capsys
+):
+    """A 3 GB image was hashed for the cache key before the 64 MiB limit refused it, a stray 4 GB
+    video hashed on every command, and an unreadable `.git` stopped the dataset."""
+    from tricklab.cli.main import main
+    from tricklab.data.imagefolder import source_fingerprint
+
+    _image_folder(tmp_path / "ds", _rgb)
+    train = tmp_path / "ds" / "train"
+    before = source_fingerprint(train)
+    (train / ".git").mkdir()
+    (train / ".git" / "HEAD").write_text("ref")
+    (train / "a" / ".hidden").write_text("x")
+    assert source_fingerprint(train) == before  # hidden: never read, never counted
+    (train / "a" / "video.mp4").write_bytes(b"1" * 10)
+    stray = source_fingerprint(train)
+    (train / "a" / "video.mp4").write_bytes(b"2" * 10)
+    assert source_fingerprint(train) == stray != before  # by its name and size, not its bytes
+    with open(train / "a" / "huge.png", "wb") as huge:
+        huge.truncate(65 * 2**20)  # sparse: the check reads its size, not its bytes
+    argv = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "ds"), "--cache-dir",
+            str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 2
+    assert "image train/a/huge.png is 68,157,440 bytes" in one_error_line(capsys)
+
+
+def test_an_archive_member_past_the_limit_is_refused_even_when_not_an_image(tmp_path, capsys):
+    """A non-image member of 4 GiB of zeros in a 4 MB tar.gz was read through (skipped) for
+    minutes: a bomb ran for hours."""
+    import io
+    import tarfile
+
+    from tricklab.cli.main import main
+
+    _image_folder(tmp_path / "ds", _rgb)
+    with tarfile.open(tmp_path / "ds" / "train.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "ds" / "train" / "a", "train/a")
+        member = tarfile.TarInfo("train/a/notes.bin")
+        member.size = 65 * 2**20
+        tar.addfile(member, io.BytesIO(bytes(member.size)))
+    import shutil
+
+    shutil.rmtree(tmp_path / "ds" / "train")
+    argv = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "ds"), "--cache-dir",
+            str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 2
+    assert "archive member train/a/notes.bin" in one_error_line(capsys)
+
+
+def test_a_cache_folder_inside_the_image_folder_is_refused_with_why(tmp_path, capsys):
+    """It was refused on every run as "files changed while they were decoded (another program
+    writes to them)": the decode's own cache files changed them."""
+    from tricklab.cli.main import main
+
+    _image_folder(tmp_path / "ds", _rgb)
+    argv = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "ds"), "--cache-dir"]
+    assert main([*argv, str(tmp_path / "ds" / "train" / "a")]) == 2
+    assert "is inside the image folder" in one_error_line(capsys)
+    assert main([*argv, str(tmp_path / "ds" / "train" / ".cache")]) == 0  # hidden: not read
+
+
+def test_class_folders_are_matched_composed_and_two_that_read_as_one_are_refused(tmp_path, capsys):
+    """'café' in train and 'cafe\\u0301' in test said "missing: café; extra: café"; 'a' beside
+    'a ' were two rows that looked alike."""
+    from tricklab.data.sources import load_dataset
+
+    for split, name in (("train", "caf\u00e9"), ("test", "cafe\u0301")):
+        for cls in (name, "b"):
+            (tmp_path / "ds" / split / cls).mkdir(parents=True)
+            _rgb(tmp_path / "ds" / split / cls / "0", 1)
+    dataset = load_dataset("imagefolder", tmp_path / "ds", cache_dir=tmp_path / "cache")
+    assert dataset.classes == ["b", "caf\u00e9"]
+    (tmp_path / "ds" / "train" / "b ").mkdir()
+    _rgb(tmp_path / "ds" / "train" / "b " / "0", 2)
+    from tricklab.core.errors import TrickLabError
+
+    with pytest.raises(TrickLabError, match="read as one class"):
+        load_dataset("imagefolder", tmp_path / "ds", cache_dir=tmp_path / "cache")
+
+
+def test_load_datasets_arguments_of_the_wrong_kind_are_named():
+    from tricklab.core.errors import TrickLabError
+    from tricklab.data.dataset import Sampling
+    from tricklab.data.sources import load_dataset
+
+    for seed in (-1, 2**70):
+        with pytest.raises(TrickLabError, match="Sampling's seed must be from 0 to 4294967295"):
+            Sampling(seed=seed)
+    with pytest.raises(TypeError, match="load_dataset's name takes str"):
+        load_dataset(["imagefolder"])
+    with pytest.raises(TypeError, match="load_dataset's download takes bool"):
+        load_dataset("synthetic", download="yes")

@@ -23,7 +23,7 @@ from tricklab.cli.common import (
     recipe_and_overrides,
     recipe_stem,
 )
-from tricklab.core.errors import RANK_ERRORS_ENV, another_rank_failed
+from tricklab.core.errors import RANK_ERRORS_ENV, another_rank_failed, leave_rank_error
 from tricklab.core.paths import remove_empty_dirs
 from tricklab.core.progress import ProgressDisplay, percent
 from tricklab.core.safeio import shown
@@ -121,7 +121,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes
         return _launch_train(args, recipe, name, device)
     with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
-        return _train_here(args, recipe, name, world.is_main)
+        return _train_here(args, recipe, name, world.is_main, distributed)
 
 
 def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) -> int:
@@ -153,12 +153,19 @@ def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) ->
             remove_empty_dirs(out, made)
 
 
-def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
+def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool, distributed) -> int:
     """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
     from tricklab.training.api import RunInterrupted, train
 
     if not main:
-        return 0 if train(recipe, stop=args.stop).status not in FAILED_STATUSES else 1
+        result = train(recipe, stop=args.stop)
+        if result.status not in FAILED_STATUSES:
+            return 0
+        # Its reason for the launcher's record; and no closing barrier, which the other ranks,
+        # waiting in this step's collective, would never reach: they hung for the group's timeout.
+        leave_rank_error(f"its run {result.status}: {result.error}")
+        distributed.abandon_group()
+        return 1
     out, made = (Path(args.out), None) if args.out else new_run_folder(recipe_stem(name))
     # A stop held from the run's recorded end until its output is printed: the run stands as
     # recorded (a complete run said "interrupted" and printed no --json; its rerun was refused).
@@ -174,6 +181,8 @@ def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) 
             if stopped.result.status == Status.FAILED and RANK_ERRORS_ENV in os.environ:
                 return 1
             result = stopped.result
+        if result.status in FAILED_STATUSES:  # as another rank's failed run (above)
+            distributed.abandon_group()
         return _print_run(args, result, name, out)
 
 

@@ -83,7 +83,9 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def fingerprint_tree(paths: Iterable[Path], root: Path) -> str:
+def fingerprint_tree(
+    paths: Iterable[Path], root: Path, read: Callable[[Path], bool] | None = None
+) -> str:
     """sha256 over each entry's (path relative to root, kind, size and sha256 of its bytes): the
     tree's content. Each name is written with its length, each file's bytes as their own digest,
     so no arrangement of names and bytes can read as another tree's.
@@ -91,7 +93,8 @@ def fingerprint_tree(paths: Iterable[Path], root: Path) -> str:
     Editing, adding, removing or renaming a file or folder (an empty class folder too) changes it;
     touching or copying files does not. Reading 50,000 CIFAR JPEGs for it takes about 0.7 s
     (against seconds to decode them). Only regular files are read: anything else (a FIFO, a link
-    to a device or to nothing) counts by its name, since reading it might never end.
+    to a device or to nothing) counts by its name, since reading it might never end; a file that
+    `read` says the decode does not read (a stray video in an image folder) by its name and size.
     """
     digest = hashlib.sha256()
     for path in sorted(paths):
@@ -107,6 +110,9 @@ def fingerprint_tree(paths: Iterable[Path], root: Path) -> str:
             continue
         if not stat.S_ISREG(mode):
             digest.update(b"o")  # not a file
+            continue
+        if read is not None and not read(path):
+            digest.update(b"s" + os.stat(path).st_size.to_bytes(8, "big"))
             continue
         content = hashlib.sha256()
         with path.open("rb") as f:  # in chunks: a huge stray file costs time, not memory

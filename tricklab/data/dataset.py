@@ -14,6 +14,7 @@ from PIL import Image
 
 from tricklab.core.errors import TrickLabError
 from tricklab.core.paths import home_folder, user_path
+from tricklab.core.sizes import MAX_SEED
 from tricklab.data import limits
 
 # The splits of a source as decoded: {"train": (images, labels), "test": (...)}, numpy uint8
@@ -85,6 +86,8 @@ class Sampling:
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
             raise TypeError(f"Sampling's seed takes an int, got {self.seed!r:.60}")
+        if not 0 <= self.seed <= MAX_SEED:  # numpy's generator takes no other (data.seed's range)
+            raise TrickLabError(f"Sampling's seed must be from 0 to {MAX_SEED}, got {self.seed}")
         if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, numbers.Real):
             raise TypeError(f"Sampling's val_fraction takes a float, got {self.val_fraction!r:.60}")
 

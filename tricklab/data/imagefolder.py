@@ -13,16 +13,23 @@ pixels its header declares, the decoded dataset by the memory available.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from tricklab.core.errors import TrickLabError
-from tricklab.data.cache import cached_splits, fingerprint_tree, sha256_file
+from tricklab.data.cache import cached_splits, dataset_cache_dir, fingerprint_tree, sha256_file
 from tricklab.data.dataset import LoadedSource, SourceRequest
 from tricklab.data.imagefolder_decode import decode_imagefolder
-from tricklab.data.imagefolder_files import ARCHIVE_SUFFIXES, walk_folder
+from tricklab.data.imagefolder_files import (
+    ARCHIVE_SUFFIXES,
+    check_file_size,
+    is_image_file,
+    walk_folder,
+)
 
-# Part of the cache key: raised when decoding changes what images come out (2: 16-bit grey scaled).
-DECODER_VERSION = 2
+# Part of the cache key: raised when decoding changes what images come out (2: 16-bit grey scaled,
+# 3: 8-bit values in a 16- or 32-bit file refused, not cached black; class names composed, NFC).
+DECODER_VERSION = 3
 # Folder (or archive) names of each split; torchvision/Lightning layouts often call the test split val/.
 SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
 
@@ -35,6 +42,7 @@ def load_imagefolder(request: SourceRequest) -> LoadedSource:
             "holding train/<class>/<image> or train.tar.gz"
         )
     sources = find_split_sources(request.data_dir)
+    _check_cache_outside(sources, dataset_cache_dir(request.cache_dir))
 
     def parts() -> dict:
         return {
@@ -86,8 +94,24 @@ def find_split_sources(root: Path) -> dict[str, Path]:
     return sources
 
 
+def _check_cache_outside(sources: dict[str, Path], cache: Path) -> None:
+    """Refuse a cache folder inside a split's folder (not in a hidden one, which is not read): its
+    files would be the split's, changed by the decode itself (refused for ever as "changed")."""
+    for source in (s for s in sources.values() if s.is_dir()):
+        with contextlib.suppress(ValueError):  # not inside
+            inside = cache.resolve().relative_to(source.resolve()).parts
+            if not any(part.startswith(".") for part in inside):
+                raise TrickLabError(
+                    f"the cache folder {cache} is inside the image folder {source}, whose files "
+                    "it would add to: give one outside it (--cache-dir / data.cache_dir=)"
+                )
+
+
 def source_fingerprint(source: Path) -> str:
     """sha256 of an archive's bytes, or of a folder's tree (its folders, files and their bytes)."""
     if source.is_file():
         return sha256_file(source)
-    return fingerprint_tree(walk_folder(source), source)
+    paths = walk_folder(source)
+    for path in filter(is_image_file, paths):  # a 3 GB image was hashed before it was refused
+        check_file_size(path.stat().st_size, f"image {source.name}/{path.relative_to(source)}")
+    return fingerprint_tree(paths, source, read=is_image_file)  # a stray video: by name and size

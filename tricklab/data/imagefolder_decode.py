@@ -39,36 +39,42 @@ def _refuse_truncated_images() -> Iterator[None]:
 def decode_image(data: bytes | Path, display: str) -> Image.Image:
     """Decode one image fully, as mode "L" (grey sources) or "RGB" (everything else)."""
     try:
-        with (
-            warnings.catch_warnings()
-        ):  # Pillow's DecompressionBombWarning: the check below says it
+        # Pillow's warnings are not the user's: its DecompressionBombWarning (the check below says
+        # it), palette transparency, corrupt EXIF, a malformed MPO (2 to 6 lines each; decoded)
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            warnings.simplefilter("ignore", UserWarning)
             img = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
-        with img:
-            width, height = img.size  # from the header: nothing decoded yet
-            if width * height > MAX_IMAGE_PIXELS:
-                raise TrickLabError(
-                    f"image {display} is {width}x{height} pixels, more than the "
-                    f"{MAX_IMAGE_PIXELS:,} tricklab decodes; shrink it or remove it"
-                )
-            img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
-            wide = np.asarray(img) if img.mode in ("I", "F") else None
-            if img.mode.startswith("I;16") or (
-                img.mode == "I" and 0 <= wide.min() <= wide.max() < 2**16
-            ):
-                # 16-bit grey (PNG, PGM; mode "I" before Pillow 10.3): keep the top 8 bits;
-                # Pillow's convert("L") would clip at 255.
-                return Image.fromarray(
-                    (np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8), "L"
-                )
-            if wide is not None:  # 32-bit integers past 16 bits, or floats: no range to read
-                raise TrickLabError(  # them in (convert("L") made all 255, or all 0)
-                    f"image {display} has {'32-bit integer' if img.mode == 'I' else 'float'} "
-                    "pixels, which tricklab cannot scale to 8 bits unseen; save it as an 8-bit image "
-                    "(PNG, JPEG) or a 16-bit PNG"
-                )
-            mode = "L" if img.mode in _GRAY_MODES else "RGB"
-            return img if img.mode == mode else img.convert(mode)
+            with img:
+                width, height = img.size  # from the header: nothing decoded yet
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise TrickLabError(
+                        f"image {display} is {width}x{height} pixels, more than the "
+                        f"{MAX_IMAGE_PIXELS:,} tricklab decodes; shrink it or remove it"
+                    )
+                img.load()  # Pillow decodes lazily; only load() finds a truncated or corrupt body.
+                wide = np.asarray(img) if img.mode in ("I", "F") else None
+                if img.mode.startswith("I;16") or (
+                    img.mode == "I" and 0 <= wide.min() <= wide.max() < 2**16
+                ):
+                    # 16-bit grey (PNG, PGM; mode "I" before Pillow 10.3): keep the top 8 bits;
+                    # Pillow's convert("L") would clip at 255.
+                    pixels = np.asarray(img).astype(np.uint16)
+                    if 0 < pixels.max() < 256:  # 8-bit values in a 16- or 32-bit file: all black
+                        raise TrickLabError(
+                            f"image {display} holds pixels from 0 to {pixels.max()} in a "
+                            f"{'16' if img.mode.startswith('I;16') else '32'}-bit file, which would "
+                            "read as black (its top 8 bits); save it as an 8-bit image (PNG, JPEG)"
+                        )
+                    return Image.fromarray((pixels >> 8).astype(np.uint8), "L")
+                if wide is not None:  # 32-bit integers past 16 bits, or floats: no range to read
+                    raise TrickLabError(  # them in (convert("L") made all 255, or all 0)
+                        f"image {display} has {'32-bit integer' if img.mode == 'I' else 'float'} "
+                        "pixels, which tricklab cannot scale to 8 bits unseen; save it as an 8-bit image "
+                        "(PNG, JPEG) or a 16-bit PNG"
+                    )
+                mode = "L" if img.mode in _GRAY_MODES else "RGB"
+                return img if img.mode == mode else img.convert(mode)
     except TrickLabError:
         raise
     except MemoryError as err:  # a whole image, not a broken one: the memory left is too little

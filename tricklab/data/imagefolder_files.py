@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import tarfile
+import unicodedata
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -44,8 +45,9 @@ class SplitListing:
 
 
 def walk_folder(folder: Path) -> list[Path]:
-    """Every folder and file under `folder`. Unlike `rglob`, a folder that cannot be listed
-    raises (a PermissionError naming it) instead of being skipped as if empty."""
+    """Every folder and file under `folder` but the hidden ones (a name starting with '.'), which
+    are neither read nor entered: an unreadable `.git` stopped the dataset. Unlike `rglob`, a
+    folder that cannot be listed raises (a PermissionError naming it), not read as empty."""
 
     def fail(err: OSError) -> None:
         raise err
@@ -56,6 +58,8 @@ def walk_folder(folder: Path) -> list[Path]:
     # sits in (a cycle), or to one holding the split (it would walk the split again, or the whole
     # disk), is listed but not entered.
     for top, dirs, files in os.walk(folder, onerror=fail, followlinks=True):
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        files = [name for name in files if not name.startswith(".")]
         real = os.path.realpath(top)
         inside = Path(top).relative_to(folder).parents
         above_root = root.startswith(real.rstrip(os.sep) + os.sep)
@@ -77,6 +81,11 @@ def list_split(source: Path) -> SplitListing:
     return _index_classes(files, source, split)
 
 
+def is_image_file(path: Path) -> bool:
+    """Whether the split's decode reads `path`: a regular file named as an image."""
+    return path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
+
+
 def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
     skipped = []
@@ -88,12 +97,12 @@ def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes |
         if path.is_dir():
             if len(rel.parts) == 1:
                 by_class.setdefault(rel.parts[0], [])
-        elif path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
+        elif not is_image_file(path):
             skipped.append(display)
         else:
             if len(rel.parts) == 1:
                 raise _outside_class_folder(display, split)
-            _check_file_size(path.stat().st_size, f"image {display}")
+            check_file_size(path.stat().st_size, f"image {display}")
             by_class.setdefault(rel.parts[0], []).append((display, path))
     _warn_skipped(skipped, folder)
     return _sorted_by_name(by_class)
@@ -134,6 +143,8 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
                             by_class.setdefault(parts[0], [])
                         continue
                     if PurePosixPath(parts[-1]).suffix.lower() not in IMAGE_SUFFIXES:
+                        # skipped unread, but a gzip stream is read through: a bomb's hours
+                        check_file_size(member.size, f"archive member {display}")
                         skipped.append(printable(member.name))
                         continue
                     if len(parts) == 1:
@@ -143,7 +154,7 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
                     if tuple(parts) in seen:  # tar appends: one image counted twice otherwise
                         raise TrickLabError(f"{display} is in the archive twice")
                     seen.add(tuple(parts))
-                    _check_file_size(member.size, display)
+                    check_file_size(member.size, display)
                     held += member.size
                     if budget is not None and held > budget:
                         raise TrickLabError(
@@ -207,8 +218,8 @@ class _BoundedReads(io.RawIOBase):
         return self._stream.tell()
 
 
-def _check_file_size(size: int, what: str) -> None:
-    """Refuse an image file or member above MAX_IMAGE_FILE_BYTES before reading it."""
+def check_file_size(size: int, what: str) -> None:
+    """Refuse an image file or an archive member above MAX_IMAGE_FILE_BYTES before reading it."""
     if size > MAX_IMAGE_FILE_BYTES:
         raise TrickLabError(
             f"{what} is {size:,} bytes; an image file may be at most "
@@ -332,7 +343,18 @@ def _index_classes(
                 f"class folder {split}/{printable(name)} (in {source}) holds no images "
                 f"({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder"
             )
-    shown_names = [printable(name) for name in names]
+    # A class is its folder's name composed (NFC: macOS writes 'cafe\u0301' for 'café') without
+    # spaces at its ends: two folders that are one class so are refused, not shown as two alike.
+    keys = [unicodedata.normalize("NFC", name).strip() for name in names]
+    if len(set(keys)) < len(keys):
+        twice = next(ascii(n) for n, k in zip(names, keys, strict=True) if keys.count(k) > 1)
+        raise TrickLabError(
+            f"two class folders of {split} (in {source}) read as one class, {twice}: one has "
+            "spaces at its ends or another Unicode form of the name; rename one of them"
+        )
+    names = [name for _, name in sorted(zip(keys, names, strict=True))]
+    keys = sorted(keys)
+    shown_names = [printable(key) for key in keys]
     if len(set(shown_names)) < len(names):  # a byte 0xff beside the four characters \xff
         twice = next(n for n in shown_names if shown_names.count(n) > 1)
         raise TrickLabError(
@@ -344,4 +366,4 @@ def _index_classes(
         for label, name in enumerate(names)
         for display, data in by_class[name]
     ]
-    return SplitListing(shown_names, entries, tuple(names))
+    return SplitListing(shown_names, entries, tuple(keys))

@@ -58,6 +58,8 @@ def load_dataset(
     `sampling`: the seed of the subsets and the hold-out, and the share of train an image folder
     without a test split holds out as test (`Sampling(seed=0, val_fraction=0.1)`).
     """
+    expect_type(name, str, "load_dataset's name")
+    expect_type(download, bool, "load_dataset's download")
     expect_type(sampling, (Sampling, type(None)), "load_dataset's sampling")
     for path, what in ((data_dir, "data_dir"), (cache_dir, "cache_dir")):
         expect_type(path, (str, os.PathLike, type(None)), f"load_dataset's {what}")

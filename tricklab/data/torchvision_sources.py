@@ -68,7 +68,7 @@ def _split(name: str, root: Path, split: str, download: bool):
 
 
 def _read(name: str, root: Path, image_size: int | None):
-    splits = {}
+    splits, shapes = {}, {}
     for split in ("train", "test"):
         try:
             ds = _split(name, root, split, download=False)
@@ -84,9 +84,19 @@ def _read(name: str, root: Path, image_size: int | None):
         else:  # N×28×28
             images, labels = ds.data.numpy()[:, None], ds.targets.numpy().astype(np.int64)
             classes = list(ds.classes)
+        if len(images) != len(labels):  # one file of another download, or cut short
+            raise TrickLabError(
+                f"{name} {split} ({root}) holds {len(images):,} images and {len(labels):,} "
+                "labels; delete the files and download again"
+            )
         check_labels(labels, len(classes), f"{name} {split} ({root})")
-        images = np.ascontiguousarray(images, dtype=np.uint8)
+        images, shapes[split] = np.ascontiguousarray(images, dtype=np.uint8), images.shape[1:]
         splits[split] = (resize_images(images, image_size, name), labels)
+    if shapes["train"] != shapes["test"]:  # trained on one size, measured on another
+        raise TrickLabError(
+            f"{name} ({root}): train images are {'x'.join(map(str, shapes['train']))} and test "
+            f"images {'x'.join(map(str, shapes['test']))}; delete the files and download again"
+        )
     return classes, splits
 
 

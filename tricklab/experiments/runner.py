@@ -195,6 +195,9 @@ def sweep_study(plan: SweepPlan) -> str:
 
 
 # ---------------------------------------------------------------- ablations
+MAX_PLANNED_RUNS = 1_000_000  # an ablation's configurations × seeds; 10 million took 1.8 GB
+
+
 def plan_ablation(
     plan: AblationPlan, *, check_runs: bool = True
 ) -> tuple[list[Config], list[Unit], dict[str, str]]:
@@ -207,6 +210,12 @@ def plan_ablation(
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_out_dir(plan.out_dir, "the ablation")
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
+    if (runs := len(planned.configs) * plan.seeds) > MAX_PLANNED_RUNS:  # listed, they fill memory
+        raise TrickLabError(
+            f"{len(planned.configs):,} configurations × {plan.seeds:,} seeds are {runs:,} runs, "
+            f"more than {MAX_PLANNED_RUNS:,} (weeks at a second a run): vary fewer values or "
+            "give fewer --seeds"
+        )
     units = plan_units(planned.configs, plan.seeds)
     if check_runs:
         check_environment()  # as the command line checks it: one line, not every run failed

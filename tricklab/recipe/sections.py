@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tricklab.core.errors import TrickLabError
-from tricklab.core.sizes import MAX_WIDTH, MAX_WIDTH_SCALE
+from tricklab.core.sizes import MAX_SEED, MAX_WIDTH, MAX_WIDTH_SCALE
 from tricklab.data.limits import MAX_IMAGE_SIZE
 from tricklab.data.names import DATASET_NAMES, STORAGE_DTYPE_NAMES
 from tricklab.recipe.coerce import shown
@@ -61,7 +61,7 @@ class DataConfig:
         "seed of the subsets, the held-out split and synthetic images; apart from run.seed, so "
         "runs of every seed are trained and scored on the same images",
         minimum=0,
-        maximum=2**32 - 1,
+        maximum=MAX_SEED,
     )
 
 
@@ -327,7 +327,7 @@ class RunConfig:
         maximum=MAX_EPOCHS,
         min_exclusive=True,
     )
-    seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0, maximum=2**32 - 1)
+    seed: int = _f(0, "seed of weights, data order and augmentation", minimum=0, maximum=MAX_SEED)
     device: str = _f("auto", "where to train", ("auto", "cuda", "mps", "cpu"))
     eval_every: float = _f(
         1.0,

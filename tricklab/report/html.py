@@ -13,6 +13,7 @@ import tricklab.report.document as doc
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1d1d1f;
        max-width: 1100px; margin: 2em auto; padding: 0 1.5em; line-height: 1.45; }
+p, li, h1, h2, h3, figcaption, summary { overflow-wrap: anywhere; }  /* a 10,000-letter name */
 h1 { font-size: 1.7em; border-bottom: 2px solid #1f77b4; padding-bottom: .2em; }
 h2 { font-size: 1.3em; margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: .15em; }
 h3 { font-size: 1.05em; margin-top: 1.4em; }

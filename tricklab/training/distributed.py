@@ -173,14 +173,28 @@ def process_group(device: torch.device, timeout_seconds: float) -> Iterator[Worl
             f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
             f"({str(err).splitlines()[0]}): start every rank, with torchrun or `--nproc N`"
         ) from err
+    global _ABANDONED
+    _ABANDONED = False
     try:
         yield world()
         # Every rank done with its collectives before any closes its connections; a rank that
         # died has failed this one's run already (recorded): its barrier error adds nothing.
-        with contextlib.suppress(RuntimeError):
-            dist.barrier()
+        if not _ABANDONED:
+            with contextlib.suppress(RuntimeError):
+                dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+_ABANDONED = False  # this rank's run failed: it leaves the group without its closing barrier
+
+
+def abandon_group() -> None:
+    """This rank's run failed while the others wait in a collective it will not join: it leaves
+    without the closing barrier (its exit closes its connections, which fails their collective
+    at once, and torchrun stops them), not after the group's timeout."""
+    global _ABANDONED
+    _ABANDONED = True
 
 
 # ---------------------------------------------------------------- bad input, before any process
@@ -384,6 +398,8 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, str | None]:
             if failure.exitcode < 0
             else f"failed (exit code {failure.exitcode})"
         )
+        said = rank_error(errors, rank)  # a rank other than 0 whose run failed: its reason
+        how += f": {said}" if said and failure.exitcode > 0 else ""
         return (failure.exitcode if failure.exitcode > 0 else 1), f"rank {rank} {how}"
     except (SignalException, KeyboardInterrupt):
         return 130, None  # Ctrl-C or SIGTERM: the agent stopped every rank; rank 0 said so

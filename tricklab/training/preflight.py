@@ -222,7 +222,8 @@ def check_own_model(model: nn.Module, name: str, num_classes: int, shape: tuple[
     _check_scores(out, name, shape[0], num_classes, "")
     more = (shape[0] + 1, *shape[1:])
     try:
-        trained = _train_mode_output(model, more, reference)
+        zeros = torch.zeros(more, device=reference.device, dtype=reference.dtype)
+        trained = _train_mode_output(model, zeros)
     except Exception as exc:  # what a training step would meet at once (OOM aside: batch of 3)
         raise TrickLabError(
             f"model.name={name}: its forward in train mode raised {described(exc)}"
@@ -250,16 +251,37 @@ def _check_scores(out: object, name: str, batch: int, num_classes: int, mode: st
         )
 
 
-def _train_mode_output(model: nn.Module, shape: tuple[int, ...], reference: torch.Tensor) -> object:
-    """The forward's output in train mode for zeros of `shape`, without grad; the buffers it
-    updates (BatchNorm's statistics) and the random numbers it draws (dropout) are put back."""
+def check_run_forward(
+    model: nn.Module, name: str, policy: PrecisionPolicy, channels_last: bool, shape: tuple
+) -> None:
+    """A user's forward as a run's step calls it, once its precision and memory format are set:
+    zeros in the compute dtype and memory format, under the precision's autocast, in train mode.
+    A `.view` that channels_last breaks, or a float32 tensor of its own meeting fp16 weights, is
+    one line before the run (a failed run with a 27-line traceback otherwise)."""
+    param = next(p for p in model.parameters() if p.requires_grad)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    zeros = torch.zeros(shape, device=param.device, dtype=policy.compute_dtype)
+    try:
+        with policy.autocast():
+            _train_mode_output(model, zeros.contiguous(memory_format=layout))
+    except Exception as exc:
+        as_run = f"tricks.precision={policy.name}" + " tricks.channels_last=true" * channels_last
+        raise TrickLabError(
+            f"model.name={name}: its forward in train mode, as the run calls it ({as_run}), "
+            f"raised {described(exc)}"
+        ) from None
+
+
+def _train_mode_output(model: nn.Module, inputs: torch.Tensor) -> object:
+    """The forward's output in train mode for `inputs`, without grad; the buffers it updates
+    (BatchNorm's statistics) and the random numbers it draws (dropout) are put back."""
     saved = [(b, b.detach().clone()) for b in model.buffers()]
     modes = {module: module.training for module in model.modules()}
-    devices = [reference.device] if reference.device.type == "cuda" else []
+    devices = [inputs.device] if inputs.device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices), torch.no_grad():
             model.train()
-            return model(torch.zeros(shape, device=reference.device, dtype=reference.dtype))
+            return model(inputs)
     finally:
         for module, training in modes.items():
             module.training = training

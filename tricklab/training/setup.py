@@ -56,7 +56,7 @@ from tricklab.training.loss import training_loss
 from tricklab.training.model_memory import check_model_fits, own_model_code
 from tricklab.training.optim import build_optimizer
 from tricklab.training.precision import PrecisionPolicy, apply_channels_last
-from tricklab.training.preflight import check_own_model, check_run
+from tricklab.training.preflight import check_own_model, check_run, check_run_forward
 from tricklab.training.resolve import for_device
 from tricklab.training.runlock import check_not_training
 from tricklab.training.schedule import build_scheduler
@@ -391,6 +391,8 @@ def build_run_model(
     inputs.policy.prepare_model(model)
     if inputs.channels_last:
         apply_channels_last(model)
+    if own:  # as its steps will call it: in their precision and memory format
+        check_run_forward(model, m.name, inputs.policy, inputs.channels_last, (3, c, h, w))
     return model, info
 
 
