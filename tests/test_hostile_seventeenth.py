@@ -585,3 +585,50 @@ def test_load_datasets_arguments_of_the_wrong_kind_are_named():
         load_dataset(["imagefolder"])
     with pytest.raises(TypeError, match="load_dataset's download takes bool"):
         load_dataset("synthetic", download="yes")
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_seeded_sampled_sweep_stopped_and_resumed_draws_what_it_would_have(sampler, tmp_path):
+    """A seeded random sweep of 3 trials, stopped in its first, drew its first configuration
+    again on resuming (training nothing) and never the third, and said "complete 3"."""
+    import optuna
+    from test_dashboard_attrs import FAST, fake_train
+
+    from tricklab.core.stopping import Interrupted, StopRequest
+    from tricklab.experiments import SweepPlan, parse_space, sweep
+    from tricklab.experiments.storage import open_storage, storage_url
+
+    base = tricklab_recipe()
+    space = parse_space({"optim.lr": {"low": 0.001, "high": 1.0, "log": True}})
+
+    def plan(out):
+        return SweepPlan(base, space, trials=3, sampler=sampler, seeds=2, sampler_seed=0,
+                         study="s", out_dir=str(out))  # fmt: skip
+
+    def drawn(out) -> list[float]:
+        storage = open_storage(storage_url(None, out), must_exist=True)
+        trials = optuna.load_study(study_name="s", storage=storage).trials
+        return sorted({t.params["optim.lr"] for t in trials if t.state.is_finished()})
+
+    sweep(plan(tmp_path / "whole"), train_fn=fake_train, liveness=FAST)
+    stop, calls = StopRequest(), []
+
+    def stopped_in_the_first_trial(recipe, **kwargs):
+        calls.append(recipe)
+        if len(calls) == 2:  # its second seed
+            stop.request()
+            raise Interrupted("stopped")
+        return fake_train(recipe, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(plan(tmp_path / "resumed"), train_fn=stopped_in_the_first_trial, stop=stop,
+              liveness=FAST)  # fmt: skip
+    sweep(plan(tmp_path / "resumed"), train_fn=fake_train, liveness=FAST)
+    assert drawn(tmp_path / "resumed") == drawn(tmp_path / "whole")
+    assert len(drawn(tmp_path / "whole")) == 3
+
+
+def tricklab_recipe():
+    import tricklab
+
+    return tricklab.load_recipe(None, [*TINY, "optim.lr=0.2"])

@@ -40,6 +40,7 @@ from tricklab.experiments.plan import (
 )
 from tricklab.experiments.records import checked_trials
 from tricklab.experiments.rundirs import check_out_dir, study_dir
+from tricklab.experiments.samplers import SeededDraws
 from tricklab.experiments.space import SearchSpace, overrides_for
 from tricklab.experiments.stats import ConfigStats, collect_runs, config_stats, planned_runs
 from tricklab.experiments.storage import (
@@ -364,7 +365,8 @@ def sweep(
     url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
     store = open_storage(url)
     kind = optuna.samplers.TPESampler if sampler == "tpe" else optuna.samplers.RandomSampler
-    optuna_sampler = kind(seed=plan.sampler_seed)
+    seeded = plan.sampler_seed is not None  # its n-th draw the same, resumed or not
+    optuna_sampler = SeededDraws(kind, plan.sampler_seed) if seeded else kind()
     opened = open_study(
         store,
         name,
