@@ -632,3 +632,49 @@ def tricklab_recipe():
     import tricklab
 
     return tricklab.load_recipe(None, [*TINY, "optim.lr=0.2"])
+
+
+def test_two_experiments_started_at_once_on_one_study_one_is_refused(tmp_path, monkeypatch):
+    """Both passed the "another experiment" check before either stored its plan: the study
+    held both, a 49-line traceback, and a resume never finished."""
+    import threading
+
+    from test_dashboard_attrs import FAST, fake_train
+
+    import tricklab.experiments.storage as storage
+    from tricklab.core.errors import TrickLabError
+    from tricklab.experiments import AblationPlan, ablate
+
+    checking, release, real = threading.Event(), threading.Event(), storage.check_study
+    order: list[str] = []
+
+    def paused_check(name, study, attrs, must_match):
+        order.append(threading.current_thread().name)
+        if threading.current_thread().name == "first":
+            checking.set()
+            release.wait(30)  # the second, started now, must wait for the first's plan
+        return real(name, study, attrs, must_match)
+
+    monkeypatch.setattr(storage, "check_study", paused_check)
+    outcome: dict[str, object] = {}
+
+    def run(name, lr):
+        plan = AblationPlan(tricklab_recipe(), {"optim.lr": [lr]}, seeds=1, study="one",
+                            out_dir=str(tmp_path / "one"))  # fmt: skip
+        try:
+            outcome[name] = ablate(plan, train_fn=fake_train, liveness=FAST).status_counts
+        except TrickLabError as exc:
+            outcome[name] = str(exc)
+
+    first = threading.Thread(target=run, args=("first", 0.3), name="first")
+    first.start()
+    assert checking.wait(30)
+    second = threading.Thread(target=run, args=("second", 0.4), name="second")
+    second.start()
+    second.join(1.0)
+    assert order == ["first"]  # the second waits for the lock, not past the check
+    release.set()
+    first.join(60)
+    second.join(60)
+    assert outcome["first"] == {"complete": 2}
+    assert "another" in str(outcome["second"]), outcome

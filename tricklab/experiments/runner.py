@@ -22,7 +22,7 @@ from tricklab.core.errors import TrickLabError, expect_callback, expect_type
 from tricklab.core.stopping import StopRequest, stop_request
 from tricklab.core.version import __version__
 from tricklab.experiments.busy import study_meta
-from tricklab.experiments.claims import done_count, final_statuses, status_counts
+from tricklab.experiments.claims import claim_lock, done_count, final_statuses, status_counts
 from tricklab.experiments.dashboard import ablation_params
 from tricklab.experiments.liveness import Liveness
 from tricklab.experiments.plan import (
@@ -262,14 +262,15 @@ def ablate(
     name = ablation_study(plan, configs)
     url = storage_url(plan.storage, experiment_dir(name, plan.out_dir))
     store = open_storage(url)
-    opened = open_study(
-        store,
-        name,
-        where=shown_url(url),
-        attrs=ablation_attrs(plan, configs, model_code),
-        must_match=ABLATION_MATCH,
-        sampler=optuna.samplers.RandomSampler(),
-    )
+    with claim_lock(url):  # two experiments started at once on one --study: one is refused
+        opened = open_study(
+            store,
+            name,
+            where=shown_url(url),
+            attrs=ablation_attrs(plan, configs, model_code),
+            must_match=ABLATION_MATCH,
+            sampler=optuna.samplers.RandomSampler(),
+        )
     keys = [u.key for u in units]
     done_before = done_count(final_statuses(checked_trials(opened)), keys)
     provenance = start_record()
@@ -367,15 +368,16 @@ def sweep(
     kind = optuna.samplers.TPESampler if sampler == "tpe" else optuna.samplers.RandomSampler
     seeded = plan.sampler_seed is not None  # its n-th draw the same, resumed or not
     optuna_sampler = SeededDraws(kind, plan.sampler_seed) if seeded else kind()
-    opened = open_study(
-        store,
-        name,
-        where=shown_url(url),
-        attrs=sweep_attrs(plan, model_code),
-        must_match=sweep_match(sampler),
-        sampler=optuna_sampler,
-        pruner=_pruner(plan.pruner),
-    )
+    with claim_lock(url):  # as ablate's
+        opened = open_study(
+            store,
+            name,
+            where=shown_url(url),
+            attrs=sweep_attrs(plan, model_code),
+            must_match=sweep_match(sampler),
+            sampler=optuna_sampler,
+            pruner=_pruner(plan.pruner),
+        )
     provenance = start_record()
     with stop_request(stop) as stop, _sharing_data(train_fn):
         worker = Worker(
