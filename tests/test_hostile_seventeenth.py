@@ -678,3 +678,21 @@ def test_two_experiments_started_at_once_on_one_study_one_is_refused(tmp_path, m
     second.join(60)
     assert outcome["first"] == {"complete": 2}
     assert "another" in str(outcome["second"]), outcome
+
+
+def test_a_bad_image_beside_a_stray_file_is_one_line_and_the_stray_file_said_once_decoded(
+    tmp_path, capsys
+):
+    """The warning naming the stray file came first, then the error: two lines for one mistake."""
+    from tricklab.cli.main import main
+
+    _image_folder(tmp_path / "ds", _rgb)
+    (tmp_path / "ds" / "train" / "a" / "notes.txt").write_text("hi")
+    (tmp_path / "ds" / "train" / "b" / "empty.png").write_bytes(b"")
+    argv = ["data", "show", "imagefolder", "--data-dir", str(tmp_path / "ds"), "--cache-dir",
+            str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 2
+    assert "cannot decode image train/b/empty.png" in one_error_line(capsys)
+    (tmp_path / "ds" / "train" / "b" / "empty.png").unlink()
+    assert main(argv) == 0
+    assert "skipped 1 file" in capsys.readouterr().err

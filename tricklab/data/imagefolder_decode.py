@@ -18,7 +18,7 @@ from PIL import Image, ImageFile
 from tricklab.core.errors import TrickLabError
 from tricklab.core.progress import decode_ticker
 from tricklab.data import limits
-from tricklab.data.imagefolder_files import list_split
+from tricklab.data.imagefolder_files import list_split, warn_skipped
 from tricklab.data.limits import MAX_IMAGE_PIXELS
 
 # Pillow modes that hold one grey channel; everything else is converted to RGB.
@@ -144,7 +144,8 @@ def decode_imagefolder(
                 (e.label for e in listing.entries), dtype=np.int64, count=len(listing.entries)
             )
             decoded[split] = (out, labels)
-
+    for listing in listings.values():  # said once decoded: a bad image's error is the one line
+        warn_skipped(listing)
     channels = 1 if all_gray else 3
     return classes, {
         split: (np.ascontiguousarray(hwc[..., :channels].transpose(0, 3, 1, 2)), labels)

@@ -5,6 +5,7 @@ data/imagefolder.py for the layout)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import logging
@@ -42,6 +43,7 @@ class SplitListing:
     classes: list[str]  # as shown (printable)
     entries: list[ImageEntry]
     folders: tuple[str, ...] = ()  # the class folders' names as they are (splits match by these)
+    skipped: str | None = None  # the warning naming files that are not images: said once decoded
 
 
 def walk_folder(folder: Path) -> list[Path]:
@@ -77,8 +79,8 @@ def list_split(source: Path) -> SplitListing:
         (name.removesuffix(s) for s in ARCHIVE_SUFFIXES if source.is_file() and name.endswith(s)),
         name,
     )
-    files = _archive_files(source, split) if source.is_file() else _folder_files(source, split)
-    return _index_classes(files, source, split)
+    files, skipped = (_archive_files if source.is_file() else _folder_files)(source, split)
+    return dataclasses.replace(_index_classes(files, source, split), skipped=skipped)
 
 
 def is_image_file(path: Path) -> bool:
@@ -86,7 +88,7 @@ def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
 
 
-def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
+def _folder_files(folder: Path, split: str) -> tuple[dict, str | None]:
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
     skipped = []
     for path in sorted(walk_folder(folder)):
@@ -104,11 +106,10 @@ def _folder_files(folder: Path, split: str) -> dict[str, list[tuple[str, bytes |
                 raise _outside_class_folder(display, split)
             check_file_size(path.stat().st_size, f"image {display}")
             by_class.setdefault(rel.parts[0], []).append((display, path))
-    _warn_skipped(skipped, folder)
-    return _sorted_by_name(by_class)
+    return _sorted_by_name(by_class), _skipped_note(skipped, folder)
 
 
-def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes | Path]]]:
+def _archive_files(archive: Path, split: str) -> tuple[dict, str | None]:
     """The images of a (gzipped) tar, streamed: headers are checked as they come, members that
     are not images are skipped unread, and an image's bytes are read only within the limits."""
     by_class: dict[str, list[tuple[str, bytes | Path]]] = {}
@@ -173,9 +174,8 @@ def _archive_files(archive: Path, split: str) -> dict[str, list[tuple[str, bytes
                 f"{archive} is not a readable tar archive: {reason}; replace it with a tar of "
                 f"{split}/<class>/<image> (e.g. tar czf {split}.tar.gz {split})"
             ) from err
-    _warn_skipped(skipped, archive)
     _refuse_wrapper_folder(by_class, with_own_images, archive, split)
-    return _sorted_by_name(by_class)
+    return _sorted_by_name(by_class), _skipped_note(skipped, archive)
 
 
 def _check_end_marker(stream: io.IOBase, offset: int, archive: Path) -> None:
@@ -227,21 +227,23 @@ def check_file_size(size: int, what: str) -> None:
         )
 
 
-def _warn_skipped(skipped: list[str], where: Path) -> None:
-    """One warning naming files that are not images (by their suffix), which are left out."""
+def _skipped_note(skipped: list[str], where: Path) -> str | None:
+    """The one warning naming files that are not images (by their suffix), which are left out;
+    said once the split is decoded (`warn_skipped`), so a bad image after it is the one line."""
     if not skipped:
-        return
+        return None
     shown = ", ".join(skipped[:_SKIPPED_NAMES_SHOWN])
     more = f" and {len(skipped) - _SKIPPED_NAMES_SHOWN} more" if len(skipped) > 5 else ""
-    log.warning(
-        "skipped %d file%s in %s that are not images (not a file, or suffix not one of %s): %s%s",
-        len(skipped),
-        "" if len(skipped) == 1 else "s",
-        where,
-        " ".join(IMAGE_SUFFIXES),
-        shown,
-        more,
+    return (
+        f"skipped {len(skipped)} file{'' if len(skipped) == 1 else 's'} in {where} that are not "
+        f"images (not a file, or suffix not one of {' '.join(IMAGE_SUFFIXES)}): {shown}{more}"
     )
+
+
+def warn_skipped(listing: SplitListing) -> None:
+    """Log the listing's warning about files that are not images, if it has one."""
+    if listing.skipped is not None:
+        log.warning("%s", listing.skipped)
 
 
 def _refuse_wrapper_folder(
