@@ -696,3 +696,53 @@ def test_a_bad_image_beside_a_stray_file_is_one_line_and_the_stray_file_said_onc
     (tmp_path / "ds" / "train" / "b" / "empty.png").unlink()
     assert main(argv) == 0
     assert "skipped 1 file" in capsys.readouterr().err
+
+
+def test_a_stop_that_lands_as_the_last_run_of_an_ablation_ends_leaves_it_finished(tmp_path):
+    """A SIGTERM just after the last run's result.json: exit 130, "rerun the same command to
+    resume", with nothing left to resume (and between runs, a run stored `interrupted` whose
+    result.json said complete)."""
+    from test_dashboard_attrs import FAST, fake_train
+
+    from tricklab.core.stopping import StopRequest
+    from tricklab.experiments import AblationPlan, ablate
+
+    stop, calls = StopRequest(), []
+
+    def stopped_as_it_ends(recipe, **kwargs):
+        calls.append(recipe)
+        result = fake_train(recipe, **kwargs)
+        if len(calls) == 2:  # the last run's end is recorded: then the stop lands
+            stop.request()
+        return result
+
+    plan = AblationPlan(tricklab_recipe(), {"optim.lr": [0.3]}, seeds=1, out_dir=str(tmp_path))
+    summary = ablate(plan, train_fn=stopped_as_it_ends, stop=stop, liveness=FAST)
+    assert summary.status_counts == {"complete": 2}
+
+
+def test_a_speedrun_stopped_once_its_last_run_ended_is_complete_and_keeps_its_folder(
+    tmp_path, monkeypatch, capsys
+):
+    """The stop made the speedrun exit 130 and remove its folder, finished result.json and all."""
+    import json
+    import signal
+
+    import tricklab.training.api as api
+    from tricklab.cli.main import main
+
+    real = api.write_json_atomic
+
+    def write_then_stop(path, data):
+        real(path, data)
+        if path.parent.name == "seed-0":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(api, "write_json_atomic", write_then_stop)
+    out = tmp_path / "s"
+    argv = ["speedrun", *TINY_SYNTHETIC, "run.epochs=1", "tricks.precision=32-true",
+            "--runs", "1", "--warmup-epochs", "0", "--out", str(out), "-q"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is False and len(summary["runs"]) == 1
+    assert json.loads((out / "seed-0" / "result.json").read_text())["status"] == "complete"

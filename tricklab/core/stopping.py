@@ -151,12 +151,14 @@ def handler_installed() -> bool:
 
 
 def deferring_stops(work: Callable[..., Any]) -> Callable[..., Any]:
-    """`work(owner, ...)` inside `owner.stop.deferred()`: Ctrl-C and SIGTERM wait for its next
-    safe point (`StopRequest.deferred`), but in the blocks it runs under `deferred(False)`."""
+    """`work(owner, ...)` inside `owner.stop.held()`: Ctrl-C and SIGTERM wait for its next safe
+    point, where it checks `owner.stop` (a worker's loop, with work left), but in the blocks it
+    runs under `deferred(False)` (a run); work that ends with nothing left returns, stopped or not
+    (a stop as the last run ended said "rerun to resume" with nothing to resume)."""
 
     @functools.wraps(work)
     def deferring(owner: Any, *args: Any, **kwargs: Any) -> Any:
-        with owner.stop.deferred():
+        with owner.stop.held():
             return work(owner, *args, **kwargs)
 
     return deferring

@@ -50,8 +50,11 @@ def train_one(
     start = time.perf_counter()
     folder = {} if out_dir is None else {"out_dir": out_dir}
     try:
-        record = call_hook(train_fn, "train_fn", recipe, on_epoch=record_epoch, stop=stop, **folder)
-        record = record.to_dict()
+        with stop.deferred(False):  # the run alone: a signal stops it at once, not its record
+            made = call_hook(
+                train_fn, "train_fn", recipe, on_epoch=record_epoch, stop=stop, **folder
+            )
+        record = made.to_dict()
     except RunInterrupted as stopped:
         record = stopped.result.to_dict()
     except optuna.TrialPruned as exc:

@@ -307,7 +307,7 @@ def speedrun(
 def _speedrun(
     plan: SpeedrunPlan, on_run: Callable[[SpeedrunRun], None] | None, stop: StopRequest
 ) -> SpeedrunSummary:
-    from tricklab.training.api import train
+    from tricklab.training.api import train, train_to_its_end
 
     recipe, runs, warmup_epochs = plan.recipe, plan.runs, plan.warmup_epochs
     target = recipe.run.target_accuracy if plan.target_accuracy is None else plan.target_accuracy
@@ -335,7 +335,8 @@ def _speedrun(
         summary = summarize(
             records, results, recipe, plan.recipe_name, target, peak, peak_source, warmup
         )
-        summary.runs_planned, summary.interrupted = runs, interrupted or stop.requested
+        cut_short = interrupted or (stop.requested and len(records) < runs)  # a run left to do
+        summary.runs_planned, summary.interrupted = runs, cut_short
         summary.provenance = finish_record(provenance)
         seconds = [r.train_seconds for r in records if r.status not in FAILED_STATUSES]
         busy = speedrun_busy([summary.provenance, *(r.provenance for r in results)], seconds)
@@ -349,10 +350,8 @@ def _speedrun(
         try:
             for seed in range(runs):
                 run_out = out / f"seed-{seed}" if out is not None else None
-                with stop.deferred(False):  # a run: a signal stops it at once
-                    result = train(
-                        recipe.override([f"run.seed={seed}"]), out_dir=run_out, stop=stop
-                    )
+                # a stop once its end was recorded: counted, then the speedrun stops
+                result = train_to_its_end(recipe.override([f"run.seed={seed}"]), run_out, stop)
                 if warmup is None and seed == 0:
                     peak, peak_source = _peak_of(result, recipe, plan.peak_tflops)
                 record = _run_record(result, seed, peak, False, run_out)

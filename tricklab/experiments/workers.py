@@ -206,12 +206,12 @@ def run_units(
     by_key = {u.key: u for u in units}
     ran = 0
     while True:
-        worker.stop.check()
         fail_stale_trials(study, storage, liveness.grace_seconds)
         with claim_lock(worker.url):
             tries = attempts(study.get_trials(deepcopy=False))
             missing = [u for u in units if needs_try(tries.get(u.key, []), session_start)]
-            if missing:
+            if missing:  # a stop with runs left stops here; after the last run, the study ends
+                worker.stop.check()
                 lowest_seed = min(u.seed for u in missing)
                 unit = order.choice([u for u in missing if u.seed == lowest_seed])
                 study.enqueue_trial(
@@ -228,7 +228,8 @@ def run_units(
             tries = attempts(study.get_trials(deepcopy=False))
             if not any(t.state in ACTIVE for key in by_key for t in tries.get(key, [])):
                 return ran
-            worker.stop.wait(liveness.poll_seconds)  # others still run units of this plan
+            worker.stop.check()  # others still run units of this plan: this worker stops
+            worker.stop.wait(liveness.poll_seconds)
             continue
         with claimed(storage, trial_id):
             frozen = storage.get_trial(trial_id)
@@ -246,8 +247,7 @@ def run_units(
                 folder = worker.run_folder(trial_id, unit.config.config_id, unit.seed)
                 left = planned_runs_left(study.get_trials(deepcopy=False), by_key, session_start)
                 worker.starting(unit.config.config_id, unit.seed, left)
-                with worker.stop.deferred(False):  # a run: a signal stops it at once
-                    record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
+                record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
             record["seed"] = unit.seed
             stored = finish_trial(study, trial, [record], record["status"], record["error"])
         ran += stored  # a run another worker took for dead is lost, not counted
@@ -268,13 +268,14 @@ def run_sampled(worker: Worker, space: SearchSpace, trials: int, seeds: int) -> 
     session_start = datetime.now()
     ran = 0
     while True:
-        worker.stop.check()
         fail_stale_trials(study, storage, liveness.grace_seconds)
         tries = attempts(study.get_trials(deepcopy=False))
-        for unit, unit_tries in tries.items():
-            last = unit_tries[-1]
-            if trial_status(last) in RETRY_STATUSES and needs_try(unit_tries, session_start):
-                study.enqueue_trial(last.params, user_attrs={"unit": unit})
+        retry = [(u, t[-1]) for u, t in tries.items() if trial_status(t[-1]) in RETRY_STATUSES]
+        retries = [(unit, last) for unit, last in retry if needs_try(tries[unit], session_start)]
+        if len(tries) < trials or retries or any(t.state in ACTIVE for t in study.get_trials()):
+            worker.stop.check()  # work left (here or elsewhere); after the last trial, it ends
+        for unit, last in retries:
+            study.enqueue_trial(last.params, user_attrs={"unit": unit})
         with claim_lock(worker.url):
             trial_id = pop_waiting_trial(study, storage)
         if trial_id is None:
@@ -377,8 +378,7 @@ def _run_sampled_trial(
         reporter = pruning_reporter(trial, recipe) if worker.prune and seed == 0 else None
         folder = worker.run_folder(trial._trial_id, config_id, seed)
         worker.starting(config_id, seed, runs_left(seeds - seed))
-        with worker.stop.deferred(False):  # a run: a signal stops it at once
-            record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
+        record = train_one(recipe, worker.train_fn, worker.stop, reporter, folder)
         record["seed"] = seed
         records.append(record)
         # Stored as it ends, kept if the worker dies before the last seed (and before tell).

@@ -305,6 +305,19 @@ def _train(
     return result
 
 
+def train_to_its_end(recipe: Recipe, out_dir: str | Path | None, stop: StopRequest) -> RunResult:
+    """`train()` as a speedrun counts its runs: a stop that came once the run's end was recorded
+    returns the run as it ended (complete), for the caller to count before it stops; a run the
+    stop cut short raises RunInterrupted, as `train()` does."""
+    try:
+        with stop.deferred(False):  # a run: a signal stops it at once
+            return train(recipe, out_dir=out_dir, stop=stop)
+    except RunInterrupted as stopped:
+        if stopped.result.status == Status.INTERRUPTED:
+            raise
+        return stopped.result
+
+
 def run_end(exc: BaseException, stop: StopRequest | None = None) -> tuple[str, str]:
     """How a run that raised `exc` ended, as (status, error): `interrupted` for Ctrl-C, SIGTERM or
     an exit, and for any error once a stop was requested (a library may turn the KeyboardInterrupt
