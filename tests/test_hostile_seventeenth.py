@@ -746,3 +746,62 @@ def test_a_speedrun_stopped_once_its_last_run_ended_is_complete_and_keeps_its_fo
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is False and len(summary["runs"]) == 1
     assert json.loads((out / "seed-0" / "result.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda runs: runs[1].pop("seed"), "holds a run in runs whose seed is null"),
+        (lambda runs: runs[1].update(seed=runs[0]["seed"]), "holds two runs of one seed"),
+        (lambda runs: runs[1].update(seed=10**20), "not a seed, a whole number from 0 to"),
+        (lambda runs: runs[1].update(seed=-1), "not a seed, a whole number from 0 to"),
+    ],
+    ids=["no-seed", "seed-twice", "huge-seed", "negative-seed"],
+)
+def test_a_stored_run_list_is_checked_for_its_seeds_as_the_run_keys_are(
+    change, says, tmp_path, capsys
+):
+    """The second retry: a run of a trial's `runs` without a seed, or one seed twice, was dropped
+    without a word (the trial's mean kept both); a seed of 10**20 or -1 was listed."""
+    import json
+    import sqlite3
+
+    from test_dashboard_attrs import FAST, fake_train
+
+    from tricklab.cli.common import quiet_optuna
+    from tricklab.cli.main import main
+    from tricklab.experiments import SweepPlan, parse_space, sweep
+
+    space = parse_space({"optim.lr": {"low": 0.01, "high": 1.0}})
+    plan = SweepPlan(tricklab_recipe(), space, trials=1, sampler="random", seeds=2, study="s",
+                     out_dir=str(tmp_path / "s"))  # fmt: skip
+    with quiet_optuna():  # Optuna's "A new study created" line, for a Python caller
+        sweep(plan, train_fn=fake_train, liveness=FAST)
+    with sqlite3.connect(tmp_path / "s" / "study.db") as db:
+        (value,) = db.execute(
+            "select value_json from trial_user_attributes where trial_id=1 and key='runs'"
+        ).fetchone()
+        runs = json.loads(value)
+        change(runs)
+        db.execute(
+            "update trial_user_attributes set value_json=? where trial_id=1 and key='runs'",
+            (json.dumps(runs),),
+        )
+    assert main(["results", "s", "--out", str(tmp_path / "s"), "--runs"]) == 2
+    assert says in one_error_line(capsys)
+
+
+def test_more_options_results_would_ignore_and_a_nul_in_a_storage_are_refused(tmp_path, capsys):
+    import tricklab.experiments as ex
+    from tricklab.cli.main import main
+    from tricklab.core.errors import TrickLabError
+
+    for argv, says in [
+        (["s", "--per-seed", "--target", "0.5"], "--per-seed lists the runs; --target:"),
+        (["s", "--storage", "x.db", "--out", "y"], "--out names the folder whose study.db"),
+    ]:
+        assert main(["results", *argv]) == 2
+        assert says in one_error_line(capsys)
+    for storage in ("journal:/tmp/a\x00b", "/tmp/a\x00b.journal"):
+        with pytest.raises(TrickLabError, match="holds a NUL character"):
+            ex.results("s", storage=storage)

@@ -87,8 +87,15 @@ def _check_options(args: argparse.Namespace) -> None:
             f"{', '.join(unread)}: for one study's statistics; give its name (without one, "
             "results lists the studies)"
         )
-    if args.runs and (unread := [o for o in ("--reference", "--target") if given[o]]):
-        raise TrickLabError(f"--runs lists the runs; {' and '.join(unread)}: for the statistics")
+    if (args.runs or args.per_seed) and (
+        unread := [o for o in ("--reference", "--target") if given[o]]
+    ):
+        listing = "--runs" if args.runs else "--per-seed"
+        raise TrickLabError(f"{listing} lists the runs; {' and '.join(unread)}: for the statistics")
+    if args.out is not None and args.storage is not None:  # --out's study.db is the storage
+        raise TrickLabError(
+            "--out names the folder whose study.db is the storage: give it or --storage"
+        )
     if args.json and args.format != "table":
         raise TrickLabError(
             f"--json is --format json: give one of --json and --format {args.format}"

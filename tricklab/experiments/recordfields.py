@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from tricklab.core.sizes import MAX_SEED
 from tricklab.core.status import Status
 
 # Larger than any run records (a billion seconds is 31 years; 1e18 bytes an exabyte), small enough
@@ -60,8 +61,8 @@ RUN = {
     "stopped_epoch": "version", "run_dir": "path", "folder": "path", "tricklab_version": "text",
 }  # fmt: skip
 RECIPE = {
-    "data": {"name": "text", "train_size": "version", "test_size": "version", "seed": "version"},
-    "run": {"seed": "whole", "epochs": "positive"},
+    "data": {"name": "text", "train_size": "version", "test_size": "version", "seed": "seed"},
+    "run": {"seed": "seed", "epochs": "positive"},
 }
 PROVENANCE = {
     "command": "text", "started_at": "text", "git_commit": "text", "git_dirty": "switch",
@@ -138,8 +139,8 @@ def record_problem(record: Any, needs_status: bool) -> str | None:
     status = record.get("status")
     if status is not None and status not in STATUS_WORDS:
         return f"'status' is {quoted(status)}, not a run status (complete, failed, ...)"
-    if "seed" in record and not is_whole(record["seed"]):
-        return f"'seed' is {quoted(record['seed'])}, not a whole number"
+    if "seed" in record and not _fits(record["seed"], "seed"):
+        return f"'seed' is {quoted(record['seed'])}, not {_WANTED['seed']}"
     problem = (
         fields_problem(record, RUN, "")
         or _recipe_problem(record.get("recipe") or {})
@@ -204,7 +205,7 @@ _WANTED = {
     "load": f"three load averages (numbers from 0 to {MAX_COUNT:,})",
     "versions": "an object of version texts",
     "path": "a path (text without a NUL)",
-    "whole": "a whole number",
+    "seed": f"a seed, a whole number from 0 to {MAX_SEED}",
     "positive": f"a number above 0, at most {MAX_MAGNITUDE:g}",
 }
 
@@ -216,8 +217,8 @@ def _fits(value: Any, kind: str) -> bool:
         return isinstance(value, bool)
     if kind == "path":
         return isinstance(value, str) and "\0" not in value
-    if kind == "whole":
-        return is_whole(value)
+    if kind == "seed":
+        return is_whole(value) and 0 <= value <= MAX_SEED
     if kind == "positive":
         return is_number(value) and 0 < value <= MAX_MAGNITUDE
     if kind == "count":

@@ -170,7 +170,7 @@ def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
     for where, run, seed in runs:
         if not isinstance(run, dict):
             raise wrong(where, run, (dict,))
-        if seed is not None and (type(run.get("seed")) is not int or run["seed"] != seed):
+        if "seed" not in run or (seed is not None and run["seed"] != seed):
             raise TrickLabError(
                 f"study {shown(study)}: trial {trial.number} holds a run in {shown(where)} whose "
                 f"seed is {quoted(run.get('seed'))}; was the storage written by another program?"
@@ -188,6 +188,12 @@ def _check_trial(study: str, trial: optuna.trial.FrozenTrial) -> None:
                 f"tricklab cannot read: {shown(problem)}; was the storage written by another "
                 "program?"
             )
+    listed = [r.get("seed") for r in attrs.get("runs", [])]
+    if len(set(map(str, listed))) < len(listed):  # one seed's run twice: one would be dropped
+        raise TrickLabError(
+            f"study {shown(study)}: trial {trial.number} holds two runs of one seed; was the "
+            "storage written by another program?"
+        )
     overrides = attrs.get("overrides", [])
     if not all(isinstance(o, str) for o in overrides):
         raise wrong("overrides", overrides, (list,))

@@ -69,6 +69,8 @@ def storage_url(spec: str | None, exp_dir: Path) -> str:
     to; messages and records show it as `shown_url(url)` does, without its password."""
     if spec is None:
         return sqlite_url(resolved(exp_dir / STUDY_FILE))
+    if "\0" in spec:  # a Python caller's: no command line holds one
+        raise TrickLabError(f"the storage {shown(spec)} holds a NUL character")
     if spec.startswith("journal:"):
         if not spec.removeprefix("journal:").strip():
             raise TrickLabError("--storage journal: names no file; give journal:PATH")
