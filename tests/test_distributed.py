@@ -296,16 +296,15 @@ def test_a_rank_leaves_after_its_exit_functions_without_pythons_shutdown(args, c
     # CI saw a rank whose run had completed die of SIGABRT as Python shut down: a gloo worker
     # thread, dropping a finished collective's tensors, took the GIL during finalization
     # ("terminate called without an active exception"), about once in 50 runs under load.
+    # Every command leaves so since (seventeenth round): a stop during Python's shutdown read 143.
     rank = {"RANK": "0", "WORLD_SIZE": "1"}
-    for env, finalized in (({}, True), (rank, False)):
+    for env in ({}, rank):
         ran = subprocess.run(
             [sys.executable, "-c", EXIT_PROBE, *args], capture_output=True, text=True,
             env={**os.environ, **env}, timeout=120,
         )  # fmt: skip
         assert ran.returncode == code, ran.stderr
-        assert ran.stdout.endswith(
-            "exit functions ran\nfinalized\n" if finalized else "exit functions ran\n"
-        )
+        assert ran.stdout.endswith("exit functions ran\n")
 
 
 def test_speedrun_nproc_runs_each_seed_data_parallel_and_counts_every_device_in_mfu(tmp_path):

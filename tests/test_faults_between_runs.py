@@ -121,7 +121,7 @@ def shutting_down():  # runs as Python shuts down, after the command returned {c
     time.sleep(30)
 
 atexit.register(shutting_down)
-cli.main = lambda: {code}
+sys.argv = ["tricklab", *{argv!r}]  # a command of that exit code, run as `tricklab` runs it
 cli.run()
 """
 
@@ -131,6 +131,7 @@ cli.run()
 def test_a_stop_signal_after_the_work_is_saved_leaves_the_commands_own_exit_code(signum, code):
     """A SIGTERM landing after `train` printed its run folder killed the process while Python
     shut down: exit 143 (129 for SIGHUP), as if killed, though everything was saved."""
-    script = LATE_SIGNAL.format(code=code, signum=int(signum))
+    argv = ["recipes", "--json"] if code == 0 else ["tricks", "nosuchgroup"]
+    script = LATE_SIGNAL.format(code=code, signum=int(signum), argv=argv)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert run.returncode == code, run

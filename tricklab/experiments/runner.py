@@ -211,6 +211,7 @@ def plan_ablation(
     plan.__post_init__()  # again: a field set by hand past `frozen` is refused as when made
     check_out_dir(plan.out_dir, "the ablation")
     planned = ablation_plan(plan.baseline, plan.vary, plan.grid)
+    check_seeds(plan.seeds)  # its own bound first, then the runs'
     if (runs := len(planned.configs) * plan.seeds) > MAX_PLANNED_RUNS:  # listed, they fill memory
         raise TrickLabError(
             f"{len(planned.configs):,} configurations × {plan.seeds:,} seeds are {runs:,} runs, "
