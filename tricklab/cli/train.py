@@ -121,7 +121,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nproc is not None:  # torchrun for you: this command in --nproc processes
         return _launch_train(args, recipe, name, device)
     with distributed.process_group(device, recipe.run.dist_timeout_seconds) as world:
-        return _train_here(args, recipe, name, world.is_main, distributed)
+        return _train_here(args, recipe, name, world.is_main)
 
 
 def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) -> int:
@@ -153,8 +153,9 @@ def _launch_train(args: argparse.Namespace, recipe, name: str | None, device) ->
             remove_empty_dirs(out, made)
 
 
-def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool, distributed) -> int:
+def _train_here(args: argparse.Namespace, recipe, name: str | None, main: bool) -> int:
     """`tricklab train` in this process (under torchrun: one rank; only rank 0 shows and writes)."""
+    from tricklab.training import distributed
     from tricklab.training.api import RunInterrupted, train
 
     if not main:
